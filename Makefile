@@ -1,0 +1,86 @@
+# sextant: `make help` lists the targets.
+
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -s -w -X sextant.io/sextant/internal/version.Version=$(VERSION)
+GO_BUILD := CGO_ENABLED=0 go build -trimpath -ldflags "$(LDFLAGS)"
+E2E_TIMEOUT ?= 40m
+
+.PHONY: help
+help: ## List the targets.
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## Install the Debian packages the build, tests and cluster need (root; idempotent).
+	scripts/deps.sh
+
+.PHONY: build
+build: ## Build bin/sextant-agent and bin/sextant-ranker (static).
+	$(GO_BUILD) -o bin/sextant-agent ./agent/cmd/sextant-agent
+	$(GO_BUILD) -o bin/sextant-ranker ./ranker/cmd/sextant-ranker
+
+.PHONY: generate
+generate: ## Regenerate deepcopy, CRD YAML and the bpf2go objects.
+	go generate ./api/... ./bpf/...
+
+.PHONY: verify
+verify: generate ## Regenerate and fail on any diff; gofmt, go vet, go mod tidy.
+	@git diff --exit-code -- api bpf charts/sextant/crds || { echo "verify: generated files differ from the committed ones: run 'make generate' and commit" >&2; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard -- api bpf charts/sextant/crds); \
+	  [ -z "$$untracked" ] || { echo "verify: generated files not committed: $$untracked" >&2; exit 1; }
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  [ -z "$$unformatted" ] || { echo "verify: gofmt would change: $$unformatted" >&2; exit 1; }
+	go vet ./...
+	go mod tidy -diff
+
+.PHONY: test
+test: deps verify test-unit test-e2e ## Everything CI runs: verify, unit tests, then the suite on the real local cluster.
+
+.PHONY: test-unit
+test-unit: ## Unit tests (go test ./...); tests that need root or tools skip without them.
+	go test -count=1 ./...
+
+.PHONY: test-e2e
+test-e2e: ## Integration tests against the real local cluster (root; brings it up, and down again if it started it).
+	E2E_TIMEOUT=$(E2E_TIMEOUT) scripts/test-e2e.sh
+
+.PHONY: images
+images: ## Build the pause, busybox, sextant-agent and sextant-ranker images; import them if the cluster runs.
+	@if scripts/cluster.sh status >/dev/null 2>&1; then scripts/images.sh import; \
+	  else scripts/images.sh base >/dev/null && scripts/images.sh project; fi
+
+.PHONY: cluster-up
+cluster-up: ## Start the local real cluster (root; idempotent).
+	scripts/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove everything it made.
+	scripts/cluster.sh down
+
+.PHONY: deploy
+deploy: ## Build and import the images, then install the chart into the local cluster.
+	scripts/deploy.sh
+
+.PHONY: demo
+demo: cluster-up deploy ## Bring the cluster up, install sextant, and show what it does.
+	scripts/demo.sh
+
+.PHONY: bench-meter
+bench-meter: ## iperf3 over a veth with and without the eBPF meter; ratio and ns/packet.
+	@[ -x scripts/bench-meter.sh ] || { echo "bench-meter: not implemented yet (issue 3)" >&2; exit 1; }
+	scripts/bench-meter.sh
+
+.PHONY: bench-ranker
+bench-ranker: ## sextant-ranker against vanilla kube-scheduler on 500 and 5000 nodes.
+	@echo "bench-ranker: not implemented yet (issue 5)" >&2; exit 1
+
+.PHONY: bench-sidecar
+bench-sidecar: ## p50/p99 of main-container exit to sidecar stop over 20 Jobs.
+	@echo "bench-sidecar: not implemented yet (issue 6)" >&2; exit 1
+
+.PHONY: clean
+clean: ## Remove build output (not the cluster: see cluster-down).
+	rm -rf bin

@@ -1,0 +1,110 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeBandwidth is the measured bandwidth of one node's NICs, per direction. The agent
+// on the node named like the object writes it; the ranker reads it. It is cluster-scoped
+// and owned by its Node, so it goes away with the node.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=nbw,categories=sextant
+// +kubebuilder:printcolumn:name="Ingress-Remaining",type=string,JSONPath=`.status.total.ingress.remaining`
+// +kubebuilder:printcolumn:name="Ingress-Peak",type=string,JSONPath=`.status.total.ingress.peak`
+// +kubebuilder:printcolumn:name="Egress-Remaining",type=string,JSONPath=`.status.total.egress.remaining`
+// +kubebuilder:printcolumn:name="Egress-Peak",type=string,JSONPath=`.status.total.egress.peak`
+// +kubebuilder:printcolumn:name="Sampled",type=date,JSONPath=`.status.sampleTime`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentVersion`,priority=1
+type NodeBandwidth struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Status NodeBandwidthStatus `json:"status,omitempty"`
+}
+
+// NodeBandwidthStatus is one sample of the node's NICs.
+type NodeBandwidthStatus struct {
+	// SampleTime is when the agent took the sample.
+	// +optional
+	SampleTime *metav1.Time `json:"sampleTime,omitempty"`
+	// Window is the span over which Peak is the highest rate seen.
+	// +optional
+	Window *metav1.Duration `json:"window,omitempty"`
+	// AgentVersion is the version of the agent that wrote the sample.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// Interfaces has one entry per measured NIC.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Interfaces []InterfaceBandwidth `json:"interfaces,omitempty"`
+	// Total sums, per direction, the interfaces whose capacity is known.
+	// +optional
+	Total *Bandwidth `json:"total,omitempty"`
+}
+
+// InterfaceBandwidth is the sample of one NIC.
+type InterfaceBandwidth struct {
+	// Name is the interface name on the node, e.g. eth0.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	Name string `json:"name"`
+
+	Bandwidth `json:",inline"`
+}
+
+// Bandwidth holds both directions of a NIC, or of a sum of NICs.
+type Bandwidth struct {
+	// Ingress is traffic received by the node.
+	Ingress DirectionBandwidth `json:"ingress"`
+	// Egress is traffic sent by the node.
+	Egress DirectionBandwidth `json:"egress"`
+}
+
+// DirectionBandwidth is one direction's rates in bits per second, written as Kubernetes
+// quantities like kubernetes.io/egress-bandwidth (e.g. 10G, 1200M). The schema takes
+// them as strings without a sign, so the API server refuses a negative rate by name.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.remaining) || has(self.capacity)",message="remaining needs a known capacity"
+type DirectionBandwidth struct {
+	// Capacity is the link's capacity; absent when unknown.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	Capacity *resource.Quantity `json:"capacity,omitempty"`
+	// Rate is the rate over the last sample interval.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	Rate *resource.Quantity `json:"rate,omitempty"`
+	// Peak is the highest rate seen within the window.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	Peak *resource.Quantity `json:"peak,omitempty"`
+	// Remaining is capacity minus peak, floored at zero; absent when capacity is unknown.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	Remaining *resource.Quantity `json:"remaining,omitempty"`
+}
+
+// NodeBandwidthList is a list of NodeBandwidth.
+//
+// +kubebuilder:object:root=true
+type NodeBandwidthList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeBandwidth `json:"items"`
+}

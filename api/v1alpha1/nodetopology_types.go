@@ -1,0 +1,164 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodeTopology is the shape of one node: NUMA nodes with their CPUs, memory and
+// distances, PCI devices and NICs with their NUMA locality and health. The agent on the
+// node named like the object writes it on change and at a slow resync.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ntopo,categories=sextant
+// +kubebuilder:printcolumn:name="NUMA",type=integer,JSONPath=`.status.summary.numaNodes`
+// +kubebuilder:printcolumn:name="CPUs",type=integer,JSONPath=`.status.summary.cpus`
+// +kubebuilder:printcolumn:name="Devices",type=integer,JSONPath=`.status.summary.devices`
+// +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.summary.unhealthyDevices`
+// +kubebuilder:printcolumn:name="Updated",type=date,JSONPath=`.status.updateTime`
+type NodeTopology struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Status NodeTopologyStatus `json:"status,omitempty"`
+}
+
+// NodeTopologyStatus has the same three lists `sextant-agent topology --output json`
+// prints, plus a summary for printer columns.
+type NodeTopologyStatus struct {
+	// UpdateTime is when the agent last read the topology.
+	// +optional
+	UpdateTime *metav1.Time `json:"updateTime,omitempty"`
+	// AgentVersion is the version of the agent that wrote the topology.
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// Summary counts what the lists hold.
+	// +optional
+	Summary *TopologySummary `json:"summary,omitempty"`
+
+	Topology `json:",inline"`
+}
+
+// Topology is a node's NUMA nodes, PCI devices and NICs.
+type Topology struct {
+	// +optional
+	// +listType=map
+	// +listMapKey=id
+	// +nullable
+	NUMANodes []NUMANode `json:"numaNodes"`
+	// +optional
+	// +listType=map
+	// +listMapKey=address
+	// +nullable
+	PCIDevices []PCIDevice `json:"pciDevices"`
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +nullable
+	NICs []NIC `json:"nics"`
+}
+
+// TopologySummary counts a topology's parts.
+type TopologySummary struct {
+	// +kubebuilder:validation:Minimum=0
+	NUMANodes int32 `json:"numaNodes"`
+	// CPUs counts online CPUs.
+	// +kubebuilder:validation:Minimum=0
+	CPUs int32 `json:"cpus"`
+	// +kubebuilder:validation:Minimum=0
+	Devices int32 `json:"devices"`
+	// +kubebuilder:validation:Minimum=0
+	UnhealthyDevices int32 `json:"unhealthyDevices"`
+}
+
+// NUMANode is one NUMA node. A node may have memory and no CPUs (a memory tier).
+type NUMANode struct {
+	// +kubebuilder:validation:Minimum=0
+	ID int32 `json:"id"`
+	// CPUs are the IDs of the node's online CPUs.
+	// +optional
+	// +nullable
+	CPUs []int32 `json:"cpus"`
+	// MemoryBytes is the node's total memory.
+	// +kubebuilder:validation:Minimum=0
+	MemoryBytes int64 `json:"memoryBytes"`
+	// Distances are the ACPI SLIT distances from this node to every node, in node-ID order.
+	// +optional
+	Distances []int32 `json:"distances,omitempty"`
+}
+
+// DeviceHealth says whether a device can be given to a pod.
+// +kubebuilder:validation:Enum=Healthy;Unhealthy
+type DeviceHealth string
+
+const (
+	// Healthy devices are present and enabled.
+	Healthy DeviceHealth = "Healthy"
+	// Unhealthy devices have disappeared or been disabled since the agent first saw them.
+	Unhealthy DeviceHealth = "Unhealthy"
+)
+
+// DeviceKind is what a PCI device is for, from its class code.
+// +kubebuilder:validation:Enum=gpu;nic;nvme;accelerator;other
+type DeviceKind string
+
+// The device kinds a pod can request as sextant.io/<kind>.
+const (
+	KindGPU         DeviceKind = "gpu"
+	KindNIC         DeviceKind = "nic"
+	KindNVMe        DeviceKind = "nvme"
+	KindAccelerator DeviceKind = "accelerator"
+	KindOther       DeviceKind = "other"
+)
+
+// PCIDevice is one PCI function. Its address is its stable ID.
+type PCIDevice struct {
+	// Address is the PCI address, domain:bus:device.function, e.g. 0000:3b:00.0.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`
+	Address string `json:"address"`
+	// Class is the PCI class code, e.g. 0x020000.
+	Class string `json:"class"`
+	// Vendor is the PCI vendor ID, e.g. 0x8086.
+	Vendor string `json:"vendor"`
+	// Device is the PCI device ID.
+	Device string `json:"device"`
+	// Driver is the bound kernel driver, if any.
+	// +optional
+	Driver string `json:"driver,omitempty"`
+	Kind   DeviceKind `json:"kind"`
+	// NUMANode is the device's NUMA node; null where the locality is unknown.
+	// +nullable
+	NUMANode *int32 `json:"numaNode"`
+	// PCIeRoot is the address of the PCIe root port or host bridge above the device.
+	// +optional
+	PCIeRoot string `json:"pcieRoot,omitempty"`
+	Health DeviceHealth `json:"health"`
+}
+
+// NIC is one network interface.
+type NIC struct {
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+	// PCIAddress is the NIC's PCI function; null for virtual interfaces (veth, bridge).
+	// +nullable
+	PCIAddress *string `json:"pciAddress"`
+	// NUMANode is the NIC's NUMA node; null where the locality is unknown.
+	// +nullable
+	NUMANode *int32 `json:"numaNode"`
+	// SpeedMbps is the link speed the kernel reports; absent when unknown.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SpeedMbps *int64 `json:"speedMbps,omitempty"`
+}
+
+// NodeTopologyList is a list of NodeTopology.
+//
+// +kubebuilder:object:root=true
+type NodeTopologyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []NodeTopology `json:"items"`
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# bench-meter: what the eBPF NIC meter costs. Pushes iperf3 TCP traffic over a
+# veth between two network namespaces this script creates (no traffic leaves
+# them), alternating rounds without and with the meter attached to one end, and
+# prints the throughput of each, their ratio (medians), and the programs' cost
+# per packet from the kernel's BPF statistics (run_time_ns / run_cnt).
+# Goals: ratio >= 0.98, <= 100 ns per packet. Needs root, iperf3, ip, bpftool, jq.
+#
+# Env: ROUNDS (default 3), SECONDS_PER_RUN (default 5).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+ROUNDS=${ROUNDS:-3}
+SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
+
+[[ $(id -u) == 0 ]] || die "bench-meter needs root (network namespaces, BPF)"
+for tool in ip iperf3 bpftool jq; do
+  command -v "$tool" >/dev/null || die "bench-meter needs $tool (scripts/deps.sh installs it)"
+done
+
+work=$(mktemp -d)
+ns_a=sextant-bench-a-$$
+ns_b=sextant-bench-b-$$
+old_stats=$(sysctl -n kernel.bpf_stats_enabled)
+server_pid=
+cleanup() {
+  set +e
+  [[ -n $server_pid ]] && { kill "$server_pid"; wait "$server_pid"; } 2>/dev/null
+  ip netns del "$ns_a" 2>/dev/null || true
+  ip netns del "$ns_b" 2>/dev/null || true
+  sysctl -qw kernel.bpf_stats_enabled="$old_stats" || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+log "building sextant-agent"
+go build -o "$work/sextant-agent" ./agent/cmd/sextant-agent
+
+ip netns add "$ns_a"
+ip netns add "$ns_b"
+ip -n "$ns_a" link add va type veth peer name vb netns "$ns_b"
+ip -n "$ns_a" addr add 10.232.0.1/30 dev va
+ip -n "$ns_b" addr add 10.232.0.2/30 dev vb
+for ns in "$ns_a" "$ns_b"; do ip -n "$ns" link set lo up; done
+[[ ${GSO:-on} == off ]] && { ip -n "$ns_a" link set va gso_max_segs 1; ip -n "$ns_b" link set vb gso_max_segs 1; }
+ip -n "$ns_a" link set va up
+ip -n "$ns_b" link set vb up
+
+ip netns exec "$ns_b" iperf3 -s -B 10.232.0.2 >/dev/null 2>&1 &
+server_pid=$!
+sleep 0.5
+
+# run_iperf prints the receiver's throughput in Mbit/s.
+run_iperf() {
+  ip netns exec "$ns_a" iperf3 -c 10.232.0.2 -t "$SECONDS_PER_RUN" -f m --connect-timeout 2000 |
+    awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") print $(i-1) }'
+}
+
+prog_stat() { # name field -> value, summed over programs of that name
+  bpftool prog show --json | jq --arg n "$1" --arg f "$2" '[.[] | select(.name == $n) | .[$f] // 0] | add // 0'
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2] + v[NR/2+1]) / 2 }'; }
+
+sysctl -qw kernel.bpf_stats_enabled=1
+without=() with=()
+run_ns=0 run_cnt=0
+for round in $(seq "$ROUNDS"); do
+  without+=("$(run_iperf)")
+  log "round $round without meter: ${without[-1]} Mbit/s"
+
+  "$work/sextant-agent" measure --netns "/var/run/netns/$ns_b" --interface vb \
+    --duration "$((SECONDS_PER_RUN + 30))s" --output json >"$work/measure-$round.json" &
+  measure_pid=$!
+  for _ in $(seq 100); do
+    [[ $(prog_stat sextant_egress id) != 0 ]] && break
+    sleep 0.1
+  done
+  [[ $(prog_stat sextant_egress id) != 0 ]] || die "the meter did not attach"
+  with+=("$(run_iperf)")
+  for p in sextant_ingress sextant_egress; do
+    run_ns=$((run_ns + $(prog_stat $p run_time_ns)))
+    run_cnt=$((run_cnt + $(prog_stat $p run_cnt)))
+  done
+  kill -INT "$measure_pid"
+  wait "$measure_pid"
+  log "round $round with meter:    ${with[-1]} Mbit/s ($(jq -c '.interfaces[0] | {ingress, egress}' "$work/measure-$round.json"))"
+done
+
+w=$(printf '%s\n' "${without[@]}" | median)
+m=$(printf '%s\n' "${with[@]}" | median)
+echo "iperf3 over veth, median of $ROUNDS x ${SECONDS_PER_RUN}s:"
+echo "  without meter: $w Mbit/s"
+echo "  with meter:    $m Mbit/s"
+awk -v w="$w" -v m="$m" 'BEGIN { printf "  ratio:         %.4f (goal >= 0.98)\n", m / w }'
+awk -v ns="$run_ns" -v c="$run_cnt" 'BEGIN {
+  if (c == 0) { print "  no BPF run statistics"; exit }
+  printf "  BPF cost:      %.1f ns/packet over %d runs of sextant_ingress+sextant_egress (goal <= 100)\n", ns / c, c }'

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds sextant's images, imports them into the local cluster, and installs (or
+# upgrades) the chart there with helm (pinned in go.mod, run with `go tool`).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
+
+"$here/cluster.sh" status >/dev/null 2>&1 || die "deploy: the local cluster is not running (make cluster-up)"
+"$here/images.sh" import
+kubeconfig=$("$here/cluster.sh" kubeconfig)
+state=$(dirname "$(dirname "$kubeconfig")")
+node_ip=$(cat "$state/node-ip")
+# helm installs the chart's CRDs only on first install; apply them so a changed CRD
+# reaches a cluster that already has an older one.
+"$state/kube-bin/kubectl" --kubeconfig "$kubeconfig" apply --server-side --force-conflicts \
+  -f "$repo/charts/sextant/crds" >/dev/null || die "deploy: applying the CRDs failed"
+log "deploy: installing charts/sextant as release sextant in namespace sextant-system"
+(cd "$repo" && go tool helm upgrade --install sextant charts/sextant \
+  --kubeconfig "$kubeconfig" --namespace sextant-system --create-namespace \
+  --set image.tag="${SEXTANT_IMAGE_TAG:-dev}" --set image.pullPolicy=Never \
+  --set apiServer.host="$node_ip" --set apiServer.port="${SEXTANT_API_PORT:-6443}" \
+  --wait --timeout 3m) || die "deploy: helm upgrade --install failed"
