@@ -24,7 +24,7 @@ build: ## Build bin/sextant-agent and bin/sextant-ranker (static).
 
 .PHONY: generate
 generate: ## Regenerate deepcopy, CRD YAML and the bpf2go objects.
-	go generate ./api/... ./bpf/...
+	go generate ./...
 
 .PHONY: verify
 verify: generate ## Regenerate and fail on any diff; gofmt, go vet, go mod tidy.
