@@ -127,15 +127,15 @@ type PCIDevice struct {
 	Device string `json:"device"`
 	// Driver is the bound kernel driver, if any.
 	// +optional
-	Driver string `json:"driver,omitempty"`
+	Driver string     `json:"driver,omitempty"`
 	Kind   DeviceKind `json:"kind"`
 	// NUMANode is the device's NUMA node; null where the locality is unknown.
 	// +nullable
 	NUMANode *int32 `json:"numaNode"`
 	// PCIeRoot is the address of the PCIe root port or host bridge above the device.
 	// +optional
-	PCIeRoot string `json:"pcieRoot,omitempty"`
-	Health DeviceHealth `json:"health"`
+	PCIeRoot string       `json:"pcieRoot,omitempty"`
+	Health   DeviceHealth `json:"health"`
 }
 
 // NIC is one network interface.

@@ -4,10 +4,7 @@ module sextant.io/sextant/scripts/kube
 
 go 1.26.0
 
-require (
-	k8s.io/kubectl v0.0.0
-	k8s.io/kubernetes v1.36.3
-)
+require k8s.io/kubernetes v1.36.3
 
 require (
 	cel.dev/expr v0.25.1 // indirect
@@ -166,6 +163,7 @@ require (
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
 	k8s.io/kube-proxy v0.0.0 // indirect
 	k8s.io/kube-scheduler v0.0.0 // indirect
+	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/kubelet v0.36.3 // indirect
 	k8s.io/metrics v0.36.3 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect

@@ -120,7 +120,9 @@ func TestNodeBandwidthRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create node: %v", err)
 	}
-	t.Cleanup(func() { _ = local.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = local.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
 
 	nbw := &sextantv1.NodeBandwidth{
 		TypeMeta: metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeBandwidth"},
