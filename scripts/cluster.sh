@@ -380,6 +380,7 @@ kill_pod_processes() {
 
 cmd_down() {
   [ "$(id -u)" -eq 0 ] || die "cluster: down needs root"
+  "$here/demo-net.sh" down
   stop_pid kubelet
   stop_pid kube-controller-manager
   stop_pid kube-scheduler

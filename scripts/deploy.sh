@@ -21,4 +21,7 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   --kubeconfig "$kubeconfig" --namespace sextant-system --create-namespace \
   --set image.tag="${SEXTANT_IMAGE_TAG:-dev}" --set image.pullPolicy=Never \
   --set apiServer.host="$node_ip" --set apiServer.port="${SEXTANT_API_PORT:-6443}" \
+  `# Meter the node's default-route NIC and the demo veth (scripts/demo-net.sh).` \
+  --set "agent.interfaces={$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i+1); exit}}'),sxdemo0}" \
+  --set "agent.nicCapacities={sxdemo0=200M}" \
   --wait --timeout 3m) || die "deploy: helm upgrade --install failed"

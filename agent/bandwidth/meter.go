@@ -1,0 +1,284 @@
+// Package bandwidth is the agent's NIC meter: it keeps the eBPF counters
+// attached to the selected interfaces, samples them, and turns them into a
+// rate, a windowed peak and the remaining bandwidth per direction.
+package bandwidth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// CounterSource reads the cumulative counters of every interface it counts.
+type CounterSource interface {
+	Read() (map[int]Counters, error)
+}
+
+// Counters are one interface's cumulative counters.
+type Counters struct {
+	Ingress Count
+	Egress  Count
+}
+
+// Attacher starts and stops counting on an interface.
+type Attacher interface {
+	Attach(ifindex int) error
+	Detach(ifindex int) error
+}
+
+// Config is the meter's configuration; zero values take the defaults.
+type Config struct {
+	// SampleInterval is how often the counters are read (default 1s).
+	SampleInterval time.Duration
+	// Window is how far back the peak looks (default 60s).
+	Window time.Duration
+	// RescanInterval is how often interfaces are listed again to follow
+	// NICs that appear and disappear (default 10s).
+	RescanInterval time.Duration
+	// Interfaces selects interfaces by name or shell pattern (eth*); empty
+	// selects the physical NICs plus the default-route interfaces.
+	Interfaces []string
+	// Capacities come from --nic-capacity. They count for virtual
+	// interfaces, and for physical NICs whose sysfs speed is not valid.
+	Capacities map[string]Capacity
+	Logger     *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	if c.SampleInterval <= 0 {
+		c.SampleInterval = time.Second
+	}
+	if c.Window <= 0 {
+		c.Window = 60 * time.Second
+	}
+	if c.RescanInterval <= 0 {
+		c.RescanInterval = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Snapshot is the meter's view at one sample. Rates are in bits per second.
+type Snapshot struct {
+	Time       time.Time
+	Window     time.Duration
+	Interfaces []InterfaceSample // by name
+}
+
+// InterfaceSample is one interface in a Snapshot.
+type InterfaceSample struct {
+	Name    string
+	Index   int
+	Up      bool
+	Ingress DirectionSample
+	Egress  DirectionSample
+}
+
+// DirectionSample is one direction of an interface. Capacity and Remaining
+// are nil when the capacity is unknown.
+type DirectionSample struct {
+	Capacity  *float64
+	Rate      float64
+	Peak      float64
+	Remaining *float64
+	Bytes     uint64
+	Packets   uint64
+}
+
+// Meter samples the counters of the selected interfaces.
+type Meter struct {
+	cfg    Config
+	links  LinkLister
+	src    CounterSource
+	att    Attacher
+	clock  clock.WithTicker
+	log    *slog.Logger
+	mu     sync.Mutex
+	ifaces map[int]*iface
+	snap   Snapshot
+}
+
+type iface struct {
+	link        Link
+	capacity    Capacity
+	ingress     tracker
+	egress      tracker
+	lastSampled time.Time
+}
+
+// New returns a meter; Run drives it.
+func New(cfg Config, links LinkLister, src CounterSource, att Attacher, clk clock.WithTicker) *Meter {
+	cfg = cfg.withDefaults()
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Meter{cfg: cfg, links: links, src: src, att: att, clock: clk, log: cfg.Logger, ifaces: map[int]*iface{}}
+}
+
+// Run rescans and samples until ctx ends, then detaches everything. Errors
+// of one interface or one sample are logged, never fatal: other interfaces
+// keep being measured.
+func (m *Meter) Run(ctx context.Context) error {
+	m.Rescan()
+	m.Sample()
+	sample := m.clock.NewTicker(m.cfg.SampleInterval)
+	defer sample.Stop()
+	rescan := m.clock.NewTicker(m.cfg.RescanInterval)
+	defer rescan.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return m.Close()
+		case <-rescan.C():
+			m.Rescan()
+		case <-sample.C():
+			m.Sample()
+		}
+	}
+}
+
+// Close detaches from every interface.
+func (m *Meter) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var errs []error
+	for idx := range m.ifaces {
+		errs = append(errs, m.att.Detach(idx))
+		delete(m.ifaces, idx)
+	}
+	return errors.Join(errs...)
+}
+
+func (m *Meter) selected(l Link) bool {
+	if len(m.cfg.Interfaces) == 0 {
+		return l.Physical || l.DefaultRoute
+	}
+	for _, pat := range m.cfg.Interfaces {
+		if ok, _ := path.Match(pat, l.Name); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// capacity is the sysfs speed of a physical NIC when it is valid, else the
+// configured capacity, else unknown (0).
+func (m *Meter) capacity(l Link) Capacity {
+	if l.Physical && l.SpeedMbps > 0 {
+		bps := float64(l.SpeedMbps) * 1e6
+		return Capacity{Ingress: bps, Egress: bps}
+	}
+	return m.cfg.Capacities[l.Name]
+}
+
+// Rescan follows interfaces that appeared, disappeared, were renamed or
+// changed speed.
+func (m *Meter) Rescan() {
+	links, err := m.links.Links()
+	if err != nil {
+		m.log.Warn("listing interfaces failed; keeping the current ones", "err", err)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[int]bool{}
+	for _, l := range links {
+		if !m.selected(l) {
+			continue
+		}
+		seen[l.Index] = true
+		if cur, ok := m.ifaces[l.Index]; ok {
+			cur.link, cur.capacity = l, m.capacity(l)
+			continue
+		}
+		if err := m.att.Attach(l.Index); err != nil {
+			m.log.Warn("attaching the meter failed; retrying at the next rescan", "interface", l.Name, "err", err)
+			continue
+		}
+		m.log.Info("metering interface", "interface", l.Name, "ifindex", l.Index)
+		m.ifaces[l.Index] = &iface{
+			link:     l,
+			capacity: m.capacity(l),
+			ingress:  tracker{window: m.cfg.Window},
+			egress:   tracker{window: m.cfg.Window},
+		}
+	}
+	for idx, cur := range m.ifaces {
+		if seen[idx] {
+			continue
+		}
+		m.log.Info("interface gone or deselected; no longer metering it", "interface", cur.link.Name, "ifindex", idx)
+		if err := m.att.Detach(idx); err != nil {
+			m.log.Warn("detaching the meter failed", "interface", cur.link.Name, "err", err)
+		}
+		delete(m.ifaces, idx)
+	}
+}
+
+// Sample reads the counters once and updates rates, peaks and the snapshot.
+func (m *Meter) Sample() {
+	counters, err := m.src.Read()
+	now := m.clock.Now()
+	if err != nil {
+		m.log.Warn("reading the counters failed; skipping this sample", "err", err)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	snap := Snapshot{Time: now, Window: m.cfg.Window}
+	for idx, cur := range m.ifaces {
+		c := counters[idx] // absent: nothing counted yet
+		cur.ingress.observe(now, c.Ingress)
+		cur.egress.observe(now, c.Egress)
+		if !cur.ingress.haveRate || !cur.egress.haveRate {
+			continue // one interval is needed before there is a rate to publish
+		}
+		snap.Interfaces = append(snap.Interfaces, InterfaceSample{
+			Name:    cur.link.Name,
+			Index:   idx,
+			Up:      cur.link.Up,
+			Ingress: direction(&cur.ingress, cur.capacity.Ingress),
+			Egress:  direction(&cur.egress, cur.capacity.Egress),
+		})
+	}
+	sort.Slice(snap.Interfaces, func(i, j int) bool { return snap.Interfaces[i].Name < snap.Interfaces[j].Name })
+	m.snap = snap
+}
+
+func direction(tr *tracker, capacity float64) DirectionSample {
+	d := DirectionSample{Rate: tr.rate, Peak: tr.peak(), Bytes: tr.count.Bytes, Packets: tr.count.Packets}
+	if capacity > 0 {
+		c, r := capacity, max(capacity-d.Peak, 0)
+		d.Capacity, d.Remaining = &c, &r
+	}
+	return d
+}
+
+// Snapshot returns the latest sample; its Time is zero before the first.
+func (m *Meter) Snapshot() Snapshot {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.snap
+	s.Interfaces = append([]InterfaceSample(nil), s.Interfaces...)
+	return s
+}
+
+// String helps logs and test failures.
+func (d DirectionSample) String() string {
+	f := func(p *float64) string {
+		if p == nil {
+			return "unknown"
+		}
+		return fmt.Sprintf("%.0f", *p)
+	}
+	return fmt.Sprintf("{capacity %s rate %.0f peak %.0f remaining %s bytes %d packets %d}", f(d.Capacity), d.Rate, d.Peak, f(d.Remaining), d.Bytes, d.Packets)
+}

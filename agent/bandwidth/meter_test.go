@@ -1,0 +1,329 @@
+package bandwidth
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+type fakeSource struct {
+	counters map[int]Counters
+	err      error
+}
+
+func (f *fakeSource) Read() (map[int]Counters, error) {
+	out := map[int]Counters{}
+	for k, v := range f.counters {
+		out[k] = v
+	}
+	return out, f.err
+}
+
+type fakeAttacher struct {
+	attached map[int]bool
+	fail     map[int]bool
+}
+
+func (f *fakeAttacher) Attach(i int) error {
+	if f.fail[i] {
+		return errors.New("attach failed")
+	}
+	f.attached[i] = true
+	return nil
+}
+
+func (f *fakeAttacher) Detach(i int) error { delete(f.attached, i); return nil }
+
+type fakeLinks struct {
+	links []Link
+	err   error
+}
+
+func (f *fakeLinks) Links() ([]Link, error) { return f.links, f.err }
+
+func ptr(v float64) *float64 { return &v }
+
+const mbit = 1e6
+
+func newTestMeter(cfg Config, links []Link) (*Meter, *fakeSource, *fakeLinks, *fakeAttacher, *clocktesting.FakeClock) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	src := &fakeSource{counters: map[int]Counters{}}
+	ll := &fakeLinks{links: links}
+	att := &fakeAttacher{attached: map[int]bool{}, fail: map[int]bool{}}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	return New(cfg, ll, src, att, clk), src, ll, att, clk
+}
+
+// TestRatePeakRemaining feeds per-second byte deltas and checks the rate, the
+// windowed peak and remaining after each sample.
+func TestRatePeakRemaining(t *testing.T) {
+	type step struct {
+		advance       time.Duration
+		ingressDelta  uint64 // bytes since the previous sample
+		wantRate      float64
+		wantPeak      float64
+		wantRemaining *float64 // nil: capacity unknown
+	}
+	tests := []struct {
+		name   string
+		window time.Duration
+		link   Link
+		caps   map[string]Capacity
+		steps  []step
+	}{{
+		name:   "peak holds for the window then expires",
+		window: 3 * time.Second,
+		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
+		steps: []step{
+			{time.Second, 12_500_000, 100 * mbit, 100 * mbit, ptr(900 * mbit)},
+			{time.Second, 50_000_000, 400 * mbit, 400 * mbit, ptr(600 * mbit)},
+			{time.Second, 0, 0, 400 * mbit, ptr(600 * mbit)},
+			{time.Second, 25_000_000, 200 * mbit, 400 * mbit, ptr(600 * mbit)},
+			// 400M was measured 3s ago: out of the window now.
+			{time.Second, 0, 0, 200 * mbit, ptr(800 * mbit)},
+			{time.Second, 0, 0, 200 * mbit, ptr(800 * mbit)},
+			{time.Second, 0, 0, 0, ptr(1000 * mbit)},
+		},
+	}, {
+		name:   "uneven intervals divide by the real elapsed time",
+		window: time.Minute,
+		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 10000},
+		steps: []step{
+			{2 * time.Second, 25_000_000, 100 * mbit, 100 * mbit, ptr(9900 * mbit)},
+			{500 * time.Millisecond, 25_000_000, 400 * mbit, 400 * mbit, ptr(9600 * mbit)},
+		},
+	}, {
+		name:   "remaining floors at zero",
+		window: time.Minute,
+		link:   Link{Name: "veth1", Index: 5},
+		caps:   map[string]Capacity{"veth1": {Ingress: 100 * mbit, Egress: 100 * mbit}},
+		steps: []step{
+			{time.Second, 25_000_000, 200 * mbit, 200 * mbit, ptr(0)},
+		},
+	}, {
+		name:   "unknown capacity stays unknown",
+		window: time.Minute,
+		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 0},
+		steps: []step{
+			{time.Second, 1_000_000, 8 * mbit, 8 * mbit, nil},
+		},
+	}, {
+		name:   "sysfs speed of a physical NIC wins over the flag",
+		window: time.Minute,
+		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
+		caps:   map[string]Capacity{"eth0": {Ingress: 10 * mbit, Egress: 10 * mbit}},
+		steps: []step{
+			{time.Second, 1_000_000, 8 * mbit, 8 * mbit, ptr(992 * mbit)},
+		},
+	}, {
+		name:   "a virtual NIC's made-up speed is ignored for the flag",
+		window: time.Minute,
+		link:   Link{Name: "veth1", Index: 5, SpeedMbps: 10000},
+		caps:   map[string]Capacity{"veth1": {Ingress: 200 * mbit, Egress: 300 * mbit}},
+		steps: []step{
+			{time.Second, 1_000_000, 8 * mbit, 8 * mbit, ptr(192 * mbit)},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, src, _, _, clk := newTestMeter(Config{Window: tt.window, Capacities: tt.caps, Interfaces: []string{"*"}}, []Link{tt.link})
+			m.Rescan()
+			m.Sample()
+			if n := len(m.Snapshot().Interfaces); n != 0 {
+				t.Fatalf("first sample published %d interfaces; there is no rate yet", n)
+			}
+			var total uint64
+			for i, s := range tt.steps {
+				clk.Step(s.advance)
+				total += s.ingressDelta
+				src.counters[tt.link.Index] = Counters{Ingress: Count{Bytes: total, Packets: total / 1000}}
+				m.Sample()
+				snap := m.Snapshot()
+				if len(snap.Interfaces) != 1 {
+					t.Fatalf("step %d: %d interfaces, want 1", i, len(snap.Interfaces))
+				}
+				got := snap.Interfaces[0].Ingress
+				if !near(got.Rate, s.wantRate) || !near(got.Peak, s.wantPeak) {
+					t.Errorf("step %d: rate %.0f peak %.0f, want %.0f and %.0f", i, got.Rate, got.Peak, s.wantRate, s.wantPeak)
+				}
+				switch {
+				case s.wantRemaining == nil && (got.Remaining != nil || got.Capacity != nil):
+					t.Errorf("step %d: capacity/remaining %v, want unknown", i, got)
+				case s.wantRemaining != nil && (got.Remaining == nil || !near(*got.Remaining, *s.wantRemaining)):
+					t.Errorf("step %d: %v, want remaining %.0f", i, got, *s.wantRemaining)
+				}
+				if got.Bytes != total {
+					t.Errorf("step %d: bytes %d, want %d", i, got.Bytes, total)
+				}
+				if e := snap.Interfaces[0].Egress; e.Rate != 0 || e.Bytes != 0 {
+					t.Errorf("step %d: egress %v, want idle (directions swapped?)", i, e)
+				}
+			}
+		})
+	}
+}
+
+func near(a, b float64) bool {
+	d := a - b
+	return d < 1e-6*max(1, b) && -d < 1e-6*max(1, b)
+}
+
+func TestCounterResetIsANewBaseline(t *testing.T) {
+	m, src, _, _, clk := newTestMeter(Config{Window: time.Minute, Interfaces: []string{"eth0"}}, []Link{{Name: "eth0", Index: 2}})
+	m.Rescan()
+	src.counters[2] = Counters{Egress: Count{Bytes: 1_000_000, Packets: 10}}
+	m.Sample()
+	clk.Step(time.Second)
+	src.counters[2] = Counters{Egress: Count{Bytes: 2_000_000, Packets: 20}}
+	m.Sample()
+	clk.Step(time.Second)
+	src.counters[2] = Counters{Egress: Count{Bytes: 100, Packets: 1}} // reloaded
+	m.Sample()
+	e := m.Snapshot().Interfaces[0].Egress
+	if e.Rate != 8*mbit || e.Peak != 8*mbit {
+		t.Fatalf("after a reset: %v, want the previous rate kept (8M) and no negative or huge rate", e)
+	}
+	clk.Step(time.Second)
+	src.counters[2] = Counters{Egress: Count{Bytes: 100 + 125_000, Packets: 2}}
+	m.Sample()
+	if e := m.Snapshot().Interfaces[0].Egress; e.Rate != 1*mbit {
+		t.Fatalf("after the new baseline: rate %.0f, want 1M", e.Rate)
+	}
+}
+
+func TestInterfacesComeAndGoWithoutGaps(t *testing.T) {
+	eth0 := Link{Name: "eth0", Index: 2, Physical: true}
+	eth1 := Link{Name: "eth1", Index: 3, Physical: true}
+	veth := Link{Name: "veth9", Index: 9}
+	def := Link{Name: "wg0", Index: 4, DefaultRoute: true}
+	m, src, ll, att, clk := newTestMeter(Config{}, []Link{eth0, veth, def})
+	att.fail[4] = true
+	tick := func() {
+		clk.Step(time.Second)
+		for idx, c := range src.counters {
+			c.Ingress.Bytes += 125_000
+			src.counters[idx] = c
+		}
+		m.Sample()
+	}
+	names := func() string {
+		var n []string
+		for _, i := range m.Snapshot().Interfaces {
+			n = append(n, i.Name)
+		}
+		return strings.Join(n, ",")
+	}
+	src.counters[2], src.counters[3], src.counters[4], src.counters[9] = Counters{}, Counters{}, Counters{}, Counters{}
+	m.Rescan()
+	if att.attached[9] {
+		t.Fatal("default selection attached a veth that is neither physical nor the default route")
+	}
+	m.Sample()
+	tick()
+	if got := names(); got != "eth0" {
+		t.Fatalf("interfaces %q, want eth0 (wg0 failed to attach, veth9 not selected)", got)
+	}
+
+	// eth1 appears, the default-route interface attaches on retry.
+	att.fail[4] = false
+	ll.links = []Link{eth0, eth1, veth, def}
+	m.Rescan()
+	tick()
+	tick()
+	if got := names(); got != "eth0,eth1,wg0" {
+		t.Fatalf("interfaces %q, want eth0,eth1,wg0", got)
+	}
+	// Listing fails: nothing changes.
+	ll.err = errors.New("netlink busy")
+	m.Rescan()
+	tick()
+	if got := names(); got != "eth0,eth1,wg0" {
+		t.Fatalf("after a failed rescan: %q, want all kept", got)
+	}
+	ll.err = nil
+	// eth1 disappears, and a sample fails: eth0 carries on, rate intact.
+	ll.links = []Link{eth0, veth, def}
+	m.Rescan()
+	if att.attached[3] {
+		t.Fatal("eth1 is still attached after it disappeared")
+	}
+	src.err = errors.New("transient")
+	m.Sample()
+	src.err = nil
+	tick()
+	snap := m.Snapshot()
+	if got := names(); got != "eth0,wg0" {
+		t.Fatalf("interfaces %q, want eth0,wg0", got)
+	}
+	if snap.Interfaces[0].Ingress.Rate != 1*mbit {
+		t.Fatalf("eth0 rate %.0f, want 1M unaffected by eth1 leaving", snap.Interfaces[0].Ingress.Rate)
+	}
+	if err := m.Close(); err != nil || len(att.attached) != 0 {
+		t.Fatalf("close: %v, still attached %v", err, att.attached)
+	}
+}
+
+func TestParseCapacities(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    map[string]Capacity
+		wantErr string
+	}{
+		{in: nil, want: map[string]Capacity{}},
+		{in: []string{"eth0=10G"}, want: map[string]Capacity{"eth0": {10e9, 10e9}}},
+		{in: []string{"eth0=ingress:10G,egress:200M", "eth1=25G"}, want: map[string]Capacity{"eth0": {10e9, 200e6}, "eth1": {25e9, 25e9}}},
+		{in: []string{"eth0=egress:1500M"}, want: map[string]Capacity{"eth0": {0, 1.5e9}}},
+		{in: []string{"eth0"}, wantErr: `"eth0": want IF=RATE or IF=ingress:RATE,egress:RATE`},
+		{in: []string{"eth0=fast"}, wantErr: `"eth0=fast": rate "fast" is not a quantity`},
+		{in: []string{"eth0=-1G"}, wantErr: `rate "-1G" is not positive`},
+		{in: []string{"eth0=up:1G"}, wantErr: `unknown direction "up"`},
+		{in: []string{"eth0=1G", "eth0=2G"}, wantErr: "given twice"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.in, " "), func(t *testing.T) {
+			got, err := ParseCapacities(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %v, want %v", got, tt.want)
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("%s: got %+v, want %+v", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestReadSpeed(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		content string
+		want    int64
+	}{{"1000\n", 1000}, {"-1\n", 0}, {"0\n", 0}, {"4294967295\n", 0}, {"garbage", 0}, {"", 0}} {
+		p := dir + "/speed"
+		if err := os.WriteFile(p, []byte(tt.content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := readSpeed(p); got != tt.want {
+			t.Errorf("speed %q: %d, want %d", tt.content, got, tt.want)
+		}
+	}
+	if got := readSpeed(dir + "/absent"); got != 0 {
+		t.Errorf("absent speed file: %d, want 0 (no data)", got)
+	}
+}

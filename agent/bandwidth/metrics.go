@@ -1,0 +1,54 @@
+package bandwidth
+
+import "github.com/prometheus/client_golang/prometheus"
+
+var (
+	descBytes = prometheus.NewDesc("sextant_nic_bytes_total",
+		"Bytes the eBPF meter counted on the interface (L2 frame length, as the kernel's interface statistics count it).",
+		[]string{"interface", "direction"}, nil)
+	descPackets = prometheus.NewDesc("sextant_nic_packets_total",
+		"Packets (skbs, so a GSO/GRO aggregate counts once) the eBPF meter counted on the interface.",
+		[]string{"interface", "direction"}, nil)
+	descCapacity = prometheus.NewDesc("sextant_nic_capacity_bytes_per_second",
+		"What the interface can carry in this direction; absent when unknown.",
+		[]string{"interface", "direction"}, nil)
+	descRate = prometheus.NewDesc("sextant_nic_rate_bytes_per_second",
+		"Rate over the last sample interval.",
+		[]string{"interface", "direction"}, nil)
+	descPeak = prometheus.NewDesc("sextant_nic_peak_bytes_per_second",
+		"Highest sampled rate within the peak window.",
+		[]string{"interface", "direction"}, nil)
+	descRemaining = prometheus.NewDesc("sextant_nic_remaining_bytes_per_second",
+		"Capacity minus peak, floored at 0; absent when the capacity is unknown.",
+		[]string{"interface", "direction"}, nil)
+)
+
+// Collector exports the meter's latest snapshot in base units (bytes).
+type Collector struct{ m *Meter }
+
+// NewCollector returns a prometheus.Collector for the meter.
+func NewCollector(m *Meter) *Collector { return &Collector{m: m} }
+
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descBytes, descPackets, descCapacity, descRate, descPeak, descRemaining} {
+		ch <- d
+	}
+}
+
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, i := range c.m.Snapshot().Interfaces {
+		for _, d := range []struct {
+			name string
+			s    DirectionSample
+		}{{"ingress", i.Ingress}, {"egress", i.Egress}} {
+			ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(d.s.Bytes), i.Name, d.name)
+			ch <- prometheus.MustNewConstMetric(descPackets, prometheus.CounterValue, float64(d.s.Packets), i.Name, d.name)
+			ch <- prometheus.MustNewConstMetric(descRate, prometheus.GaugeValue, d.s.Rate/8, i.Name, d.name)
+			ch <- prometheus.MustNewConstMetric(descPeak, prometheus.GaugeValue, d.s.Peak/8, i.Name, d.name)
+			if d.s.Capacity != nil {
+				ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, *d.s.Capacity/8, i.Name, d.name)
+				ch <- prometheus.MustNewConstMetric(descRemaining, prometheus.GaugeValue, *d.s.Remaining/8, i.Name, d.name)
+			}
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package bandwidth
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+func TestCollectorExportsBaseUnits(t *testing.T) {
+	links := []Link{
+		{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
+		{Name: "eth1", Index: 3, Physical: true}, // capacity unknown
+	}
+	m, src, _, _, clk := newTestMeter(Config{}, links)
+	m.Rescan()
+	m.Sample()
+	clk.Step(time.Second)
+	src.counters[2] = Counters{Ingress: Count{Bytes: 1_000_000, Packets: 1000}, Egress: Count{Bytes: 500, Packets: 5}}
+	src.counters[3] = Counters{Egress: Count{Bytes: 2000, Packets: 2}}
+	m.Sample()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(m))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			key := f.GetName() + labels(mt)
+			switch {
+			case mt.Counter != nil:
+				got[key] = mt.GetCounter().GetValue()
+			case mt.Gauge != nil:
+				got[key] = mt.GetGauge().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"sextant_nic_bytes_total{eth0,ingress}":                1_000_000,
+		"sextant_nic_packets_total{eth0,ingress}":              1000,
+		"sextant_nic_bytes_total{eth0,egress}":                 500,
+		"sextant_nic_rate_bytes_per_second{eth0,ingress}":      1_000_000,
+		"sextant_nic_peak_bytes_per_second{eth0,ingress}":      1_000_000,
+		"sextant_nic_capacity_bytes_per_second{eth0,ingress}":  125_000_000,
+		"sextant_nic_remaining_bytes_per_second{eth0,ingress}": 124_000_000,
+		"sextant_nic_remaining_bytes_per_second{eth0,egress}":  125_000_000 - 500,
+		"sextant_nic_bytes_total{eth1,egress}":                 2000,
+		"sextant_nic_rate_bytes_per_second{eth1,egress}":       2000,
+	}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+	for _, absent := range []string{"sextant_nic_capacity_bytes_per_second{eth1,egress}", "sextant_nic_remaining_bytes_per_second{eth1,ingress}"} {
+		if _, ok := got[absent]; ok {
+			t.Errorf("%s is exported, want it absent while the capacity is unknown", absent)
+		}
+	}
+}
+
+func labels(m *dto.Metric) string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return "{" + l["interface"] + "," + l["direction"] + "}"
+}

@@ -1,0 +1,396 @@
+// Package tc hangs the meter's programs on network interfaces at tc ingress
+// and egress: through tcx links where the kernel has them (6.6+), through a
+// clsact qdisc and direct-action bpf filters otherwise.
+//
+// Ownership rules, the same in both modes: the attacher only ever touches what
+// it attached itself, never removes other programs or filters, removes a
+// clsact qdisc only when it added it and nothing else uses it, and a restarted
+// agent cannot stack a second copy of its programs:
+//   - tcx links are held by the process's file descriptors and are not pinned,
+//     so the kernel detaches them whenever the process ends (even on SIGKILL or
+//     OOM); there is nothing to find again and bpffs need not be mounted.
+//   - clsact filters outlive the process, so they sit at a fixed priority and
+//     handle and carry a fixed name: attaching replaces an earlier copy in
+//     place, and detaching deletes exactly that filter.
+package tc
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// Attacher attaches a pair of programs to each interface, by ifindex.
+type Attacher interface {
+	// Attach hangs the programs on ingress and egress of the interface.
+	// Attaching an interface that is already attached does nothing.
+	Attach(ifindex int, progs Programs) error
+	// Detach removes this attacher's programs from the interface; an
+	// interface that is gone is not an error.
+	Detach(ifindex int) error
+	// Close detaches from every interface.
+	Close() error
+	// Mode says how programs are attached: "tcx" or "clsact" (empty until
+	// the first Attach decided it).
+	Mode() string
+}
+
+// Programs is what gets attached to an interface.
+type Programs struct {
+	Ingress *ebpf.Program
+	Egress  *ebpf.Program
+}
+
+// Mode selects the attach mechanism.
+type Mode string
+
+const (
+	ModeAuto   Mode = ""       // tcx where the kernel supports it, else clsact
+	ModeTCX    Mode = "tcx"    // tcx links only
+	ModeClsact Mode = "clsact" // clsact qdisc and bpf filters only
+)
+
+// Options configure an Attacher.
+type Options struct {
+	Mode Mode
+	// NetnsPath is the network namespace the ifindexes live in, e.g.
+	// /var/run/netns/NAME; empty means the caller's.
+	NetnsPath string
+}
+
+// Filter identity in clsact mode. Priority 1 runs the meter before other
+// filters, so it sees every frame even when a later filter ends the chain
+// with a verdict; the handle and name make the filter recognisably ours.
+const (
+	FilterPriority   = 1
+	FilterHandle     = 0x5e47
+	FilterNamePrefix = "sextant_"
+)
+
+// New returns an Attacher.
+func New(opts Options) (Attacher, error) {
+	a := &attacher{opts: opts, attached: map[int]*attachment{}}
+	switch opts.Mode {
+	case ModeAuto:
+	case ModeTCX, ModeClsact:
+		a.mode = opts.Mode
+	default:
+		return nil, fmt.Errorf("unknown attach mode %q (want %q, %q or empty for automatic)", opts.Mode, ModeTCX, ModeClsact)
+	}
+	return a, nil
+}
+
+type attachment struct {
+	links  []link.Link // tcx
+	clsact bool
+	// ownQdisc: this attacher added the clsact qdisc, so it may remove it
+	// again once it holds no filters at all.
+	ownQdisc bool
+}
+
+type attacher struct {
+	opts     Options
+	mu       sync.Mutex
+	mode     Mode
+	attached map[int]*attachment
+}
+
+func (a *attacher) Mode() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return string(a.mode)
+}
+
+func (a *attacher) Attach(ifindex int, progs Programs) error {
+	if progs.Ingress == nil || progs.Egress == nil {
+		return errors.New("both an ingress and an egress program are needed")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.attached[ifindex]; ok {
+		return nil
+	}
+	if a.mode == ModeAuto || a.mode == ModeTCX {
+		var links []link.Link
+		err := a.inNetns(func() (err error) {
+			links, err = attachTCX(progs, ifindex)
+			return err
+		})
+		if err == nil {
+			a.mode = ModeTCX
+			a.attached[ifindex] = &attachment{links: links}
+			return nil
+		}
+		if a.mode == ModeTCX || !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+		a.mode = ModeClsact
+	}
+	var added bool
+	if err := a.withHandle(func(h *netlink.Handle) (err error) {
+		added, err = attachClsact(h, progs, ifindex)
+		return err
+	}); err != nil {
+		return err
+	}
+	a.attached[ifindex] = &attachment{clsact: true, ownQdisc: added}
+	return nil
+}
+
+func (a *attacher) Detach(ifindex int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.detach(ifindex)
+}
+
+func (a *attacher) detach(ifindex int) error {
+	at, ok := a.attached[ifindex]
+	if !ok {
+		return nil
+	}
+	delete(a.attached, ifindex)
+	var errs []error
+	for _, l := range at.links {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close tcx link on ifindex %d: %w", ifindex, err))
+		}
+	}
+	if at.clsact {
+		errs = append(errs, a.withHandle(func(h *netlink.Handle) error { return detachClsact(h, ifindex, at.ownQdisc) }))
+	}
+	return errors.Join(errs...)
+}
+
+func (a *attacher) Close() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for ifindex := range a.attached {
+		errs = append(errs, a.detach(ifindex))
+	}
+	return errors.Join(errs...)
+}
+
+// inNetns runs fn on a thread that is in the configured network namespace,
+// because tcx resolves the ifindex in the namespace of the calling thread.
+func (a *attacher) inNetns(fn func() error) error {
+	if a.opts.NetnsPath == "" {
+		return fn()
+	}
+	target, err := netns.GetFromPath(a.opts.NetnsPath)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", a.opts.NetnsPath, err)
+	}
+	defer target.Close()
+
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is left locked when it did not make it back to its
+		// namespace, so that the runtime throws it away with the goroutine.
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer orig.Close()
+		if err := netns.Set(target); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", a.opts.NetnsPath, err)
+			return
+		}
+		ferr := fn()
+		if err := netns.Set(orig); err != nil {
+			errc <- errors.Join(ferr, fmt.Errorf("return from netns %s: %w", a.opts.NetnsPath, err))
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+func (a *attacher) withHandle(fn func(*netlink.Handle) error) error {
+	ns := netns.None()
+	if a.opts.NetnsPath != "" {
+		var err error
+		ns, err = netns.GetFromPath(a.opts.NetnsPath)
+		if err != nil {
+			return fmt.Errorf("open netns %s: %w", a.opts.NetnsPath, err)
+		}
+		defer ns.Close()
+	}
+	var h *netlink.Handle
+	var err error
+	if ns.IsOpen() {
+		h, err = netlink.NewHandleAt(ns)
+	} else {
+		h, err = netlink.NewHandle()
+	}
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer h.Close()
+	return fn(h)
+}
+
+func attachTCX(progs Programs, ifindex int) ([]link.Link, error) {
+	var links []link.Link
+	for _, p := range []struct {
+		prog   *ebpf.Program
+		attach ebpf.AttachType
+	}{
+		{progs.Ingress, ebpf.AttachTCXIngress},
+		{progs.Egress, ebpf.AttachTCXEgress},
+	} {
+		// At the head of the chain for the same reason as the clsact
+		// priority: a program before the meter could end the chain.
+		l, err := link.AttachTCX(link.TCXOptions{
+			Interface: ifindex,
+			Program:   p.prog,
+			Attach:    p.attach,
+			Anchor:    link.Head(),
+		})
+		if err != nil {
+			for _, l := range links {
+				l.Close()
+			}
+			return nil, fmt.Errorf("attach tcx %s to ifindex %d: %w", p.attach, ifindex, err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+func filterFor(ifindex int, parent uint32, name string, fd int) *netlink.BpfFilter {
+	return &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: ifindex,
+			Parent:    parent,
+			Handle:    FilterHandle,
+			Priority:  FilterPriority,
+			Protocol:  unix.ETH_P_ALL,
+		},
+		Fd:           fd,
+		Name:         name,
+		DirectAction: true,
+	}
+}
+
+var clsactParents = []struct {
+	parent uint32
+	name   string
+}{
+	{netlink.HANDLE_MIN_INGRESS, FilterNamePrefix + "ingress"},
+	{netlink.HANDLE_MIN_EGRESS, FilterNamePrefix + "egress"},
+}
+
+// attachClsact reports whether it added the clsact qdisc.
+func attachClsact(h *netlink.Handle, progs Programs, ifindex int) (added bool, err error) {
+	lnk, err := h.LinkByIndex(ifindex)
+	if err != nil {
+		return false, fmt.Errorf("find ifindex %d: %w", ifindex, err)
+	}
+	// Add, never replace: replacing an existing clsact would flush the
+	// filters other software attached to it.
+	switch err := h.QdiscAdd(clsactQdisc(ifindex)); {
+	case err == nil:
+		added = true
+	case !errors.Is(err, unix.EEXIST):
+		return false, fmt.Errorf("add clsact qdisc to %s: %w", lnk.Attrs().Name, err)
+	}
+	for i, p := range []*ebpf.Program{progs.Ingress, progs.Egress} {
+		parent := clsactParents[i]
+		if err := checkSlotIsOurs(h, lnk, parent.parent); err != nil {
+			return added, err
+		}
+		if err := h.FilterReplace(filterFor(ifindex, parent.parent, parent.name, p.FD())); err != nil {
+			return added, fmt.Errorf("attach %s filter to %s: %w", parent.name, lnk.Attrs().Name, err)
+		}
+	}
+	return added, nil
+}
+
+func clsactQdisc(ifindex int) *netlink.GenericQdisc {
+	return &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+}
+
+// checkSlotIsOurs refuses to overwrite a filter that sits at our priority and
+// handle but was not put there by sextant.
+func checkSlotIsOurs(h *netlink.Handle, lnk netlink.Link, parent uint32) error {
+	f, err := ourFilter(h, lnk, parent)
+	if err != nil || f == nil {
+		return err
+	}
+	if bf, ok := f.(*netlink.BpfFilter); !ok || !strings.HasPrefix(bf.Name, FilterNamePrefix) {
+		return fmt.Errorf("%s has a foreign tc filter at priority %d handle %#x: not replacing it", lnk.Attrs().Name, FilterPriority, FilterHandle)
+	}
+	return nil
+}
+
+func ourFilter(h *netlink.Handle, lnk netlink.Link, parent uint32) (netlink.Filter, error) {
+	filters, err := h.FilterList(lnk, parent)
+	if err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+			return nil, nil // no clsact qdisc
+		}
+		return nil, fmt.Errorf("list tc filters of %s: %w", lnk.Attrs().Name, err)
+	}
+	for _, f := range filters {
+		a := f.Attrs()
+		if a.Handle == FilterHandle && a.Priority == FilterPriority {
+			return f, nil
+		}
+	}
+	return nil, nil
+}
+
+// detachClsact deletes our filters, and the clsact qdisc too when we added it
+// and no filter of anyone else's has appeared on it since.
+func detachClsact(h *netlink.Handle, ifindex int, ownQdisc bool) error {
+	lnk, err := h.LinkByIndex(ifindex)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return nil // the interface and its filters are gone
+		}
+		return fmt.Errorf("find ifindex %d: %w", ifindex, err)
+	}
+	var errs []error
+	for _, parent := range clsactParents {
+		f, err := ourFilter(h, lnk, parent.parent)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		bf, ok := f.(*netlink.BpfFilter)
+		if !ok || !strings.HasPrefix(bf.Name, FilterNamePrefix) {
+			continue
+		}
+		if err := h.FilterDel(filterFor(ifindex, parent.parent, parent.name, 0)); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("delete %s filter from %s: %w", parent.name, lnk.Attrs().Name, err))
+		}
+	}
+	if !ownQdisc || len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	for _, parent := range clsactParents {
+		if fs, err := h.FilterList(lnk, parent.parent); err != nil || len(fs) > 0 {
+			return nil // in use by someone else (or unknown): leave it
+		}
+	}
+	if err := h.QdiscDel(clsactQdisc(ifindex)); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("delete the clsact qdisc sextant added to %s: %w", lnk.Attrs().Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,271 @@
+//go:build linux
+
+package tc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"sextant.io/sextant/bpf"
+)
+
+// testNetns creates a network namespace holding a veth pair (no traffic is
+// sent) and removes it when the test ends, whatever happens.
+func testNetns(t *testing.T) (path string, ifindex int) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root to create network namespaces and attach tc programs")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: needs iproute2's ip")
+	}
+	name := fmt.Sprintf("sextant-tc-%d", os.Getpid())
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	run(t, "ip", "-n", name, "link", "add", "m0", "type", "veth", "peer", "name", "m1")
+	run(t, "ip", "-n", name, "link", "set", "m0", "up")
+	path = "/var/run/netns/" + name
+	h := handle(t, path)
+	l, err := h.LinkByName("m0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, l.Attrs().Index
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func handle(t *testing.T, path string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}
+
+func loadPrograms(t *testing.T) Programs {
+	t.Helper()
+	if err := rlimit.RemoveMemlock(); err != nil {
+		t.Skipf("skipping: %v", err)
+	}
+	c, err := bpf.NewCounters()
+	if err != nil {
+		if errors.Is(err, os.ErrPermission) {
+			t.Skipf("skipping: loading BPF programs needs CAP_BPF: %v", err)
+		}
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	p, err := c.LoadPrograms(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return Programs{Ingress: p.SextantIngress, Egress: p.SextantEgress}
+}
+
+// ourFilters counts the sextant filters on each clsact hook of the interface.
+func ourFilters(t *testing.T, h *netlink.Handle, ifindex int) (ingress, egress int, foreign int) {
+	t.Helper()
+	l, err := h.LinkByIndex(ifindex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, err := h.FilterList(l, parent)
+		if err != nil {
+			continue
+		}
+		for _, f := range fs {
+			bf, ok := f.(*netlink.BpfFilter)
+			switch {
+			case ok && strings.HasPrefix(bf.Name, FilterNamePrefix) && i == 0:
+				ingress++
+			case ok && strings.HasPrefix(bf.Name, FilterNamePrefix):
+				egress++
+			default:
+				foreign++
+			}
+		}
+	}
+	return
+}
+
+func TestClsactReplacesOwnFiltersAndKeepsOthers(t *testing.T) {
+	path, ifindex := testNetns(t)
+	progs := loadPrograms(t)
+	h := handle(t, path)
+
+	// Someone else's filter, which must survive everything we do.
+	run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
+	foreign := filterFor(ifindex, netlink.HANDLE_MIN_INGRESS, "foreign", loadPrograms(t).Ingress.FD())
+	foreign.Priority, foreign.Handle = 7, 1
+	if err := h.FilterAdd(foreign); err != nil {
+		t.Fatalf("add foreign filter: %v", err)
+	}
+
+	first, err := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Attach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	// A restarted agent (the first one never detached) attaches again.
+	restarted := loadPrograms(t) // a restarted agent loads its own copy
+	second, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err := second.Attach(ifindex, restarted); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Attach(ifindex, restarted); err != nil {
+		t.Fatal(err)
+	}
+	if in, eg, foreign := ourFilters(t, h, ifindex); in != 1 || eg != 1 || foreign != 1 {
+		t.Fatalf("after two attaches: %d ingress, %d egress sextant filters and %d others; want 1, 1, 1", in, eg, foreign)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if in, eg, foreign := ourFilters(t, h, ifindex); in != 0 || eg != 0 || foreign != 1 {
+		t.Fatalf("after close: %d ingress, %d egress sextant filters and %d others; want 0, 0, 1", in, eg, foreign)
+	}
+}
+
+func TestTCXAttachDetach(t *testing.T) {
+	path, ifindex := testNetns(t)
+	progs := loadPrograms(t)
+
+	// Someone else's tcx program, which must survive.
+	a, err := New(Options{NetnsPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tcx refuses the same program twice on a hook, so the other one is a
+	// separately loaded copy, as a restarted agent's would be.
+	other, _ := New(Options{Mode: ModeTCX, NetnsPath: path})
+	if err := other.Attach(ifindex, loadPrograms(t)); err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			t.Skip("skipping: the kernel has no tcx")
+		}
+		t.Fatal(err)
+	}
+	defer other.Close()
+
+	if err := a.Attach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Attach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if a.Mode() != string(ModeTCX) {
+		t.Fatalf("mode %q, want tcx on this kernel", a.Mode())
+	}
+	count := func() (n int) {
+		var res *link.QueryResult
+		err := (&attacher{opts: Options{NetnsPath: path}}).inNetns(func() (err error) {
+			res, err = link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXIngress})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Programs)
+	}
+	if n := count(); n != 2 {
+		t.Fatalf("%d programs on tcx ingress, want 2 (ours once, and the other one)", n)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("%d programs on tcx ingress after close, want the other one only", n)
+	}
+}
+
+func TestDetachAfterInterfaceVanished(t *testing.T) {
+	for _, mode := range []Mode{ModeTCX, ModeClsact} {
+		t.Run(string(mode), func(t *testing.T) {
+			path, ifindex := testNetns(t)
+			a, err := New(Options{Mode: mode, NetnsPath: path})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Attach(ifindex, loadPrograms(t)); err != nil {
+				t.Fatal(err)
+			}
+			run(t, "ip", "-n", strings.TrimPrefix(path, "/var/run/netns/"), "link", "del", "m0")
+			if err := a.Detach(ifindex); err != nil {
+				t.Fatalf("detach from a deleted interface: %v", err)
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestClsactRemovesOnlyTheQdiscItAdded(t *testing.T) {
+	path, ifindex := testNetns(t)
+	h := handle(t, path)
+	hasClsact := func() bool {
+		l, err := h.LinkByIndex(ifindex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := h.QdiscList(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Type() == "clsact" {
+				return true
+			}
+		}
+		return false
+	}
+	a, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err := a.Attach(ifindex, loadPrograms(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hasClsact() {
+		t.Fatal("the clsact qdisc sextant added outlived sextant's filters")
+	}
+
+	// A clsact that was there before sextant stays.
+	run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
+	b, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err := b.Attach(ifindex, loadPrograms(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !hasClsact() {
+		t.Fatal("sextant removed a clsact qdisc it did not add")
+	}
+}

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/clock"
+
+	"sextant.io/sextant/agent/bandwidth"
+	"sextant.io/sextant/agent/bandwidth/tc"
+	"sextant.io/sextant/agent/report"
+	"sextant.io/sextant/internal/version"
+)
+
+type runOptions struct {
+	kubeconfig  string
+	nodeName    string
+	metricsAddr string
+	sysfsRoot   string
+	netns       string
+	attachMode  string
+
+	interfaces     []string
+	nicCapacities  []string
+	sampleInterval time.Duration
+	window         time.Duration
+
+	threshold        float64
+	minInterval      time.Duration
+	maxInterval      time.Duration
+	topologyInterval time.Duration
+	topologyResync   time.Duration
+}
+
+func newRunCommand() *cobra.Command {
+	o := runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the node agent: meter NICs, read the topology, publish NodeBandwidth and NodeTopology",
+		Long: `run is the agent as the DaemonSet runs it. It attaches the eBPF meter to the
+selected NICs, samples it, and publishes the node's NodeBandwidth when a remaining
+value moved by more than --report-threshold of capacity (at most every
+--report-min-interval, at least every --report-max-interval). It reads the NUMA/PCI
+topology every --topology-interval and publishes NodeTopology when it or a device's
+health changed, and every --topology-resync. Metrics, /healthz and /readyz are served
+on --metrics-addr. On SIGTERM it detaches its programs and exits.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAgent(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default: $NODE_NAME)")
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address serving /metrics, /healthz and /readyz; empty disables it")
+	f.StringVar(&o.sysfsRoot, "sysfs-root", "/", "directory holding sys/ and proc/ of the node (a host mount in a container)")
+	f.StringVar(&o.netns, "netns", "", "network namespace whose NICs to meter, as a path such as /var/run/netns/NAME (default: the agent's own)")
+	f.StringVar(&o.attachMode, "attach-mode", "auto", "how to attach: auto (tcx where the kernel has it, else clsact), tcx or clsact")
+	f.StringSliceVar(&o.interfaces, "interfaces", nil, "NICs to meter, by name or shell pattern (eth*), comma-separated (default: the physical NICs plus the default-route interface)")
+	f.StringArrayVar(&o.nicCapacities, "nic-capacity", nil, "capacity of a NIC whose sysfs speed is unknown, as IF=RATE or IF=ingress:RATE,egress:RATE in bits/s (e.g. eth0=10G); repeatable")
+	f.DurationVar(&o.sampleInterval, "sample-interval", time.Second, "how often the counters are sampled")
+	f.DurationVar(&o.window, "window", 60*time.Second, "how far back the peak rate looks; remaining = capacity - peak")
+	f.Float64Var(&o.threshold, "report-threshold", 0.05, "write NodeBandwidth when a remaining value moved by more than this fraction of capacity")
+	f.DurationVar(&o.minInterval, "report-min-interval", 2*time.Second, "never write NodeBandwidth more often than this")
+	f.DurationVar(&o.maxInterval, "report-max-interval", 30*time.Second, "write NodeBandwidth at least this often, so silence means a dead agent")
+	f.DurationVar(&o.topologyInterval, "topology-interval", 10*time.Second, "how often the topology and device health are read")
+	f.DurationVar(&o.topologyResync, "topology-resync", 10*time.Minute, "write NodeTopology at least this often even without a change")
+	return cmd
+}
+
+func (o runOptions) validate() error {
+	switch {
+	case o.nodeName == "":
+		return errors.New("--node-name is required (or set $NODE_NAME, e.g. from the downward API spec.nodeName)")
+	case o.threshold <= 0 || o.threshold >= 1:
+		return fmt.Errorf("--report-threshold %v: want a fraction between 0 and 1, e.g. 0.05", o.threshold)
+	case o.minInterval <= 0 || o.maxInterval < o.minInterval:
+		return fmt.Errorf("--report-min-interval %s / --report-max-interval %s: want 0 < min <= max", o.minInterval, o.maxInterval)
+	case o.sampleInterval <= 0 || o.window < o.sampleInterval:
+		return fmt.Errorf("--sample-interval %s / --window %s: want 0 < sample interval <= window", o.sampleInterval, o.window)
+	case o.topologyInterval <= 0 || o.topologyResync <= 0:
+		return fmt.Errorf("--topology-interval %s / --topology-resync %s: want positive durations", o.topologyInterval, o.topologyResync)
+	}
+	return nil
+}
+
+func runAgent(ctx context.Context, o runOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	capacities, err := bandwidth.ParseCapacities(o.nicCapacities)
+	if err != nil {
+		return err
+	}
+	mode := tc.ModeAuto
+	if o.attachMode != "auto" {
+		mode = tc.Mode(o.attachMode)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("node", o.nodeName)
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	cfg, err := loadConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "sextant-agent/" + version.Version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("dynamic client: %w", err)
+	}
+
+	bpf, err := bandwidth.LoadBPF(tc.Options{Mode: mode, NetnsPath: o.netns})
+	if err != nil {
+		return err
+	}
+	defer bpf.Close()
+	meter := bandwidth.New(bandwidth.Config{
+		SampleInterval: o.sampleInterval,
+		Window:         o.window,
+		Interfaces:     o.interfaces,
+		Capacities:     capacities,
+		Logger:         log,
+	}, bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}, bpf, bpf, nil)
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(bandwidth.NewCollector(meter))
+	metrics := report.NewMetrics(reg)
+
+	bw := report.NewBandwidthReporter(report.BandwidthConfig{
+		Threshold: o.threshold, MinInterval: o.minInterval, MaxInterval: o.maxInterval,
+		AgentVersion: version.Version,
+	}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
+	topo := report.NewTopologyReporter(report.TopologyConfig{
+		Resync: o.topologyResync, AgentVersion: version.Version,
+	}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
+
+	// Ready once the first NodeBandwidth write went through: the API server is reachable
+	// and the agent may write what it must.
+	var ready atomic.Bool
+	if o.metricsAddr != "" {
+		srv := metricsServer(o.metricsAddr, reg, &ready)
+		go func() {
+			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics server stopped", "addr", o.metricsAddr, "err", err)
+				stop()
+			}
+		}()
+		defer func() {
+			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(shutdown)
+		}()
+	}
+
+	if err := topo.Start(ctx); err != nil {
+		// Without the published list, a device that vanished while the agent was down
+		// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
+		log.Warn("could not read the previous NodeTopology to seed device health", "err", err)
+	}
+	log.Info("sextant-agent running", "version", version.Version, "attach", bpf.Mode(), "sysfsRoot", o.sysfsRoot)
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := meter.Run(ctx); err != nil {
+			log.Error("detaching the meter", "err", err)
+		}
+	})
+	wg.Go(func() { topo.Run(ctx, o.sysfsRoot, o.topologyInterval, log) })
+	wg.Go(func() {
+		t := time.NewTicker(o.sampleInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := bw.Offer(ctx, meter.Snapshot()); err != nil {
+				if ctx.Err() == nil {
+					log.Error("publishing NodeBandwidth failed", "err", err)
+				}
+				continue
+			}
+			ready.Store(true)
+		}
+	})
+	wg.Wait()
+	log.Info("sextant-agent stopped")
+	return nil
+}
+
+func loadConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
+		}
+		return cfg, nil
+	}
+	cfg, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("in-cluster configuration (outside a cluster, pass --kubeconfig): %w", err)
+	}
+	return cfg, nil
+}
+
+func metricsServer(addr string, reg *prometheus.Registry, ready *atomic.Bool) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "no NodeBandwidth written yet", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}

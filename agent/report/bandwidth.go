@@ -1,0 +1,204 @@
+package report
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"sextant.io/sextant/agent/bandwidth"
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+const (
+	kindBandwidth = "NodeBandwidth"
+	kindTopology  = "NodeTopology"
+)
+
+// BandwidthConfig says when a NodeBandwidth is worth writing.
+type BandwidthConfig struct {
+	// Threshold is how far, as a fraction of an interface direction's capacity, its
+	// remaining bandwidth must move since the last write to write again (default 0.05).
+	Threshold float64
+	// MinInterval is the least time between two writes (default 2s).
+	MinInterval time.Duration
+	// MaxInterval is the most time between two writes, so that silence means a dead
+	// agent (default 30s).
+	MaxInterval time.Duration
+	// AgentVersion goes into the status.
+	AgentVersion string
+}
+
+func (c BandwidthConfig) withDefaults() BandwidthConfig {
+	if c.Threshold <= 0 {
+		c.Threshold = 0.05
+	}
+	if c.MinInterval <= 0 {
+		c.MinInterval = 2 * time.Second
+	}
+	if c.MaxInterval <= 0 {
+		c.MaxInterval = 30 * time.Second
+	}
+	return c
+}
+
+// BandwidthReporter turns the meter's snapshots into NodeBandwidth writes.
+type BandwidthReporter struct {
+	cfg       BandwidthConfig
+	w         *writer
+	clock     clock.PassiveClock
+	last      *v1alpha1.NodeBandwidthStatus
+	lastWrite time.Time
+}
+
+// NewBandwidthReporter returns a reporter for the node's NodeBandwidth.
+func NewBandwidthReporter(cfg BandwidthConfig, dyn dynamic.Interface, kube kubernetes.Interface, nodeName string, m *Metrics, clk clock.PassiveClock) *BandwidthReporter {
+	return &BandwidthReporter{
+		cfg:   cfg.withDefaults(),
+		w:     newWriter(kindBandwidth, "nodebandwidths", dyn, kube, nodeName, m),
+		clock: clk,
+	}
+}
+
+// Offer writes the snapshot if it is due, and says whether it wrote.
+func (r *BandwidthReporter) Offer(ctx context.Context, snap bandwidth.Snapshot) (bool, error) {
+	status := BandwidthStatus(snap, r.cfg.AgentVersion)
+	now := r.clock.Now()
+	if !bandwidthDue(r.cfg, r.last, r.lastWrite, &status, now) {
+		return false, nil
+	}
+	if err := r.w.write(ctx, &status); err != nil {
+		return false, err
+	}
+	r.last, r.lastWrite = &status, now
+	return true, nil
+}
+
+// bandwidthDue decides whether next is worth writing, given what was last written and
+// when.
+func bandwidthDue(cfg BandwidthConfig, last *v1alpha1.NodeBandwidthStatus, lastWrite time.Time, next *v1alpha1.NodeBandwidthStatus, now time.Time) bool {
+	if last == nil {
+		return true
+	}
+	elapsed := now.Sub(lastWrite)
+	if elapsed < cfg.MinInterval {
+		return false
+	}
+	if elapsed >= cfg.MaxInterval {
+		return true
+	}
+	if len(last.Interfaces) != len(next.Interfaces) {
+		return true
+	}
+	prev := map[string]v1alpha1.Bandwidth{}
+	for _, i := range last.Interfaces {
+		prev[i.Name] = i.Bandwidth
+	}
+	for _, i := range next.Interfaces {
+		p, ok := prev[i.Name]
+		if !ok || moved(cfg.Threshold, p.Ingress, i.Ingress) || moved(cfg.Threshold, p.Egress, i.Egress) {
+			return true
+		}
+	}
+	return false
+}
+
+// moved says whether one direction changed enough to tell: its capacity came, went or
+// changed, or its remaining bandwidth moved by more than threshold × capacity.
+func moved(threshold float64, prev, next v1alpha1.DirectionBandwidth) bool {
+	if (prev.Capacity == nil) != (next.Capacity == nil) {
+		return true
+	}
+	if next.Capacity == nil {
+		return false // unknown capacity: nothing to filter on, the heartbeat suffices
+	}
+	if prev.Capacity.Cmp(*next.Capacity) != 0 {
+		return true
+	}
+	delta := math.Abs(next.Remaining.AsApproximateFloat64() - prev.Remaining.AsApproximateFloat64())
+	return delta > threshold*next.Capacity.AsApproximateFloat64()
+}
+
+// BandwidthStatus converts a meter snapshot into a NodeBandwidth status. Total sums, per
+// direction, the interfaces whose capacity in that direction is known; it is absent when
+// none is.
+func BandwidthStatus(snap bandwidth.Snapshot, agentVersion string) v1alpha1.NodeBandwidthStatus {
+	sampled := metav1.NewTime(snap.Time.UTC().Truncate(time.Second))
+	status := v1alpha1.NodeBandwidthStatus{
+		SampleTime:   &sampled,
+		Window:       &metav1.Duration{Duration: snap.Window},
+		AgentVersion: agentVersion,
+		Interfaces:   make([]v1alpha1.InterfaceBandwidth, 0, len(snap.Interfaces)),
+	}
+	var in, out sum
+	for _, i := range snap.Interfaces {
+		status.Interfaces = append(status.Interfaces, v1alpha1.InterfaceBandwidth{
+			Name: i.Name,
+			Bandwidth: v1alpha1.Bandwidth{
+				Ingress: direction(i.Ingress),
+				Egress:  direction(i.Egress),
+			},
+		})
+		in.add(i.Ingress)
+		out.add(i.Egress)
+	}
+	if in.known || out.known {
+		status.Total = &v1alpha1.Bandwidth{Ingress: in.direction(), Egress: out.direction()}
+	}
+	return status
+}
+
+func direction(d bandwidth.DirectionSample) v1alpha1.DirectionBandwidth {
+	return v1alpha1.DirectionBandwidth{
+		Capacity:  bitsPerSecond(d.Capacity),
+		Rate:      bitsPerSecond(&d.Rate),
+		Peak:      bitsPerSecond(&d.Peak),
+		Remaining: bitsPerSecond(d.Remaining),
+	}
+}
+
+// sum adds up the directions whose capacity is known.
+type sum struct {
+	known                           bool
+	capacity, rate, peak, remaining float64
+}
+
+func (s *sum) add(d bandwidth.DirectionSample) {
+	if d.Capacity == nil || d.Remaining == nil {
+		return
+	}
+	s.known = true
+	s.capacity += *d.Capacity
+	s.rate += d.Rate
+	s.peak += d.Peak
+	// Each interface's remaining, not total capacity minus total peak: the interfaces'
+	// peaks need not have happened at the same time.
+	s.remaining += *d.Remaining
+}
+
+func (s *sum) direction() v1alpha1.DirectionBandwidth {
+	if !s.known {
+		return v1alpha1.DirectionBandwidth{}
+	}
+	return v1alpha1.DirectionBandwidth{
+		Capacity:  bitsPerSecond(&s.capacity),
+		Rate:      bitsPerSecond(&s.rate),
+		Peak:      bitsPerSecond(&s.peak),
+		Remaining: bitsPerSecond(&s.remaining),
+	}
+}
+
+// bitsPerSecond renders a rate as a quantity rounded to whole kbit/s, which keeps it
+// readable (1200M rather than 1200000123) and far finer than any threshold.
+func bitsPerSecond(v *float64) *resource.Quantity {
+	if v == nil {
+		return nil
+	}
+	kbits := math.Round(math.Max(*v, 0) / 1000)
+	return resource.NewQuantity(int64(kbits)*1000, resource.DecimalSI)
+}

@@ -1,0 +1,317 @@
+package report
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/agent/bandwidth"
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+func snapshot(at time.Time, ifaces ...bandwidth.InterfaceSample) bandwidth.Snapshot {
+	return bandwidth.Snapshot{Time: at, Window: time.Minute, Interfaces: ifaces}
+}
+
+// dir is a direction with capacity c and peak p (bits/s); c < 0 means unknown.
+func dir(c, rate, p float64) bandwidth.DirectionSample {
+	d := bandwidth.DirectionSample{Rate: rate, Peak: p}
+	if c >= 0 {
+		d.Capacity = ptr.To(c)
+		d.Remaining = ptr.To(max(c-p, 0))
+	}
+	return d
+}
+
+func TestBandwidthStatus(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 0, 0, 400e6, time.UTC)
+	snap := snapshot(at,
+		bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(10e9, 1.2e9, 2e9), Egress: dir(10e9, 300e6, 900e6)},
+		bandwidth.InterfaceSample{Name: "eth1", Ingress: dir(1e9, 100e6, 1.5e9), Egress: dir(-1, 5e6, 7e6)},
+		bandwidth.InterfaceSample{Name: "veth0", Ingress: dir(-1, 1234567, 2345678), Egress: dir(-1, 0, 0)},
+	)
+	got := BandwidthStatus(snap, "v0.1.0")
+	if got.SampleTime.Time != at.Truncate(time.Second) || got.Window.Duration != time.Minute || got.AgentVersion != "v0.1.0" {
+		t.Errorf("metadata = %v %v %q", got.SampleTime, got.Window, got.AgentVersion)
+	}
+	checks := []struct {
+		name string
+		d    v1alpha1.DirectionBandwidth
+		want [4]string // capacity, rate, peak, remaining
+	}{
+		{"eth0 ingress", got.Interfaces[0].Ingress, [4]string{"10G", "1200M", "2G", "8G"}},
+		{"eth0 egress", got.Interfaces[0].Egress, [4]string{"10G", "300M", "900M", "9100M"}},
+		// A peak above capacity floors remaining at zero.
+		{"eth1 ingress", got.Interfaces[1].Ingress, [4]string{"1G", "100M", "1500M", "0"}},
+		{"eth1 egress, unknown capacity", got.Interfaces[1].Egress, [4]string{"", "5M", "7M", ""}},
+		// Rounded to whole kbit/s.
+		{"veth0 ingress", got.Interfaces[2].Ingress, [4]string{"", "1235k", "2346k", ""}},
+		// Totals: only directions with known capacity; remaining is the sum of remainings.
+		{"total ingress", got.Total.Ingress, [4]string{"11G", "1300M", "3500M", "8G"}},
+		{"total egress", got.Total.Egress, [4]string{"10G", "300M", "900M", "9100M"}},
+	}
+	for _, c := range checks {
+		got := [4]string{qstr(c.d.Capacity), qstr(c.d.Rate), qstr(c.d.Peak), qstr(c.d.Remaining)}
+		for i, field := range []string{"capacity", "rate", "peak", "remaining"} {
+			if g := got[i]; g != c.want[i] {
+				t.Errorf("%s %s = %q, want %q", c.name, field, g, c.want[i])
+			}
+		}
+	}
+
+	none := BandwidthStatus(snapshot(at, bandwidth.InterfaceSample{Name: "veth0", Ingress: dir(-1, 1, 1), Egress: dir(-1, 1, 1)}), "")
+	if none.Total != nil {
+		t.Errorf("total with no known capacity = %+v, want absent", none.Total)
+	}
+}
+
+func qstr(q *resource.Quantity) string {
+	if q == nil {
+		return ""
+	}
+	return q.String()
+}
+
+func TestBandwidthDue(t *testing.T) {
+	cfg := BandwidthConfig{}.withDefaults() // 5%, 2s, 30s
+	t0 := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	base := BandwidthStatus(snapshot(t0, bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(10e9, 0, 2e9), Egress: dir(10e9, 0, 1e9)}), "")
+	with := func(ifaces ...bandwidth.InterfaceSample) *v1alpha1.NodeBandwidthStatus {
+		s := BandwidthStatus(snapshot(t0, ifaces...), "")
+		return &s
+	}
+	cases := []struct {
+		name    string
+		last    *v1alpha1.NodeBandwidthStatus
+		elapsed time.Duration
+		next    *v1alpha1.NodeBandwidthStatus
+		want    bool
+	}{
+		{"first sample", nil, 0, &base, true},
+		{"unchanged", &base, 5 * time.Second, &base, false},
+		{"unchanged at max interval", &base, 30 * time.Second, &base, true},
+		{"remaining moved 4% of capacity", &base, 5 * time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(10e9, 0, 2.4e9), Egress: dir(10e9, 0, 1e9)}), false},
+		{"remaining moved 6% of capacity", &base, 5 * time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(10e9, 0, 2.6e9), Egress: dir(10e9, 0, 1e9)}), true},
+		{"egress moved 6% down", &base, 5 * time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(10e9, 0, 2e9), Egress: dir(10e9, 0, 0.4e9)}), true},
+		{"big move within min interval", &base, time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(10e9, 0, 9e9), Egress: dir(10e9, 0, 1e9)}), false},
+		{"interface appeared", &base, 3 * time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(10e9, 0, 2e9), Egress: dir(10e9, 0, 1e9)},
+				bandwidth.InterfaceSample{Name: "eth1", Ingress: dir(-1, 0, 0), Egress: dir(-1, 0, 0)}), true},
+		{"interface renamed", &base, 3 * time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth9", Ingress: dir(10e9, 0, 2e9), Egress: dir(10e9, 0, 1e9)}), true},
+		{"capacity became unknown", &base, 3 * time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(-1, 0, 2e9), Egress: dir(10e9, 0, 1e9)}), true},
+		{"capacity changed", &base, 3 * time.Second,
+			with(bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(25e9, 0, 2e9), Egress: dir(10e9, 0, 1e9)}), true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := bandwidthDue(cfg, c.last, t0, c.next, t0.Add(c.elapsed)); got != c.want {
+				t.Errorf("due = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+func newFakes(t *testing.T, objs ...runtime.Object) (*dynamicfake.FakeDynamicClient, *kubefake.Clientset) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, map[schema.GroupVersionResource]string{
+		v1alpha1.GroupVersion.WithResource("nodebandwidths"): "NodeBandwidthList",
+		v1alpha1.GroupVersion.WithResource("nodetopologies"): "NodeTopologyList",
+	}, objs...)
+	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "uid-1"}})
+	return dyn, kube
+}
+
+func countActions(dyn *dynamicfake.FakeDynamicClient, verb, subresource string) int {
+	n := 0
+	for _, a := range dyn.Actions() {
+		if a.GetVerb() == verb && a.GetSubresource() == subresource {
+			n++
+		}
+	}
+	return n
+}
+
+func TestBandwidthReporterWritesOwnedObjectOnlyWhenDue(t *testing.T) {
+	dyn, kube := newFakes(t)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	r := NewBandwidthReporter(BandwidthConfig{AgentVersion: "test"}, dyn, kube, "node-1", NewMetrics(nil), clk)
+	ctx := context.Background()
+	steady := bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(1e9, 0, 100e6), Egress: dir(1e9, 0, 100e6)}
+
+	wrote, err := r.Offer(ctx, snapshot(clk.Now(), steady))
+	if err != nil || !wrote {
+		t.Fatalf("first offer: wrote %v, err %v", wrote, err)
+	}
+	obj, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Get(ctx, "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get: %v", err)
+	}
+	refs := obj.GetOwnerReferences()
+	if len(refs) != 1 || refs[0].Kind != "Node" || refs[0].Name != "node-1" || refs[0].UID != "uid-1" {
+		t.Errorf("owner references = %+v, want the Node node-1", refs)
+	}
+	var nbw v1alpha1.NodeBandwidth
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &nbw); err != nil {
+		t.Fatal(err)
+	}
+	if got := nbw.Status.Total.Ingress.Remaining.String(); got != "900M" {
+		t.Errorf("published total ingress remaining = %s, want 900M", got)
+	}
+
+	// 29 s of steady samples: nothing written.
+	for i := 0; i < 29; i++ {
+		clk.SetTime(clk.Now().Add(time.Second))
+		if wrote, err := r.Offer(ctx, snapshot(clk.Now(), steady)); wrote || err != nil {
+			t.Fatalf("steady sample %d: wrote %v, err %v", i, wrote, err)
+		}
+	}
+	// The 30th second is the heartbeat.
+	clk.SetTime(clk.Now().Add(time.Second))
+	if wrote, err := r.Offer(ctx, snapshot(clk.Now(), steady)); !wrote || err != nil {
+		t.Fatalf("heartbeat: wrote %v, err %v", wrote, err)
+	}
+	if n := countActions(dyn, "update", "status"); n != 2 {
+		t.Errorf("status updates = %d, want 2", n)
+	}
+	if n := countActions(dyn, "create", ""); n != 1 {
+		t.Errorf("creates = %d, want 1", n)
+	}
+}
+
+func TestWriterRetriesConflicts(t *testing.T) {
+	dyn, kube := newFakes(t)
+	conflicts := 2
+	dyn.PrependReactor("update", "nodebandwidths", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && conflicts > 0 {
+			conflicts--
+			return true, nil, apierrors.NewConflict(v1alpha1.Resource("nodebandwidths"), "node-1", errors.New("stale"))
+		}
+		return false, nil, nil
+	})
+	m := NewMetrics(nil)
+	w := newWriter(kindBandwidth, "nodebandwidths", dyn, kube, "node-1", m)
+	w.backoff.Duration = time.Millisecond
+	if err := w.write(context.Background(), &v1alpha1.NodeBandwidthStatus{AgentVersion: "x"}); err != nil {
+		t.Fatalf("write after conflicts: %v", err)
+	}
+	if conflicts != 0 {
+		t.Errorf("%d conflicts left unconsumed", conflicts)
+	}
+}
+
+func TestWriterGivesUpOnForbidden(t *testing.T) {
+	dyn, kube := newFakes(t)
+	calls := 0
+	dyn.PrependReactor("get", "nodebandwidths", func(clienttesting.Action) (bool, runtime.Object, error) {
+		calls++
+		return true, nil, apierrors.NewForbidden(v1alpha1.Resource("nodebandwidths"), "node-1", errors.New("rbac"))
+	})
+	w := newWriter(kindBandwidth, "nodebandwidths", dyn, kube, "node-1", NewMetrics(nil))
+	w.backoff.Duration = time.Millisecond
+	err := w.write(context.Background(), &v1alpha1.NodeBandwidthStatus{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("err = %v, want Forbidden", err)
+	}
+	if calls != 1 {
+		t.Errorf("get calls = %d, want 1 (no retry of a Forbidden)", calls)
+	}
+}
+
+func TestTopologyReporter(t *testing.T) {
+	gpu := func(addr string) v1alpha1.PCIDevice {
+		return v1alpha1.PCIDevice{Address: addr, Class: "0x030200", Vendor: "0x10de", Device: "0x20b0", Driver: "nvidia",
+			Kind: v1alpha1.KindGPU, NUMANode: ptr.To[int32](0), Health: v1alpha1.Healthy}
+	}
+	topo := v1alpha1.Topology{
+		NUMANodes:  []v1alpha1.NUMANode{{ID: 0, CPUs: []int32{0, 1}, MemoryBytes: 1 << 30, Distances: []int32{10}}},
+		PCIDevices: []v1alpha1.PCIDevice{gpu("0000:3b:00.0"), gpu("0000:3c:00.0")},
+		NICs: []v1alpha1.NIC{
+			{Name: "eth0", PCIAddress: ptr.To("0000:3d:00.0"), NUMANode: ptr.To[int32](0)},
+			{Name: "veth1234", NUMANode: nil},
+		},
+	}
+	// The agent published both GPUs before it restarted; one is gone now.
+	prev := &v1alpha1.NodeTopology{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTopology"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Status:     v1alpha1.NodeTopologyStatus{Topology: topo},
+	}
+	dyn, kube := newFakes(t, prev)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	r := NewTopologyReporter(TopologyConfig{AgentVersion: "test"}, dyn, kube, "node-1", NewMetrics(nil), clk)
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	now := topo
+	now.PCIDevices = []v1alpha1.PCIDevice{gpu("0000:3b:00.0")}
+	get := func() v1alpha1.NodeTopology {
+		obj, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Get(ctx, "node-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nt v1alpha1.NodeTopology
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &nt); err != nil {
+			t.Fatal(err)
+		}
+		return nt
+	}
+	if wrote, err := r.Offer(ctx, now); !wrote || err != nil {
+		t.Fatalf("first offer: wrote %v err %v", wrote, err)
+	}
+	nt := get()
+	if s := nt.Status.Summary; s == nil || s.Devices != 2 || s.UnhealthyDevices != 1 || s.CPUs != 2 || s.NUMANodes != 1 {
+		t.Errorf("summary = %+v, want 1 NUMA node, 2 CPUs, 2 devices, 1 unhealthy", s)
+	}
+	if len(nt.Status.NICs) != 1 || nt.Status.NICs[0].Name != "eth0" {
+		t.Errorf("published NICs = %+v, want only the PCI-backed eth0", nt.Status.NICs)
+	}
+	if h := nt.Status.PCIDevices[1].Health; nt.Status.PCIDevices[1].Address != "0000:3c:00.0" || h != v1alpha1.Unhealthy {
+		t.Errorf("vanished GPU published as %+v, want Unhealthy", nt.Status.PCIDevices[1])
+	}
+
+	clk.SetTime(clk.Now().Add(time.Minute))
+	if wrote, _ := r.Offer(ctx, now); wrote {
+		t.Error("unchanged topology written before the resync")
+	}
+	podStarted := now
+	podStarted.NICs = append(slices.Clone(now.NICs), v1alpha1.NIC{Name: "veth5678"})
+	if wrote, _ := r.Offer(ctx, podStarted); wrote {
+		t.Error("a new pod's veth rewrote NodeTopology")
+	}
+	clk.SetTime(clk.Now().Add(time.Minute))
+	if wrote, _ := r.Offer(ctx, topo); !wrote {
+		t.Error("the GPU's return was not written")
+	}
+	if s := get().Status.Summary; s.UnhealthyDevices != 0 {
+		t.Errorf("after the GPU came back: %d unhealthy, want 0", s.UnhealthyDevices)
+	}
+	clk.SetTime(clk.Now().Add(10 * time.Minute))
+	if wrote, _ := r.Offer(ctx, topo); !wrote {
+		t.Error("no write at the resync")
+	}
+}

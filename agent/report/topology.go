@@ -1,0 +1,151 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+
+	"sextant.io/sextant/agent/topology"
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// TopologyConfig says when a NodeTopology is written.
+type TopologyConfig struct {
+	// Resync is the most time between two writes even without a change (default 10m).
+	Resync time.Duration
+	// AgentVersion goes into the status.
+	AgentVersion string
+}
+
+// TopologyReporter writes the node's NodeTopology when the topology or a device's health
+// changed, and at every resync.
+type TopologyReporter struct {
+	cfg       TopologyConfig
+	w         *writer
+	clock     clock.PassiveClock
+	tracker   *topology.Tracker
+	last      *v1alpha1.Topology
+	lastWrite time.Time
+}
+
+// NewTopologyReporter returns a reporter for the node's NodeTopology.
+func NewTopologyReporter(cfg TopologyConfig, dyn dynamic.Interface, kube kubernetes.Interface, nodeName string, m *Metrics, clk clock.PassiveClock) *TopologyReporter {
+	if cfg.Resync <= 0 {
+		cfg.Resync = 10 * time.Minute
+	}
+	return &TopologyReporter{
+		cfg:   cfg,
+		w:     newWriter(kindTopology, "nodetopologies", dyn, kube, nodeName, m),
+		clock: clk,
+	}
+}
+
+// Start seeds device health from the NodeTopology this node published before, so a
+// device that vanished while the agent was down is still reported, as Unhealthy.
+func (r *TopologyReporter) Start(ctx context.Context) error {
+	obj, err := r.w.get(ctx)
+	if err != nil {
+		return err
+	}
+	var seed []v1alpha1.PCIDevice
+	if obj != nil {
+		var prev v1alpha1.NodeTopology
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &prev); err != nil {
+			return fmt.Errorf("decode the published NodeTopology: %w", err)
+		}
+		seed = prev.Status.PCIDevices
+	}
+	r.tracker = topology.NewTracker(seed)
+	return nil
+}
+
+// Offer writes the topology read now if it changed since the last write or the resync
+// is due, and says whether it wrote.
+func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (bool, error) {
+	if r.tracker == nil {
+		r.tracker = topology.NewTracker(nil)
+	}
+	next := read
+	next.PCIDevices = r.tracker.Update(read.PCIDevices)
+	next.NICs = physicalNICs(read.NICs)
+	topology.Normalize(&next)
+	now := r.clock.Now()
+	if r.last != nil && now.Sub(r.lastWrite) < r.cfg.Resync && equality.Semantic.DeepEqual(*r.last, next) {
+		return false, nil
+	}
+	updated := metav1.NewTime(now.UTC().Truncate(time.Second))
+	status := v1alpha1.NodeTopologyStatus{
+		UpdateTime:   &updated,
+		AgentVersion: r.cfg.AgentVersion,
+		Summary:      Summarize(next),
+		Topology:     next,
+	}
+	if err := r.w.write(ctx, &status); err != nil {
+		return false, err
+	}
+	r.last, r.lastWrite = &next, now
+	return true, nil
+}
+
+// Run reads the topology under sysfsRoot every interval and offers it, until ctx ends.
+func (r *TopologyReporter) Run(ctx context.Context, sysfsRoot string, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		snap, err := topology.Read(sysfsRoot)
+		switch {
+		case err != nil:
+			log.Error("reading the topology failed", "root", sysfsRoot, "err", err)
+		default:
+			wrote, err := r.Offer(ctx, snap.Topology)
+			if err != nil && ctx.Err() == nil {
+				log.Error("publishing NodeTopology failed", "err", err)
+			}
+			if wrote {
+				for _, w := range snap.Warnings {
+					log.Warn("topology item left out", "reason", w)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// physicalNICs keeps the NICs backed by a PCI function. Virtual ones (a veth per pod,
+// bridges) say nothing about locality, and publishing them would rewrite NodeTopology
+// whenever a pod starts or stops.
+func physicalNICs(nics []v1alpha1.NIC) []v1alpha1.NIC {
+	out := make([]v1alpha1.NIC, 0, len(nics))
+	for _, n := range nics {
+		if n.PCIAddress != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Summarize counts a topology's parts for the printer columns.
+func Summarize(t v1alpha1.Topology) *v1alpha1.TopologySummary {
+	s := &v1alpha1.TopologySummary{NUMANodes: int32(len(t.NUMANodes)), Devices: int32(len(t.PCIDevices))}
+	for _, n := range t.NUMANodes {
+		s.CPUs += int32(len(n.CPUs))
+	}
+	for _, d := range t.PCIDevices {
+		if d.Health == v1alpha1.Unhealthy {
+			s.UnhealthyDevices++
+		}
+	}
+	return s
+}

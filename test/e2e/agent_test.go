@@ -1,0 +1,365 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	sextantv1 "sextant.io/sextant/api/v1alpha1"
+)
+
+// write is one NodeBandwidth status write the test saw through a watch.
+type write struct {
+	seen   time.Time
+	status sextantv1.NodeBandwidthStatus
+}
+
+// watchWrites records every change of the named NodeBandwidth until the test ends.
+func watchWrites(t *testing.T, name string) func() []write {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := local.dynamic.Resource(nodeBandwidthGVR).Watch(ctx, metav1.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
+	})
+	if err != nil {
+		t.Fatalf("watch NodeBandwidth %s: %v", name, err)
+	}
+	var (
+		mu     sync.Mutex
+		writes []write
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if ev.Type != watch.Added && ev.Type != watch.Modified {
+				continue
+			}
+			var nbw sextantv1.NodeBandwidth
+			u, ok := ev.Object.(interface{ UnstructuredContent() map[string]any })
+			if !ok || k8sruntime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), &nbw) != nil {
+				continue
+			}
+			if nbw.Status.SampleTime == nil {
+				continue // the create, before its first status write
+			}
+			mu.Lock()
+			writes = append(writes, write{seen: time.Now(), status: nbw.Status})
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); w.Stop(); <-done })
+	return func() []write {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]write(nil), writes...)
+	}
+}
+
+func veth(s sextantv1.NodeBandwidthStatus) *sextantv1.InterfaceBandwidth {
+	for i := range s.Interfaces {
+		if s.Interfaces[i].Name == "veth-a" {
+			return &s.Interfaces[i]
+		}
+	}
+	return nil
+}
+
+// TestAgentPublishesBandwidth runs the agent as a process with the chart's RBAC, metering
+// a veth shaped to 200 Mbit/s in a namespace the test made, for a Node object of its own.
+func TestAgentPublishesBandwidth(t *testing.T) {
+	requireRoot(t)
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	node := fakeNode(t, "e2e-meter-")
+	pair := newVethPair(t, 1, "200mbit")
+	const (
+		capacity    = 200e6
+		minInterval = 2 * time.Second
+		maxInterval = 10 * time.Second
+		sample      = time.Second
+	)
+	startProcess(t, agentBinary(t), "run",
+		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
+		"--node-name", node.Name, "--metrics-addr", "",
+		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=200M",
+		"--sample-interval", sample.String(), "--window", "5s",
+		"--report-min-interval", minInterval.String(), "--report-max-interval", maxInterval.String())
+	writes := watchWrites(t, node.Name)
+
+	var first *sextantv1.NodeBandwidth
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+		nbw, err := getNodeBandwidth(ctx, node.Name)
+		if err != nil || veth(nbw.Status) == nil {
+			return false, nil
+		}
+		first = nbw
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no NodeBandwidth with veth-a for %s: %v", node.Name, err)
+	}
+	if refs := first.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].UID != node.UID {
+		t.Errorf("owner references = %+v, want Node %s", refs, node.Name)
+	}
+	if c := veth(first.Status).Egress.Capacity; c == nil || c.Value() != capacity {
+		t.Errorf("veth-a egress capacity = %v, want 200M from --nic-capacity", c)
+	}
+
+	// A steady (idle) link: only the max-interval heartbeat is written.
+	steadyFrom := time.Now()
+	time.Sleep(25 * time.Second)
+	var steady []write
+	for _, w := range writes() {
+		if w.seen.After(steadyFrom) {
+			steady = append(steady, w)
+		}
+	}
+	if len(steady) < 2 || len(steady) > 3 {
+		t.Errorf("idle link: %d writes in 25s, want 2 or 3 heartbeats %v apart", len(steady), maxInterval)
+	}
+	for i := 1; i < len(steady); i++ {
+		gap := steady[i].status.SampleTime.Sub(steady[i-1].status.SampleTime.Time)
+		if gap < maxInterval-time.Second {
+			t.Errorf("idle link: writes %v apart, want heartbeats only (%v)", gap, maxInterval)
+		}
+	}
+	t.Logf("idle link: %d writes in 25s", len(steady))
+
+	// Traffic beyond the threshold: a new write within min-interval + one sample.
+	trafficStart := time.Now()
+	pair.traffic(t, 6*time.Second, false)
+	var hit *write
+	for _, w := range writes() {
+		v := veth(w.status)
+		if w.seen.After(trafficStart) && v != nil && v.Egress.Remaining != nil && v.Egress.Remaining.AsApproximateFloat64() < capacity/2 {
+			hit = &w
+			break
+		}
+	}
+	if hit == nil {
+		t.Fatalf("no write showing the traffic; writes since it started: %d", len(writes()))
+	}
+	// sampleTime is truncated to the second, hence the extra second.
+	if lag := hit.status.SampleTime.Sub(trafficStart); lag > minInterval+sample+time.Second {
+		t.Errorf("first write showing traffic sampled %v after it started, want within %v", lag, minInterval+sample)
+	}
+	v := veth(hit.status)
+	t.Logf("traffic: written after %v; egress rate %s peak %s remaining %s; ingress remaining %s",
+		hit.seen.Sub(trafficStart).Round(time.Millisecond), v.Egress.Rate, v.Egress.Peak, v.Egress.Remaining, v.Ingress.Remaining)
+	// Traffic went A→B: egress of veth-a. Ingress carried only the ACKs.
+	last := veth(writes()[len(writes())-1].status)
+	if p := last.Egress.Peak.AsApproximateFloat64(); p < 0.75*capacity || p > 1.05*capacity {
+		t.Errorf("egress peak = %s, want near the shaped 200M", last.Egress.Peak)
+	}
+	if r := last.Ingress.Remaining.AsApproximateFloat64(); r < 0.8*capacity {
+		t.Errorf("ingress remaining = %s during egress traffic: directions swapped?", last.Ingress.Remaining)
+	}
+	if rem, peak := last.Egress.Remaining.AsApproximateFloat64(), last.Egress.Peak.AsApproximateFloat64(); rem != max(capacity-peak, 0) && (rem-max(capacity-peak, 0) > 1000 || max(capacity-peak, 0)-rem > 1000) {
+		t.Errorf("egress remaining %v != capacity %v - peak %v", rem, capacity, peak)
+	}
+
+	// Deleting the Node deletes its NodeBandwidth, and the agent does not bring it back.
+	if err := local.kube.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := getNodeBandwidth(ctx, node.Name)
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Fatalf("NodeBandwidth outlived its Node: %v", err)
+	}
+	time.Sleep(maxInterval)
+	if _, err := getNodeBandwidth(ctx, node.Name); !apierrors.IsNotFound(err) {
+		t.Errorf("NodeBandwidth of a deleted Node came back (err %v)", err)
+	}
+}
+
+// fixtureRoot extracts one of ../shared/fixtures/hwloc into a temporary directory and
+// returns the sysfs/procfs root inside it.
+func fixtureRoot(t *testing.T, tarball string) string {
+	t.Helper()
+	path := filepath.Join(repoRoot(t), "..", "shared", "fixtures", "hwloc", tarball)
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("hwloc fixture %s not found (../shared beside the repository): %v", tarball, err)
+	}
+	dir := t.TempDir()
+	run(t, "tar", "-xjf", path, "-C", dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) != 1 {
+		t.Fatalf("fixture %s: want one top directory, got %v (err %v)", tarball, entries, err)
+	}
+	return filepath.Join(dir, entries[0].Name())
+}
+
+// TestAgentPublishesTopologyFromFixture points the agent at a real two-socket machine's
+// sysfs and takes a device's driver away in the copy.
+func TestAgentPublishesTopologyFromFixture(t *testing.T) {
+	requireRoot(t)
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	root := fixtureRoot(t, "32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2")
+	node := fakeNode(t, "e2e-topo-")
+	pair := newVethPair(t, 2, "100mbit")
+	startProcess(t, agentBinary(t), "run",
+		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
+		"--node-name", node.Name, "--metrics-addr", "", "--sysfs-root", root,
+		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a",
+		"--topology-interval", "1s")
+
+	const mic = "0000:83:00.0" // a Xeon Phi on NUMA node 1, driver "mic"
+	device := func(nt *sextantv1.NodeTopology) *sextantv1.PCIDevice {
+		for i := range nt.Status.PCIDevices {
+			if nt.Status.PCIDevices[i].Address == mic {
+				return &nt.Status.PCIDevices[i]
+			}
+		}
+		return nil
+	}
+	waitTopology := func(what string, ok func(*sextantv1.NodeTopology) bool) *sextantv1.NodeTopology {
+		t.Helper()
+		var got *sextantv1.NodeTopology
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+			nt, err := getNodeTopology(ctx, node.Name)
+			if err != nil {
+				return false, nil
+			}
+			got = nt
+			return ok(nt), nil
+		})
+		if err != nil {
+			t.Fatalf("NodeTopology %s never %s; last: %+v", node.Name, what, got)
+		}
+		return got
+	}
+
+	nt := waitTopology("showed the fixture", func(nt *sextantv1.NodeTopology) bool { return device(nt) != nil })
+	s := nt.Status.Summary
+	if s == nil || s.NUMANodes != 2 || s.CPUs != 16 || s.UnhealthyDevices != 0 {
+		t.Errorf("summary = %+v, want 2 NUMA nodes, 16 CPUs, no unhealthy device", s)
+	}
+	if d := device(nt); d.Kind != sextantv1.KindAccelerator || d.NUMANode == nil || *d.NUMANode != 1 || d.Health != sextantv1.Healthy {
+		t.Errorf("%s = %+v, want a Healthy accelerator on NUMA node 1", mic, d)
+	}
+	if refs := nt.OwnerReferences; len(refs) != 1 || refs[0].UID != node.UID {
+		t.Errorf("owner references = %+v, want Node %s", refs, node.Name)
+	}
+
+	// The driver lets go of the device: it must be published Unhealthy.
+	link := filepath.Join(root, "sys", "bus", "pci", "devices", mic, "driver")
+	target, err := os.Readlink(link)
+	if err != nil {
+		t.Fatalf("fixture has no driver link for %s: %v", mic, err)
+	}
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	waitTopology("marked the device Unhealthy", func(nt *sextantv1.NodeTopology) bool {
+		d := device(nt)
+		return d != nil && d.Health == sextantv1.Unhealthy && nt.Status.Summary.UnhealthyDevices == 1
+	})
+	// And Healthy again once it is back.
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	waitTopology("marked the device Healthy again", func(nt *sextantv1.NodeTopology) bool {
+		d := device(nt)
+		return d != nil && d.Health == sextantv1.Healthy && nt.Status.Summary.UnhealthyDevices == 0
+	})
+}
+
+// TestAgentDaemonSet checks the chart's agent runs on the real node with the privileges
+// the chart gives it, and publishes both heartbeats and its metrics.
+func TestAgentDaemonSet(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pods, err := local.kube.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=agent",
+			FieldSelector: "spec.nodeName=" + local.nodeName,
+		})
+		if err != nil || len(pods.Items) != 1 {
+			return false, nil
+		}
+		pod = &pods.Items[0]
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("agent pod on %s not Ready: %v; pod: %+v", local.nodeName, err, podSummary(pod))
+	}
+	nbw, err := getNodeBandwidth(ctx, local.nodeName)
+	if err != nil {
+		t.Fatalf("NodeBandwidth %s: %v", local.nodeName, err)
+	}
+	if len(nbw.Status.Interfaces) == 0 {
+		t.Errorf("NodeBandwidth %s has no interfaces", local.nodeName)
+	}
+	nt, err := getNodeTopology(ctx, local.nodeName)
+	if err != nil {
+		t.Fatalf("NodeTopology %s: %v", local.nodeName, err)
+	}
+	if s := nt.Status.Summary; s == nil || s.NUMANodes < 1 || int(s.CPUs) != runtime.NumCPU() {
+		t.Errorf("NodeTopology summary = %+v, want ≥1 NUMA node and %d CPUs", s, runtime.NumCPU())
+	}
+	node, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			ip = a.Address
+		}
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s:9464/metrics", ip))
+	if err != nil {
+		t.Fatalf("scrape the agent: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"sextant_nic_bytes_total{", "sextant_nic_packets_total{", "sextant_report_writes_total{kind=\"NodeBandwidth\"}"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("agent metrics lack %s", want)
+		}
+	}
+}
+
+func podSummary(p *corev1.Pod) string {
+	if p == nil {
+		return "<none>"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s phase=%s", p.Name, p.Status.Phase)
+	for _, c := range p.Status.ContainerStatuses {
+		fmt.Fprintf(&b, " %s ready=%v restarts=%d state=%+v", c.Name, c.Ready, c.RestartCount, c.State)
+	}
+	return b.String()
+}
