@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real single-machine Kubernetes cluster with no image registry: etcd,
-# kube-apiserver, kube-controller-manager, one kubelet on a private containerd, and a
+# kube-apiserver, kube-controller-manager, kube-scheduler, one kubelet on a private containerd, and a
 # CNI bridge for pods. Everything it writes lives under one git-ignored directory
 # ($SEXTANT_CLUSTER_DIR, default .cluster/ in the repository), apart from the
 # Kubernetes binaries and images, which are cached under $SEXTANT_CACHE.
@@ -311,6 +311,14 @@ start_control_plane() {
     --controllers "$CONTROLLERS" \
     --node-monitor-grace-period 20s --leader-elect=false --profiling=false \
     --bind-address 127.0.0.1 --secure-port 10257
+
+  # The default scheduler places everything not meant for sextant-ranker (DaemonSet
+  # pods, the ranker itself); sextant-ranker serves the profile "sextant" beside it.
+  start kube-scheduler "$kube/kube-scheduler" \
+    --kubeconfig "$pki/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$pki/scheduler.kubeconfig" \
+    --authorization-kubeconfig "$pki/scheduler.kubeconfig" \
+    --leader-elect=false --profiling=false --bind-address 127.0.0.1 --secure-port 10259
 }
 
 # Enough of kube-controller-manager for Jobs, DaemonSets, Deployments, owner-based
@@ -425,7 +433,7 @@ cmd_down() {
 
 cmd_status() {
   local c rc=0
-  for c in containerd etcd kube-apiserver kube-controller-manager kubelet; do
+  for c in containerd etcd kube-apiserver kube-controller-manager kube-scheduler kubelet; do
     if running "$c"; then echo "$c: running (pid $(cat "$pids/$c.pid"))"; else echo "$c: stopped"; rc=1; fi
   done
   if [ $rc -eq 0 ]; then

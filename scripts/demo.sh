@@ -29,7 +29,7 @@ kubectl get ntopo
 kubectl get ntopo "$node" -o json | jq -r '
   .status as $s
   | "NUMA nodes:", ($s.numaNodes[] | "  \(.id): CPUs \(.cpus | map(tostring) | join(",")), \(.memoryBytes / 1073741824 * 10 | floor / 10) GiB, distances \(.distances // [] | map(tostring) | join(" "))"),
-    "NICs:", ($s.nics[] | "  \(.name) pci=\(.pciAddress // "-") numa=\(.numaNode // "-") speed=\(.speedMbps // "-")Mbps"),
+    "NICs:", ($s.nics[] | "  \(.name) pci=\(.pciAddress // "-") numa=\(.numaNode // "-") speed=\(if .speedMbps then "\(.speedMbps) Mbps" else "unknown" end)"),
     "Devices by kind:", ($s.pciDevices | group_by(.kind)[] | "  \(.[0].kind): \(length) (\(map(select(.health != "Healthy")) | length) unhealthy)")'
 
 section "Live bandwidth: iperf3 through sxdemo0 (shaped to 200 Mbit/s) into netns sextant-demo"

@@ -24,4 +24,6 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   `# Meter the node's default-route NIC and the demo veth (scripts/demo-net.sh).` \
   --set "agent.interfaces={$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i+1); exit}}'),sxdemo0}" \
   --set "agent.nicCapacities={sxdemo0=200M}" \
+  `# A rebuilt image under the same tag must still roll the pods.` \
+  --set-string "agent.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-agent.tar" | cut -c1-16)" \
   --wait --timeout 3m) || die "deploy: helm upgrade --install failed"

@@ -315,12 +315,15 @@ func TestAgentDaemonSet(t *testing.T) {
 	if err != nil {
 		t.Fatalf("agent pod on %s not Ready: %v; pod: %+v", local.nodeName, err, podSummary(pod))
 	}
-	nbw, err := getNodeBandwidth(ctx, local.nodeName)
+	// The agent meters the default-route NIC (deploy.sh names it): a fresh NodeBandwidth
+	// with it must appear.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		nbw, err := getNodeBandwidth(ctx, local.nodeName)
+		return err == nil && len(nbw.Status.Interfaces) > 0 && time.Since(nbw.Status.SampleTime.Time) < time.Minute, nil
+	})
 	if err != nil {
-		t.Fatalf("NodeBandwidth %s: %v", local.nodeName, err)
-	}
-	if len(nbw.Status.Interfaces) == 0 {
-		t.Errorf("NodeBandwidth %s has no interfaces", local.nodeName)
+		nbw, _ := getNodeBandwidth(ctx, local.nodeName)
+		t.Errorf("no fresh NodeBandwidth %s with an interface: %v; last: %+v", local.nodeName, err, nbw)
 	}
 	nt, err := getNodeTopology(ctx, local.nodeName)
 	if err != nil {

@@ -282,7 +282,7 @@ func TestInvalidHeartbeatRejected(t *testing.T) {
 	}
 }
 
-// TestBusyboxPodRunsToCompletion runs a pod on the kubelet node from the imported
+// TestBusyboxPodRunsToCompletion has the default scheduler place a pod on the kubelet node from the imported
 // busybox image and reads its log back through the API server.
 func TestBusyboxPodRunsToCompletion(t *testing.T) {
 	ns := testNamespace(t)
@@ -291,7 +291,8 @@ func TestBusyboxPodRunsToCompletion(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
 		Spec: corev1.PodSpec{
 			RestartPolicy: corev1.RestartPolicyNever,
-			NodeName:      "",
+			// The default scheduler places it on the one real node.
+			NodeSelector: map[string]string{"sextant.io/local": "true"},
 			Containers: []corev1.Container{{
 				Name:            "hello",
 				Image:           "sextant.local/busybox:dev",
@@ -303,14 +304,6 @@ func TestBusyboxPodRunsToCompletion(t *testing.T) {
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
-	}
-	// Nothing schedules pods in this suite yet: bind it to the local node ourselves.
-	err = local.kube.CoreV1().Pods(ns).Bind(ctx, &corev1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name},
-		Target:     corev1.ObjectReference{Kind: "Node", Name: local.nodeName},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("bind pod: %v", err)
 	}
 	var phase corev1.PodPhase
 	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {

@@ -96,10 +96,12 @@ func serviceAccountKubeconfig(t *testing.T, namespace, name string) string {
 }
 
 // fakeNode creates a Node object with no kubelet behind it, deleted when the test ends.
+// It is labelled so that the chart's agent DaemonSet leaves it alone: its agent, if any,
+// is a process the test runs.
 func fakeNode(t *testing.T, prefix string) *corev1.Node {
 	t.Helper()
 	node, err := local.kube.CoreV1().Nodes().Create(context.Background(), &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix, Labels: map[string]string{"sextant.io/agent": "none"}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create node: %v", err)

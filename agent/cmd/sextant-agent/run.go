@@ -198,7 +198,11 @@ func runAgent(ctx context.Context, o runOptions) error {
 				return
 			case <-t.C:
 			}
-			if _, err := bw.Offer(ctx, meter.Snapshot()); err != nil {
+			snap := meter.Snapshot()
+			if snap.Time.IsZero() {
+				continue // the meter has not sampled yet: nothing true to publish
+			}
+			if _, err := bw.Offer(ctx, snap); err != nil {
 				if ctx.Err() == nil {
 					log.Error("publishing NodeBandwidth failed", "err", err)
 				}
