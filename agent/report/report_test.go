@@ -287,6 +287,16 @@ func TestTopologyReporter(t *testing.T) {
 	if s := nt.Status.Summary; s == nil || s.Devices != 2 || s.UnhealthyDevices != 1 || s.CPUs != 2 || s.NUMANodes != 1 {
 		t.Errorf("summary = %+v, want 1 NUMA node, 2 CPUs, 2 devices, 1 unhealthy", s)
 	}
+	advertised, err := kube.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := advertised.Status.Capacity["sextant.io/gpu"]; q.Value() != 1 {
+		t.Errorf("node capacity sextant.io/gpu = %s, want 1 (the healthy GPU)", q.String())
+	}
+	if q, ok := advertised.Status.Capacity["sextant.io/nvme"]; !ok || q.Value() != 0 {
+		t.Errorf("node capacity sextant.io/nvme = %v (present %v), want 0", q, ok)
+	}
 	if len(nt.Status.NICs) != 1 || nt.Status.NICs[0].Name != "eth0" {
 		t.Errorf("published NICs = %+v, want only the PCI-backed eth0", nt.Status.NICs)
 	}
@@ -309,6 +319,9 @@ func TestTopologyReporter(t *testing.T) {
 	}
 	if s := get().Status.Summary; s.UnhealthyDevices != 0 {
 		t.Errorf("after the GPU came back: %d unhealthy, want 0", s.UnhealthyDevices)
+	}
+	if n, _ := kube.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{}); n.Status.Capacity.Name("sextant.io/gpu", "").Value() != 2 {
+		t.Errorf("after the GPU came back: capacity sextant.io/gpu = %v, want 2", n.Status.Capacity.Name("sextant.io/gpu", ""))
 	}
 	clk.SetTime(clk.Now().Add(10 * time.Minute))
 	if wrote, _ := r.Offer(ctx, topo); !wrote {

@@ -26,7 +26,8 @@ type TopologyConfig struct {
 }
 
 // TopologyReporter writes the node's NodeTopology when the topology or a device's health
-// changed, and at every resync.
+// changed, and at every resync; with each write it advertises the healthy device counts
+// as the node's sextant.io/<kind> extended resources.
 type TopologyReporter struct {
 	cfg       TopologyConfig
 	w         *writer
@@ -92,7 +93,7 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 		return false, err
 	}
 	r.last, r.lastWrite = &next, now
-	return true, nil
+	return true, advertise(ctx, r.w.nodes, r.w.nodeName, DeviceCounts(next))
 }
 
 // Run reads the topology under sysfsRoot every interval and offers it, until ctx ends.

@@ -266,6 +266,24 @@ func TestAgentPublishesTopologyFromFixture(t *testing.T) {
 		t.Errorf("owner references = %+v, want Node %s", refs, node.Name)
 	}
 
+	// Healthy devices are advertised as extended resources on the Node.
+	waitCapacity := func(resource string, want int64) {
+		t.Helper()
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			n, err := local.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			q, ok := n.Status.Capacity[corev1.ResourceName(resource)]
+			return ok && q.Value() == want, nil
+		})
+		if err != nil {
+			t.Errorf("node capacity %s never became %d: %v", resource, want, err)
+		}
+	}
+	waitCapacity("sextant.io/accelerator", 1)
+	waitCapacity("sextant.io/nvme", 1)
+
 	// The driver lets go of the device: it must be published Unhealthy.
 	link := filepath.Join(root, "sys", "bus", "pci", "devices", mic, "driver")
 	target, err := os.Readlink(link)
@@ -279,6 +297,7 @@ func TestAgentPublishesTopologyFromFixture(t *testing.T) {
 		d := device(nt)
 		return d != nil && d.Health == sextantv1.Unhealthy && nt.Status.Summary.UnhealthyDevices == 1
 	})
+	waitCapacity("sextant.io/accelerator", 0)
 	// And Healthy again once it is back.
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
@@ -287,6 +306,7 @@ func TestAgentPublishesTopologyFromFixture(t *testing.T) {
 		d := device(nt)
 		return d != nil && d.Health == sextantv1.Healthy && nt.Status.Summary.UnhealthyDevices == 0
 	})
+	waitCapacity("sextant.io/accelerator", 1)
 }
 
 // TestAgentDaemonSet checks the chart's agent runs on the real node with the privileges
