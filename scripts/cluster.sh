@@ -50,6 +50,10 @@ node_ip() {
   echo "$ip"
 }
 
+port_busy() { # port
+  ss -Htln "sport = :$1" 2>/dev/null | grep -q .
+}
+
 running() { # name
   local f=$pids/$1.pid
   [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
@@ -349,6 +353,9 @@ cmd_up() {
   "$here/deps.sh" || die "cluster: installing packages failed (scripts/deps.sh)"
   KUBE_BIN=$("$here/kube.sh") || die "cluster: building the Kubernetes binaries failed (scripts/kube.sh)"
   mkdir -p "$STATE" "$logs" "$pids"
+  if ! running kube-apiserver && port_busy "$API_PORT"; then
+    die "cluster: port $API_PORT is taken: another cluster (another checkout's scripts/cluster.sh?) runs here; stop it first"
+  fi
   NODE_IP=$(node_ip)
   echo "$NODE_IP" >"$STATE/node-ip"
   ln -sfn "$KUBE_BIN" "$STATE/kube-bin"
