@@ -4,11 +4,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -385,4 +388,88 @@ func podSummary(p *corev1.Pod) string {
 		fmt.Fprintf(&b, " %s ready=%v restarts=%d state=%+v", c.Name, c.Ready, c.RestartCount, c.State)
 	}
 	return b.String()
+}
+
+// TestDashboardsQueryExistingMetrics scrapes the agent of the real node, with a metered
+// interface of known capacity (the demo veth), and checks that every metric every
+// shipped dashboard queries is among what sextant exports.
+func TestDashboardsQueryExistingMetrics(t *testing.T) {
+	requireRoot(t)
+	installCRDs(t)
+	deployChart(t)
+	demoNet := filepath.Join(repoRoot(t), "scripts", "demo-net.sh")
+	run(t, demoNet, "up")
+	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
+	ctx := context.Background()
+	node, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ip string
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			ip = a.Address
+		}
+	}
+	var body string
+	// deploy.sh meters sxdemo0 with a known capacity; the agent picks it up at a rescan.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+		resp, err := http.Get(fmt.Sprintf("http://%s:9464/metrics", ip))
+		if err != nil {
+			return false, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		body = string(b)
+		return strings.Contains(body, `sextant_nic_remaining_bytes_per_second{direction="egress",interface="sxdemo0"}`), nil
+	})
+	if err != nil {
+		t.Fatalf("the agent never exported remaining bandwidth for sxdemo0: %v", err)
+	}
+	exported := map[string]bool{}
+	for _, line := range strings.Split(body, "\n") {
+		if name, _, ok := strings.Cut(line, "{"); ok && strings.HasPrefix(name, "sextant_") {
+			exported[name] = true
+		} else if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "sextant_") {
+			exported[f[0]] = true
+		}
+	}
+	dashboards, _ := filepath.Glob(filepath.Join(repoRoot(t), "charts", "sextant", "dashboards", "*.json"))
+	if len(dashboards) == 0 {
+		t.Fatal("no dashboards in charts/sextant/dashboards")
+	}
+	metricName := regexp.MustCompile(`\bsextant_[a-z_]+\b`)
+	for _, path := range dashboards {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dash struct {
+			Panels []struct {
+				Title   string `json:"title"`
+				Targets []struct {
+					Expr string `json:"expr"`
+				} `json:"targets"`
+			} `json:"panels"`
+		}
+		if err := json.Unmarshal(data, &dash); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		for _, p := range dash.Panels {
+			if len(p.Targets) == 0 {
+				t.Errorf("%s: panel %q queries nothing", filepath.Base(path), p.Title)
+			}
+			for _, target := range p.Targets {
+				names := metricName.FindAllString(target.Expr, -1)
+				if len(names) == 0 {
+					t.Errorf("%s: panel %q: no sextant metric in %q", filepath.Base(path), p.Title, target.Expr)
+				}
+				for _, n := range names {
+					if !exported[n] {
+						t.Errorf("%s: panel %q queries %s, which the agent does not export", filepath.Base(path), p.Title, n)
+					}
+				}
+			}
+		}
+	}
 }
