@@ -355,16 +355,7 @@ func TestAgentDaemonSet(t *testing.T) {
 	if s := nt.Status.Summary; s == nil || s.NUMANodes < 1 || int(s.CPUs) != runtime.NumCPU() {
 		t.Errorf("NodeTopology summary = %+v, want ≥1 NUMA node and %d CPUs", s, runtime.NumCPU())
 	}
-	node, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ip string
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			ip = a.Address
-		}
-	}
+	ip := nodeInternalIP(t, local.nodeName)
 	resp, err := http.Get(fmt.Sprintf("http://%s:9464/metrics", ip))
 	if err != nil {
 		t.Fatalf("scrape the agent: %v", err)
@@ -401,19 +392,10 @@ func TestDashboardsQueryExistingMetrics(t *testing.T) {
 	run(t, demoNet, "up")
 	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
 	ctx := context.Background()
-	node, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ip string
-	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
-			ip = a.Address
-		}
-	}
+	ip := nodeInternalIP(t, local.nodeName)
 	var body string
 	// deploy.sh meters sxdemo0 with a known capacity; the agent picks it up at a rescan.
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 45*time.Second, true, func(ctx context.Context) (bool, error) {
 		resp, err := http.Get(fmt.Sprintf("http://%s:9464/metrics", ip))
 		if err != nil {
 			return false, nil

@@ -30,9 +30,6 @@ const releaseNamespace = "sextant-system"
 var (
 	deployOnce sync.Once
 	deployErr  error
-	buildOnce  sync.Once
-	agentBin   string
-	buildErr   error
 )
 
 // deployChart installs the chart with the images of this tree (scripts/deploy.sh) once
@@ -51,26 +48,50 @@ func deployChart(t *testing.T) {
 	}
 }
 
-// agentBinary builds sextant-agent from this tree once per run.
-func agentBinary(t *testing.T) string {
+var (
+	binariesMu sync.Mutex
+	binaries   = map[string]string{}
+)
+
+// goBinary builds a command of this module (e.g. "./agent/cmd/sextant-agent") once per
+// run and returns its path.
+func goBinary(t *testing.T, pkg string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "sextant-e2e-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		agentBin = filepath.Join(dir, "sextant-agent")
-		cmd := exec.Command("go", "build", "-o", agentBin, "./agent/cmd/sextant-agent")
-		cmd.Dir = repoRoot(t)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("build sextant-agent: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	binariesMu.Lock()
+	defer binariesMu.Unlock()
+	if path, ok := binaries[pkg]; ok {
+		return path
 	}
-	return agentBin
+	dir, err := os.MkdirTemp("", "sextant-e2e-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", path, pkg)
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", pkg, err, out)
+	}
+	binaries[pkg] = path
+	return path
+}
+
+func agentBinary(t *testing.T) string { return goBinary(t, "./agent/cmd/sextant-agent") }
+
+// nodeInternalIP is the InternalIP of the named node.
+func nodeInternalIP(t *testing.T, name string) string {
+	t.Helper()
+	node, err := local.kube.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	t.Fatalf("node %s has no InternalIP", name)
+	return ""
 }
 
 // serviceAccountKubeconfig writes a kubeconfig that authenticates as the service
