@@ -1,20 +1,50 @@
-// Command sextant-ranker is kube-scheduler with sextant's plugins registered, serving
-// the scheduler profile "sextant". It takes every kube-scheduler flag.
+// Command sextant-ranker is kube-scheduler with sextant's plugins registered:
+// BandwidthAware, NUMAAware and DeviceAware. It takes every kube-scheduler flag; a
+// KubeSchedulerConfiguration (--config) enables the plugins in a profile, usually
+// "sextant" (see charts/sextant/templates/ranker-config.yaml). The --bandwidth-* flags
+// set BandwidthAware's defaults; args in the configuration override them.
 package main
 
 import (
+	"fmt"
 	"os"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/component-base/cli"
 	_ "k8s.io/component-base/logs/json/register" // JSON logging, as in kube-scheduler
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+	"sextant.io/sextant/ranker/plugins/bandwidth"
+	"sextant.io/sextant/ranker/plugins/devices"
+	"sextant.io/sextant/ranker/plugins/numa"
 )
 
 func main() {
-	// The sextant plugins (BandwidthAware, NUMAAware, DeviceAware) register here with
-	// app.WithPlugin as they land; until then this is kube-scheduler itself.
-	command := app.NewSchedulerCommand()
+	command := app.NewSchedulerCommand(
+		app.WithPlugin(bandwidth.Name, bandwidth.New),
+		app.WithPlugin(numa.Name, numa.New),
+		app.WithPlugin(devices.Name, devices.New),
+	)
+	command.Use = "sextant-ranker"
+	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)
+	bandwidth.RegisterFlags(sextantFlags)
+	command.Flags().AddFlagSet(sextantFlags)
+	// kube-scheduler prints its flags by section; add sextant's as one more.
+	usage := command.UsageFunc()
+	command.SetUsageFunc(func(cmd *cobra.Command) error {
+		if err := usage(cmd); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(cmd.OutOrStderr(), "\nSextant flags:\n\n%s", sextantFlags.FlagUsagesWrapped(0))
+		return err
+	})
+	help := command.HelpFunc()
+	command.SetHelpFunc(func(cmd *cobra.Command, args []string) {
+		help(cmd, args)
+		fmt.Fprintf(cmd.OutOrStdout(), "\nSextant flags:\n\n%s", sextantFlags.FlagUsagesWrapped(0))
+	})
 	os.Exit(cli.Run(command))
 }

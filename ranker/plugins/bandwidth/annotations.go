@@ -1,0 +1,252 @@
+package bandwidth
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// The pod annotations of DESIGN.md "Pod annotations". Values are Kubernetes quantities
+// in bits per second, like kubernetes.io/egress-bandwidth.
+const (
+	AnnotationPrefix          = "bandwidth.sextant.io/"
+	AnnotationIngressRequired = AnnotationPrefix + "ingress-required"
+	AnnotationEgressRequired  = AnnotationPrefix + "egress-required"
+	AnnotationIngressExpected = AnnotationPrefix + "ingress-expected"
+	AnnotationEgressExpected  = AnnotationPrefix + "egress-expected"
+	AnnotationStrategy        = AnnotationPrefix + "strategy"
+)
+
+// knownAnnotations lists every annotation under AnnotationPrefix the ranker understands,
+// so that a typo (ingress-requried) is refused instead of silently ignored.
+var knownAnnotations = []string{
+	AnnotationIngressRequired, AnnotationEgressRequired,
+	AnnotationIngressExpected, AnnotationEgressExpected,
+	AnnotationStrategy,
+}
+
+// Strategy is how Score ranks the nodes that passed Filter.
+type Strategy string
+
+const (
+	// BestFit prefers the node whose remaining bandwidth is closest to the expected
+	// value, leaving roomier nodes for pods that need them (the seed's figure 8).
+	BestFit Strategy = "best-fit"
+	// MostHeadroom prefers the node with the most remaining bandwidth beyond the
+	// expected value (the seed's figure 9).
+	MostHeadroom Strategy = "most-headroom"
+)
+
+// Strategies lists the accepted strategies, for messages and validation.
+var Strategies = []Strategy{BestFit, MostHeadroom}
+
+func parseStrategy(s string) (Strategy, bool) {
+	for _, st := range Strategies {
+		if s == string(st) {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// maxRate bounds a rate annotation so that sums of many reservations stay far from
+// int64 overflow; 1 Pbit/s is three orders of magnitude above any NIC made today.
+const maxRate = int64(1_000_000_000_000_000)
+
+const quantityForm = "a non-negative quantity in bits/s such as 400M or 10G, at most 1P"
+
+// Direction is what a pod asks of one traffic direction, in bits per second.
+type Direction struct {
+	// Required is the hard floor Filter enforces; meaningful only if HasRequired.
+	Required    int64
+	HasRequired bool
+	// Expected is the target Score aims for; meaningful only if HasExpected.
+	Expected    int64
+	HasExpected bool
+}
+
+// Target is the value the pod is scored and reserved by: expected, else required.
+func (d Direction) Target() (int64, bool) {
+	switch {
+	case d.HasExpected:
+		return d.Expected, true
+	case d.HasRequired:
+		return d.Required, true
+	}
+	return 0, false
+}
+
+// Request is the parsed bandwidth request of a pod.
+type Request struct {
+	Ingress Direction
+	Egress  Direction
+	// Strategy is empty when the pod leaves it to the ranker's default.
+	Strategy Strategy
+}
+
+// Empty reports whether the request has no rate at all, i.e. the plugin has nothing to
+// filter, score or reserve for the pod.
+func (r Request) Empty() bool {
+	_, in := r.Ingress.Target()
+	_, eg := r.Egress.Target()
+	return !in && !eg
+}
+
+// HasRequired reports whether Filter has anything to check.
+func (r Request) HasRequired() bool { return r.Ingress.HasRequired || r.Egress.HasRequired }
+
+// AnnotationError says which annotation is malformed and what it accepts. The admission
+// webhook turns each one into a field error; the scheduler puts its text in the pod's
+// FailedScheduling event.
+type AnnotationError struct {
+	Annotation string
+	Value      string
+	// Problem says what is wrong with Value.
+	Problem string
+	// Want is the accepted form.
+	Want string
+}
+
+func (e *AnnotationError) Error() string {
+	return fmt.Sprintf("annotation %s=%q: %s; want %s", e.Annotation, e.Value, e.Problem, e.Want)
+}
+
+// AnnotationErrors is every problem found in a pod's annotations, in a stable order.
+type AnnotationErrors []*AnnotationError
+
+func (es AnnotationErrors) Error() string {
+	msgs := make([]string, len(es))
+	for i, e := range es {
+		msgs[i] = e.Error()
+	}
+	// One line: it ends up in an event message and a log line.
+	return strings.Join(msgs, "; ")
+}
+
+// Unwrap lets errors.As find each AnnotationError.
+func (es AnnotationErrors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+// HasAnnotations reports whether any annotation under AnnotationPrefix is present, i.e.
+// whether the plugin has anything to do with the pod at all.
+func HasAnnotations(annotations map[string]string) bool {
+	for k := range annotations {
+		if strings.HasPrefix(k, AnnotationPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseAnnotations parses the bandwidth annotations of a pod. A pod without any yields an
+// empty Request and no error. The error, if any, is an AnnotationErrors naming every bad
+// annotation and its accepted form.
+func ParseAnnotations(annotations map[string]string) (Request, error) {
+	var req Request
+	var errs AnnotationErrors
+
+	var unknown []string
+	for k := range annotations {
+		if strings.HasPrefix(k, AnnotationPrefix) && !isKnown(k) {
+			unknown = append(unknown, k)
+		}
+	}
+	sort.Strings(unknown)
+	for _, k := range unknown {
+		errs = append(errs, &AnnotationError{
+			Annotation: k, Value: annotations[k], Problem: "unknown annotation",
+			Want: "one of " + strings.Join(knownAnnotations, ", "),
+		})
+	}
+
+	parseRate := func(key string, into *int64, set *bool) {
+		v, ok := annotations[key]
+		if !ok {
+			return
+		}
+		n, problem := parseRateValue(v)
+		if problem != "" {
+			errs = append(errs, &AnnotationError{Annotation: key, Value: v, Problem: problem, Want: quantityForm})
+			return
+		}
+		*into, *set = n, true
+	}
+	parseRate(AnnotationIngressRequired, &req.Ingress.Required, &req.Ingress.HasRequired)
+	parseRate(AnnotationIngressExpected, &req.Ingress.Expected, &req.Ingress.HasExpected)
+	parseRate(AnnotationEgressRequired, &req.Egress.Required, &req.Egress.HasRequired)
+	parseRate(AnnotationEgressExpected, &req.Egress.Expected, &req.Egress.HasExpected)
+
+	checkOrder := func(d Direction, expectedKey, requiredKey string) {
+		if d.HasRequired && d.HasExpected && d.Expected < d.Required {
+			errs = append(errs, &AnnotationError{
+				Annotation: expectedKey, Value: annotations[expectedKey],
+				Problem: fmt.Sprintf("less than %s=%s", requiredKey, annotations[requiredKey]),
+				Want:    fmt.Sprintf("a quantity in bits/s at least %s", requiredKey),
+			})
+		}
+	}
+	checkOrder(req.Ingress, AnnotationIngressExpected, AnnotationIngressRequired)
+	checkOrder(req.Egress, AnnotationEgressExpected, AnnotationEgressRequired)
+
+	if v, ok := annotations[AnnotationStrategy]; ok {
+		st, ok := parseStrategy(strings.TrimSpace(v))
+		if !ok {
+			errs = append(errs, &AnnotationError{
+				Annotation: AnnotationStrategy, Value: v, Problem: "unknown strategy",
+				Want: strategyForm(),
+			})
+		} else {
+			req.Strategy = st
+		}
+	}
+
+	if len(errs) > 0 {
+		return Request{}, errs
+	}
+	return req, nil
+}
+
+func strategyForm() string {
+	names := make([]string, len(Strategies))
+	for i, s := range Strategies {
+		names[i] = string(s)
+	}
+	return strings.Join(names, " or ")
+}
+
+func isKnown(key string) bool {
+	for _, k := range knownAnnotations {
+		if k == key {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRateValue returns the rate in bits/s, or a description of what is wrong.
+func parseRateValue(v string) (int64, string) {
+	q, err := resource.ParseQuantity(strings.TrimSpace(v))
+	if err != nil {
+		return 0, "not a quantity"
+	}
+	if q.Sign() < 0 {
+		return 0, "negative"
+	}
+	if q.CmpInt64(maxRate) > 0 {
+		return 0, "too large"
+	}
+	// Round fractions of a bit up: a floor must never be weakened by rounding.
+	return q.Value(), ""
+}
+
+// formatRate prints bits/s the way users write them (400M, 1500M, 10G).
+func formatRate(bits int64) string {
+	return resource.NewQuantity(bits, resource.DecimalSI).String()
+}

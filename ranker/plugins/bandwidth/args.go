@@ -1,0 +1,122 @@
+package bandwidth
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+)
+
+// Args are the BandwidthAware plugin args of a KubeSchedulerConfiguration profile:
+//
+//	pluginConfig:
+//	- name: BandwidthAware
+//	  args: {strategy: most-headroom, ingressWeight: 2, egressWeight: 1, staleAfter: 90s}
+type Args struct {
+	// Strategy is used for pods without the bandwidth.sextant.io/strategy annotation.
+	Strategy Strategy `json:"strategy,omitempty"`
+	// IngressWeight and EgressWeight weigh the two directions' scores against each other.
+	IngressWeight int64 `json:"ingressWeight"`
+	EgressWeight  int64 `json:"egressWeight"`
+	// StaleAfter is how old a NodeBandwidth sample may be before its node is no longer
+	// eligible for pods that require bandwidth.
+	StaleAfter metav1.Duration `json:"staleAfter"`
+}
+
+// Defaults are the args every profile starts from before its own pluginConfig args are
+// applied. RegisterFlags binds the --bandwidth-* flags to it, so explicit plugin args
+// override the flags, and the flags override the built-in defaults.
+var Defaults = Args{
+	Strategy:      BestFit,
+	IngressWeight: 1,
+	EgressWeight:  1,
+	StaleAfter:    metav1.Duration{Duration: 60 * time.Second},
+}
+
+// RegisterFlags adds the --bandwidth-* flags to fs; they set Defaults. Call it before
+// the flags are parsed, e.g. on the scheduler command's flag set.
+func RegisterFlags(fs *pflag.FlagSet) {
+	fs.Var(strategyFlag{&Defaults.Strategy}, "bandwidth-strategy",
+		"BandwidthAware: scoring strategy for pods without the "+AnnotationStrategy+" annotation ("+strategyForm()+"); plugin args override it")
+	fs.Int64Var(&Defaults.IngressWeight, "bandwidth-ingress-weight", Defaults.IngressWeight,
+		"BandwidthAware: weight of the ingress score against the egress score; plugin args override it")
+	fs.Int64Var(&Defaults.EgressWeight, "bandwidth-egress-weight", Defaults.EgressWeight,
+		"BandwidthAware: weight of the egress score against the ingress score; plugin args override it")
+	fs.DurationVar(&Defaults.StaleAfter.Duration, "bandwidth-stale-after", Defaults.StaleAfter.Duration,
+		"BandwidthAware: a node whose NodeBandwidth sample is older than this is not eligible for pods that require bandwidth; plugin args override it")
+}
+
+// strategyFlag rejects an unknown strategy when the flags are parsed, so a typo fails
+// at startup with the flag's name rather than later as a plugin error.
+type strategyFlag struct{ s *Strategy }
+
+func (f strategyFlag) String() string {
+	if f.s == nil {
+		return ""
+	}
+	return string(*f.s)
+}
+
+func (f strategyFlag) Set(v string) error {
+	st, ok := parseStrategy(v)
+	if !ok {
+		return fmt.Errorf("unknown strategy %q; want %s", v, strategyForm())
+	}
+	*f.s = st
+	return nil
+}
+
+func (strategyFlag) Type() string { return "strategy" }
+
+// decodeArgs applies the profile's args over Defaults.
+func decodeArgs(obj runtime.Object) (Args, error) {
+	args := Defaults
+	if obj != nil {
+		if typed, ok := obj.(*Args); ok {
+			// Tests and embedders may pass typed args.
+			args = *typed
+		} else if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+			return Args{}, fmt.Errorf("decode %s args: %w", Name, err)
+		}
+	}
+	if err := args.Validate(); err != nil {
+		return Args{}, fmt.Errorf("%s args: %w", Name, err)
+	}
+	return args, nil
+}
+
+// Validate reports every invalid field, naming the plugin arg and the flag that set it.
+func (a Args) Validate() error {
+	var errs []error
+	if _, ok := parseStrategy(string(a.Strategy)); !ok {
+		errs = append(errs, fmt.Errorf("strategy (--bandwidth-strategy) %q unknown; want %s", a.Strategy, strategyForm()))
+	}
+	if a.IngressWeight < 0 {
+		errs = append(errs, fmt.Errorf("ingressWeight (--bandwidth-ingress-weight) %d is negative; want 0 or more", a.IngressWeight))
+	}
+	if a.EgressWeight < 0 {
+		errs = append(errs, fmt.Errorf("egressWeight (--bandwidth-egress-weight) %d is negative; want 0 or more", a.EgressWeight))
+	}
+	if a.IngressWeight == 0 && a.EgressWeight == 0 {
+		errs = append(errs, errors.New("ingressWeight and egressWeight are both 0; at least one must be positive"))
+	}
+	if a.StaleAfter.Duration <= 0 {
+		errs = append(errs, fmt.Errorf("staleAfter (--bandwidth-stale-after) %s must be positive", a.StaleAfter.Duration))
+	}
+	return errors.Join(errs...)
+}
+
+// GetObjectKind and DeepCopyObject make *Args a runtime.Object, so it can be passed as
+// typed plugin args (tests, embedders).
+func (a *Args) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// DeepCopyObject implements runtime.Object.
+func (a *Args) DeepCopyObject() runtime.Object {
+	out := *a
+	return &out
+}

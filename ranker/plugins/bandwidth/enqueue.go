@@ -1,0 +1,116 @@
+package bandwidth
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// nodeBandwidthEvent names NodeBandwidth in the <plural>.<version>.<group> form that
+// makes the scheduler watch it through a dynamic informer.
+// The ranker needs RBAC list/watch on nodebandwidths for it.
+const nodeBandwidthEvent fwk.EventResource = "nodebandwidths.v1alpha1.sextant.io"
+
+// EventsToRegister lists the events that can make a pod this plugin rejected
+// schedulable: a node's new report, a node joining, a bandwidth pod going away (its
+// reservation is released), and the pod's own annotations being fixed.
+func (pl *BandwidthAware) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: nodeBandwidthEvent, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterReport},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: isSchedulableAfterPodDeleted},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: isSchedulableAfterPodUpdated},
+	}, nil
+}
+
+// isSchedulableAfterReport queues the pod when the reporting node now passes Filter.
+func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
+	report, err := asNodeBandwidth(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	req, ok := pl.request(nil, pod)
+	if !ok || !req.HasRequired() {
+		// Rejected for malformed annotations: a report does not fix those.
+		return fwk.QueueSkip, nil
+	}
+	// Check against the event's object: the heartbeat store may not have it yet.
+	pl2 := *pl
+	pl2.reports = singleReport{report}
+	if reason, _ := pl2.check(req, report.Name); reason != "" {
+		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+type singleReport struct{ nbw *v1alpha1.NodeBandwidth }
+
+func (s singleReport) Bandwidth(node string) *v1alpha1.NodeBandwidth {
+	if s.nbw != nil && s.nbw.Name == node {
+		return s.nbw
+	}
+	return nil
+}
+
+func asNodeBandwidth(obj any) (*v1alpha1.NodeBandwidth, error) {
+	switch o := obj.(type) {
+	case *v1alpha1.NodeBandwidth:
+		return o, nil
+	case *unstructured.Unstructured:
+		nbw := &v1alpha1.NodeBandwidth{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, nbw); err != nil {
+			return nil, err
+		}
+		return nbw, nil
+	}
+	return nil, fmt.Errorf("NodeBandwidth event carries %T", obj)
+}
+
+// isSchedulableAfterPodDeleted queues the pod when a bound pod with a bandwidth
+// reservation goes away.
+func isSchedulableAfterPodDeleted(_ klog.Logger, _ *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	deleted, ok := oldObj.(*v1.Pod)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if deleted.Spec.NodeName == "" || !HasAnnotations(deleted.Annotations) {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+// isSchedulableAfterPodUpdated queues the pod when its own bandwidth annotations change.
+func isSchedulableAfterPodUpdated(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	oldPod, ok1 := oldObj.(*v1.Pod)
+	newPod, ok2 := newObj.(*v1.Pod)
+	if !ok1 || !ok2 {
+		return fwk.Queue, nil
+	}
+	if newPod.UID != pod.UID {
+		return fwk.QueueSkip, nil
+	}
+	if maps.Equal(bandwidthAnnotations(oldPod.Annotations), bandwidthAnnotations(newPod.Annotations)) {
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+func bandwidthAnnotations(annotations map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range annotations {
+		if strings.HasPrefix(k, AnnotationPrefix) {
+			out[k] = v
+		}
+	}
+	return out
+}

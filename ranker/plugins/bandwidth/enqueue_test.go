@@ -1,0 +1,122 @@
+package bandwidth
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+func TestEventsToRegister(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil))
+	events, err := pl.EventsToRegister(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sawReport bool
+	for _, e := range events {
+		if e.Event.Resource == fwk.EventResource("nodebandwidths."+v1alpha1.GroupVersion.Version+"."+v1alpha1.GroupVersion.Group) {
+			sawReport = true
+		}
+	}
+	if !sawReport {
+		t.Error("NodeBandwidth events must requeue pods (resource <plural>.<version>.<group>)")
+	}
+}
+
+func TestQueueingHintReport(t *testing.T) {
+	logger := klog.Background()
+	pl := testPlugin(t, testArgs(nil))
+	pod := testPod(map[string]string{AnnotationIngressRequired: "400M"})
+	toUnstructured := func(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: m}
+	}
+	for _, tc := range []struct {
+		name string
+		obj  any
+		want fwk.QueueingHint
+	}{
+		{"enough now", toUnstructured(t, report("n", "500M", "1G", now)), fwk.Queue},
+		{"still too little", toUnstructured(t, report("n", "300M", "1G", now)), fwk.QueueSkip},
+		{"stale", toUnstructured(t, report("n", "5G", "5G", now.Add(-time.Hour))), fwk.QueueSkip},
+		{"typed object", report("n", "500M", "1G", now), fwk.Queue},
+	} {
+		got, err := pl.isSchedulableAfterReport(logger, pod, nil, tc.obj)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.want)
+		}
+	}
+	if got, err := pl.isSchedulableAfterReport(logger, pod, nil, "junk"); err == nil || got != fwk.Queue {
+		t.Errorf("junk: got %v, %v; want Queue and an error", got, err)
+	}
+	malformed := testPod(map[string]string{AnnotationIngressRequired: "x"})
+	if got, _ := pl.isSchedulableAfterReport(logger, malformed, nil, report("n", "5G", "5G", now)); got != fwk.QueueSkip {
+		t.Error("a report cannot fix malformed annotations")
+	}
+}
+
+func TestQueueingHintPods(t *testing.T) {
+	logger := klog.Background()
+	pod := testPod(map[string]string{AnnotationIngressRequired: "x"})
+	fixed := pod.DeepCopy()
+	fixed.Annotations = map[string]string{AnnotationIngressRequired: "400M"}
+	relabeled := pod.DeepCopy()
+	relabeled.Labels = map[string]string{"a": "b"}
+	if got, _ := isSchedulableAfterPodUpdated(logger, pod, pod, fixed); got != fwk.Queue {
+		t.Error("fixing the annotation should requeue")
+	}
+	if got, _ := isSchedulableAfterPodUpdated(logger, pod, pod, relabeled); got != fwk.QueueSkip {
+		t.Error("an unrelated update should not requeue")
+	}
+	other := testPod(map[string]string{AnnotationIngressRequired: "1M"})
+	if got, _ := isSchedulableAfterPodUpdated(logger, pod, other, other); got != fwk.QueueSkip {
+		t.Error("another pod's update should not requeue")
+	}
+
+	bound := testPod(map[string]string{AnnotationIngressRequired: "1M"})
+	bound.Spec.NodeName = "n"
+	if got, _ := isSchedulableAfterPodDeleted(logger, pod, bound, nil); got != fwk.Queue {
+		t.Error("deleting a bound bandwidth pod frees its reservation")
+	}
+	plain := testPod(nil)
+	plain.Spec.NodeName = "n"
+	if got, _ := isSchedulableAfterPodDeleted(logger, pod, plain, nil); got != fwk.QueueSkip {
+		t.Error("deleting a pod without bandwidth annotations changes nothing for this plugin")
+	}
+}
+
+func TestSignPod(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil))
+	a := testPod(map[string]string{AnnotationIngressRequired: "1M", "other": "1"})
+	b := testPod(map[string]string{AnnotationIngressRequired: "1M", "other": "2"})
+	c := testPod(map[string]string{AnnotationIngressRequired: "2M"})
+	sign := func(p *v1.Pod) string {
+		f, st := pl.SignPod(context.Background(), p)
+		if !st.IsSuccess() || len(f) != 1 || f[0].Key != signerName {
+			t.Fatalf("SignPod: %v %v", f, st)
+		}
+		out, err := json.Marshal(f[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	if sign(a) != sign(b) {
+		t.Error("pods with equal bandwidth annotations must sign alike")
+	}
+	if sign(a) == sign(c) {
+		t.Error("pods with different bandwidth annotations must sign differently")
+	}
+}

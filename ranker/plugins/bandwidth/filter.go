@@ -1,0 +1,124 @@
+package bandwidth
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// Filter drops the node unless, for every direction the pod requires, the node has a
+// fresh NodeBandwidth whose remaining minus the ledger's reservations there is at least
+// the required rate.
+func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	req, ok := pl.request(state, pod)
+	if !ok || !req.HasRequired() {
+		return nil
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return fwk.NewStatus(fwk.Error, "node not found")
+	}
+	reason, msg := pl.check(req, node.Name)
+	if reason == "" {
+		return nil
+	}
+	filterRejections.WithLabelValues(reason).Inc()
+	// Unresolvable: preempting pods does not change what the node measured, so
+	// preemption must not evict anything on the node's behalf.
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+}
+
+// check returns the reason label and message why the node cannot take req, or "" if
+// it can.
+func (pl *BandwidthAware) check(req Request, node string) (reason, msg string) {
+	report := pl.reports.Bandwidth(node)
+	if report == nil {
+		return reasonNoReport, "node has no NodeBandwidth"
+	}
+	if stale, m := pl.stale(report); stale {
+		return reasonStaleReport, m
+	}
+	resIn, resEg := pl.ledger.Reserved(node)
+	dirs := []struct {
+		name     string
+		d        Direction
+		reserved int64
+		reason   string
+	}{
+		{"ingress", req.Ingress, resIn, reasonIngress},
+		{"egress", req.Egress, resEg, reasonEgress},
+	}
+	for _, dir := range dirs {
+		if !dir.d.HasRequired {
+			continue
+		}
+		reported, known := reportedRemaining(report, dir.name)
+		if !known {
+			return reasonUnknownCapacity, fmt.Sprintf("NodeBandwidth has no %s remaining (capacity unknown)", dir.name)
+		}
+		if avail := reported - dir.reserved; avail < dir.d.Required {
+			if dir.reserved > 0 {
+				// Reservations can exceed what was reported (expected > required); say 0.
+				return dir.reason, fmt.Sprintf("%s remaining %s (%s reported - %s reserved) < required %s",
+					dir.name, formatRate(max(avail, 0)), formatRate(reported), formatRate(dir.reserved), formatRate(dir.d.Required))
+			}
+			return dir.reason, fmt.Sprintf("%s remaining %s < required %s", dir.name, formatRate(avail), formatRate(dir.d.Required))
+		}
+	}
+	return "", ""
+}
+
+// stale reports whether the report is too old to trust, with the message saying so.
+func (pl *BandwidthAware) stale(report *v1alpha1.NodeBandwidth) (bool, string) {
+	if report.Status.SampleTime == nil {
+		return true, "NodeBandwidth has no sampleTime"
+	}
+	age := pl.now().Sub(report.Status.SampleTime.Time)
+	if age > pl.args.StaleAfter.Duration {
+		return true, fmt.Sprintf("NodeBandwidth is stale (sampled %s ago, stale after %s)",
+			age.Truncate(time.Second), pl.args.StaleAfter.Duration)
+	}
+	return false, ""
+}
+
+// reportedRemaining returns the node's total remaining rate in bits/s for the
+// direction, and false when the capacity, and so the remaining, is unknown.
+func reportedRemaining(report *v1alpha1.NodeBandwidth, dir string) (int64, bool) {
+	if report.Status.Total == nil {
+		return 0, false
+	}
+	d := report.Status.Total.Ingress
+	if dir == "egress" {
+		d = report.Status.Total.Egress
+	}
+	if d.Remaining == nil {
+		return 0, false
+	}
+	return d.Remaining.Value(), true
+}
+
+// available returns the reported remaining minus reservations for a fresh report, and
+// false when the node has no usable report for the direction.
+func (pl *BandwidthAware) available(node, dir string) (int64, bool) {
+	report := pl.reports.Bandwidth(node)
+	if report == nil {
+		return 0, false
+	}
+	if stale, _ := pl.stale(report); stale {
+		return 0, false
+	}
+	rem, ok := reportedRemaining(report, dir)
+	if !ok {
+		return 0, false
+	}
+	in, eg := pl.ledger.Reserved(node)
+	if dir == "egress" {
+		return rem - eg, true
+	}
+	return rem - in, true
+}

@@ -1,0 +1,193 @@
+package bandwidth
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/component-base/metrics/testutil"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// seedReports are the seed's worked example (figures 8 and 9) plus node-4 below the
+// floor, with both directions equal so that either direction alone gives the same answer.
+func seedReports() []*v1alpha1.NodeBandwidth {
+	return []*v1alpha1.NodeBandwidth{
+		report("node-1", "900M", "900M", now.Add(-5*time.Second)),
+		report("node-2", "500M", "500M", now.Add(-5*time.Second)),
+		report("node-3", "700M", "700M", now.Add(-5*time.Second)),
+		report("node-4", "300M", "300M", now.Add(-5*time.Second)),
+	}
+}
+
+var seedNodes = []string{"node-1", "node-2", "node-3", "node-4"}
+
+func TestFilter(t *testing.T) {
+	fresh := now.Add(-10 * time.Second)
+	reports := []*v1alpha1.NodeBandwidth{
+		report("plenty", "9G", "9G", fresh),
+		report("tight", "300M", "2G", fresh),
+		report("exact", "400M", "400M", fresh),
+		report("stale", "9G", "9G", now.Add(-2*time.Minute)),
+		report("no-capacity", "", "9G", fresh),
+		report("egress-poor", "9G", "100M", fresh),
+	}
+	noTime := report("no-sample-time", "9G", "9G", fresh)
+	noTime.Status.SampleTime = nil
+	reports = append(reports, noTime)
+
+	ingress400 := map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M"}
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		node        string
+		wantCode    fwk.Code
+		wantReason  string // metric reason label
+		wantMsg     string
+	}{
+		{name: "plenty", annotations: ingress400, node: "plenty", wantCode: fwk.Success},
+		{name: "exactly the floor passes", annotations: ingress400, node: "exact", wantCode: fwk.Success},
+		{name: "below the floor", annotations: ingress400, node: "tight", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonIngress, wantMsg: "ingress remaining 300M < required 400M"},
+		{name: "missing report", annotations: ingress400, node: "unknown-node", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonNoReport, wantMsg: "node has no NodeBandwidth"},
+		{name: "stale report", annotations: ingress400, node: "stale", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport, wantMsg: "NodeBandwidth is stale (sampled 2m0s ago, stale after 1m0s)"},
+		{name: "report without sampleTime", annotations: ingress400, node: "no-sample-time", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport, wantMsg: "no sampleTime"},
+		{name: "unknown capacity", annotations: ingress400, node: "no-capacity", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonUnknownCapacity, wantMsg: "NodeBandwidth has no ingress remaining (capacity unknown)"},
+		{name: "unknown capacity in a direction not required", annotations: map[string]string{AnnotationEgressRequired: "1G"}, node: "no-capacity", wantCode: fwk.Success},
+		{name: "egress floor", annotations: map[string]string{AnnotationIngressRequired: "1G", AnnotationEgressRequired: "200M"}, node: "egress-poor", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonEgress, wantMsg: "egress remaining 100M < required 200M"},
+		{name: "expected only does not filter", annotations: map[string]string{AnnotationIngressExpected: "20G"}, node: "unknown-node", wantCode: fwk.Success},
+		{name: "no annotations does not filter", annotations: nil, node: "unknown-node", wantCode: fwk.Success},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pl := testPlugin(t, testArgs(nil), reports...)
+			pod := testPod(tc.annotations)
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			_, st := pl.PreFilter(ctx, state, pod, nil)
+			if st.IsSkip() {
+				if tc.wantCode != fwk.Success {
+					t.Fatalf("PreFilter skipped, want Filter to say %v", tc.wantCode)
+				}
+				return
+			}
+			if !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			var before float64
+			if tc.wantReason != "" {
+				before, _ = testutil.GetCounterMetricValue(filterRejections.WithLabelValues(tc.wantReason))
+			}
+			st = pl.Filter(ctx, state, pod, nodeInfo(tc.node))
+			if st.Code() != tc.wantCode {
+				t.Fatalf("got %v, want %v", st, tc.wantCode)
+			}
+			if tc.wantMsg != "" && !strings.Contains(st.Message(), tc.wantMsg) {
+				t.Errorf("message %q, want it to contain %q", st.Message(), tc.wantMsg)
+			}
+			if tc.wantReason != "" {
+				after, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues(tc.wantReason))
+				if after != before+1 {
+					t.Errorf("rejections{reason=%s} went %v -> %v, want +1", tc.wantReason, before, after)
+				}
+			}
+		})
+	}
+}
+
+func TestFilterSeedExample(t *testing.T) {
+	for _, strategy := range []Strategy{BestFit, MostHeadroom} {
+		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = strategy }), seedReports()...)
+		pod := testPod(map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M"})
+		c := schedule(t, pl, pod, seedNodes, false)
+		if len(c.filtered) != 1 || c.filtered["node-4"] == nil {
+			t.Fatalf("%s: want only node-4 filtered, got %v", strategy, c.filtered)
+		}
+		if msg := c.filtered["node-4"].Message(); msg != "ingress remaining 300M < required 400M" {
+			t.Errorf("node-4 reason %q", msg)
+		}
+	}
+}
+
+func TestFilterSubtractsReservations(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil), report("n", "1G", "1G", now))
+	first := testPod(map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "700M"})
+	pl.Ledger().Reserve(first, "n", mustParse(t, first))
+	second := testPod(map[string]string{AnnotationIngressRequired: "400M"})
+	st := pl.Filter(context.Background(), nil, second, nodeInfo("n"))
+	want := "ingress remaining 300M (1G reported - 700M reserved) < required 400M"
+	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != want {
+		t.Fatalf("got %v, want %q", st, want)
+	}
+}
+
+func mustParse(t *testing.T, pod interface{ GetAnnotations() map[string]string }) Request {
+	t.Helper()
+	req, err := ParseAnnotations(pod.GetAnnotations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+func TestPreFilter(t *testing.T) {
+	malformed := []struct{ key, value string }{
+		{AnnotationIngressRequired, "4OOM"},
+		{AnnotationEgressRequired, "-1"},
+		{AnnotationIngressExpected, "fast"},
+		{AnnotationEgressExpected, "1.5.0G"},
+		{AnnotationStrategy, "cheapest"},
+		{AnnotationPrefix + "egress-limit", "1G"},
+	}
+	for _, m := range malformed {
+		t.Run("malformed "+m.key, func(t *testing.T) {
+			pl := testPlugin(t, testArgs(nil), seedReports()...)
+			pod := testPod(map[string]string{m.key: m.value})
+			before, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues(reasonInvalidAnnotation))
+			_, st := pl.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)
+			if st.Code() != fwk.UnschedulableAndUnresolvable {
+				t.Fatalf("got %v, want UnschedulableAndUnresolvable", st)
+			}
+			if !strings.Contains(st.Message(), m.key) || !strings.Contains(st.Message(), "want ") {
+				t.Errorf("message %q should name %s and the accepted form", st.Message(), m.key)
+			}
+			after, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues(reasonInvalidAnnotation))
+			if after != before+1 {
+				t.Errorf("invalid_annotation counter went %v -> %v", before, after)
+			}
+		})
+	}
+	t.Run("expected below required", func(t *testing.T) {
+		pl := testPlugin(t, testArgs(nil))
+		pod := testPod(map[string]string{AnnotationEgressRequired: "500M", AnnotationEgressExpected: "400M"})
+		_, st := pl.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), AnnotationEgressExpected) {
+			t.Fatalf("got %v", st)
+		}
+	})
+	t.Run("no annotations: skip", func(t *testing.T) {
+		pl := testPlugin(t, testArgs(nil))
+		pod := testPod(map[string]string{"app": "web"})
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSkip() {
+			t.Fatalf("got %v, want Skip", st)
+		}
+		if _, err := state.Read(stateKey); err == nil {
+			t.Error("nothing should be written for a pod the plugin ignores")
+		}
+	})
+	t.Run("required: success with state", func(t *testing.T) {
+		pl := testPlugin(t, testArgs(nil))
+		pod := testPod(map[string]string{AnnotationIngressRequired: "1M"})
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+			t.Fatalf("got %v, want Success", st)
+		}
+		if _, err := state.Read(stateKey); err != nil {
+			t.Error("PreFilter should store the parsed request")
+		}
+	})
+}

@@ -1,0 +1,319 @@
+package bandwidth
+
+import (
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// reportSource is what the plugin reads heartbeats from; *heartbeat.Store is one.
+type reportSource interface {
+	Bandwidth(node string) *v1alpha1.NodeBandwidth
+}
+
+// defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s).
+const defaultWindow = 60 * time.Second
+
+// Ledger holds the bandwidth of pods placed on a node that the node's reports cannot
+// yet reflect, so that a burst of pods does not all land on the node whose last report
+// predates them.
+//
+// The rule: a pod reserves its expected (else required) rate per direction on its node
+// from Reserve (or from when the ranker first sees it bound) until one of
+//   - a NodeBandwidth of that node arrives whose sampleTime is at least one peak window
+//     (status.window, 60s if absent) after the pod was seen running with all its
+//     containers started: that report's peak, and so its remaining, was measured
+//     entirely while the pod ran, so it already accounts for the pod's traffic;
+//   - the pod is deleted or finishes (Succeeded/Failed);
+//   - the scheduler calls Unreserve (binding failed or was rejected).
+//
+// A pod that is bound but never runs (image pull failure, a node without a kubelet)
+// keeps its reservation until it is deleted: the ranker cannot tell it will not start.
+//
+// The ledger is rebuilt from the cluster rather than persisted: every pod informer
+// Add/Update of a bound, unfinished pod with bandwidth annotations that the ledger does
+// not hold and whose node's latest report does not cover it is reserved again
+// (source=observed). On a leader change the new leader's informers list all pods, which
+// rebuilds the ledger; pods bound by another scheduler are counted the same way.
+type Ledger struct {
+	reports reportSource
+
+	mu     sync.RWMutex
+	byPod  map[types.UID]*reservation
+	byNode map[string]*nodeReservations
+	// covered remembers pods released because a report covered them, so a later status
+	// update of the pod does not reserve it again (e.g. if its node's report vanished).
+	covered map[types.UID]struct{}
+}
+
+type reservation struct {
+	pod     string // namespace/name, for logs
+	node    string
+	ingress int64
+	egress  int64
+	// runningSince is when the pod was first seen running with every container
+	// started; zero until then.
+	runningSince time.Time
+}
+
+type nodeReservations struct {
+	ingress, egress int64
+	pods            map[types.UID]*reservation
+}
+
+// NewLedger returns an empty ledger that checks coverage against reports.
+func NewLedger(reports reportSource) *Ledger {
+	return &Ledger{
+		reports: reports,
+		byPod:   map[types.UID]*reservation{},
+		byNode:  map[string]*nodeReservations{},
+		covered: map[types.UID]struct{}{},
+	}
+}
+
+// Reserved returns the rates reserved on node, in bits/s.
+func (l *Ledger) Reserved(node string) (ingress, egress int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n := l.byNode[node]; n != nil {
+		return n.ingress, n.egress
+	}
+	return 0, 0
+}
+
+// Len returns how many pods hold a reservation.
+func (l *Ledger) Len() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.byPod)
+}
+
+// Has reports whether the pod holds a reservation, and on which node.
+func (l *Ledger) Has(uid types.UID) (string, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	r, ok := l.byPod[uid]
+	if !ok {
+		return "", false
+	}
+	return r.node, true
+}
+
+// Reserve records that pod, asking req, was placed on node by this scheduler.
+func (l *Ledger) Reserve(pod *v1.Pod, node string, req Request) {
+	in, _ := req.Ingress.Target()
+	eg, _ := req.Egress.Target()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.covered, pod.UID)
+	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, ingress: in, egress: eg})
+	reservationsTotal.WithLabelValues("scheduled").Inc()
+}
+
+// Unreserve drops the pod's reservation, if any. Safe to call more than once.
+func (l *Ledger) Unreserve(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.removeLocked(uid, releaseUnreserved)
+}
+
+// addLocked adds r, replacing an older reservation of the same pod.
+func (l *Ledger) addLocked(uid types.UID, r *reservation) {
+	l.removeLocked(uid, "")
+	n := l.byNode[r.node]
+	if n == nil {
+		n = &nodeReservations{pods: map[types.UID]*reservation{}}
+		l.byNode[r.node] = n
+	}
+	n.pods[uid] = r
+	n.ingress += r.ingress
+	n.egress += r.egress
+	l.byPod[uid] = r
+	reservationsGauge.Inc()
+	reservedBytes.WithLabelValues("ingress").Add(float64(r.ingress) / 8)
+	reservedBytes.WithLabelValues("egress").Add(float64(r.egress) / 8)
+}
+
+// removeLocked drops the pod's reservation; reason "" means it is being replaced and is
+// not counted as a release.
+func (l *Ledger) removeLocked(uid types.UID, reason string) {
+	r, ok := l.byPod[uid]
+	if !ok {
+		return
+	}
+	delete(l.byPod, uid)
+	if n := l.byNode[r.node]; n != nil {
+		delete(n.pods, uid)
+		n.ingress -= r.ingress
+		n.egress -= r.egress
+		if len(n.pods) == 0 {
+			delete(l.byNode, r.node)
+		}
+	}
+	reservationsGauge.Dec()
+	reservedBytes.WithLabelValues("ingress").Add(-float64(r.ingress) / 8)
+	reservedBytes.WithLabelValues("egress").Add(-float64(r.egress) / 8)
+	if reason != "" {
+		releasesTotal.WithLabelValues(reason).Inc()
+	}
+}
+
+// coveredBy reports whether report was measured entirely while a pod running since
+// runningSince ran.
+func coveredBy(runningSince time.Time, report *v1alpha1.NodeBandwidth) bool {
+	if runningSince.IsZero() || report == nil || report.Status.SampleTime == nil {
+		return false
+	}
+	window := defaultWindow
+	if w := report.Status.Window; w != nil && w.Duration > 0 {
+		window = w.Duration
+	}
+	return !report.Status.SampleTime.Time.Before(runningSince.Add(window))
+}
+
+// runningSince returns when every container of the pod had started, or zero if the pod
+// is not running with all its containers up.
+func runningSince(pod *v1.Pod) time.Time {
+	if pod.Status.Phase != v1.PodRunning || len(pod.Status.ContainerStatuses) == 0 {
+		return time.Time{}
+	}
+	var latest time.Time
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return time.Time{}
+		}
+		if t := cs.State.Running.StartedAt.Time; t.After(latest) {
+			latest = t
+		}
+	}
+	return latest
+}
+
+func finished(pod *v1.Pod) bool {
+	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
+}
+
+// ObservePod brings the ledger up to date with a pod from the informer: it marks a
+// reserved pod running, releases it when finished or covered, and reserves bound pods
+// the ledger does not know (rebuild after a leader change, pods of other schedulers).
+func (l *Ledger) ObservePod(pod *v1.Pod) {
+	if !HasAnnotations(pod.Annotations) {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if finished(pod) {
+		l.removeLocked(pod.UID, releasePodGone)
+		delete(l.covered, pod.UID)
+		return
+	}
+	if pod.Spec.NodeName == "" {
+		// Pending, or assumed by this scheduler and not bound yet: Reserve owns it.
+		return
+	}
+	since := runningSince(pod)
+	r, ok := l.byPod[pod.UID]
+	if ok && r.node != pod.Spec.NodeName {
+		// Bound somewhere else than reserved (another scheduler won a race): move it.
+		l.removeLocked(pod.UID, "")
+		ok = false
+	}
+	if !ok {
+		if _, done := l.covered[pod.UID]; done {
+			return
+		}
+		req, err := ParseAnnotations(pod.Annotations)
+		if err != nil || req.Empty() {
+			return
+		}
+		if coveredBy(since, l.reports.Bandwidth(pod.Spec.NodeName)) {
+			// Long-running pod seen at startup: its node's report already reflects it.
+			l.covered[pod.UID] = struct{}{}
+			return
+		}
+		in, _ := req.Ingress.Target()
+		eg, _ := req.Egress.Target()
+		r = &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, ingress: in, egress: eg}
+		l.addLocked(pod.UID, r)
+		reservationsTotal.WithLabelValues("observed").Inc()
+	}
+	if r.runningSince.IsZero() && !since.IsZero() {
+		r.runningSince = since
+	}
+	if coveredBy(r.runningSince, l.reports.Bandwidth(r.node)) {
+		l.removeLocked(pod.UID, releaseCovered)
+		l.covered[pod.UID] = struct{}{}
+	}
+}
+
+// ForgetPod releases a deleted pod's reservation.
+func (l *Ledger) ForgetPod(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.removeLocked(uid, releasePodGone)
+	delete(l.covered, uid)
+}
+
+// ObserveReport releases the reservations on the report's node that it covers.
+func (l *Ledger) ObserveReport(report *v1alpha1.NodeBandwidth) {
+	if report == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.byNode[report.Name]
+	if n == nil {
+		return
+	}
+	for uid, r := range n.pods {
+		if coveredBy(r.runningSince, report) {
+			l.removeLocked(uid, releaseCovered)
+			l.covered[uid] = struct{}{}
+		}
+	}
+}
+
+// podHandler feeds the ledger from the scheduler's pod informer.
+func (l *Ledger) podHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*v1.Pod); ok {
+				l.ObservePod(pod)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*v1.Pod); ok {
+				l.ObservePod(pod)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			switch o := obj.(type) {
+			case *v1.Pod:
+				l.ForgetPod(o.UID)
+			case cache.DeletedFinalStateUnknown:
+				if pod, ok := o.Obj.(*v1.Pod); ok {
+					l.ForgetPod(pod.UID)
+				}
+			}
+		},
+	}
+}
+
+// reportHandler feeds the ledger from the heartbeat store.
+func (l *Ledger) reportHandler() cache.ResourceEventHandler {
+	observe := func(obj any) {
+		if nbw, ok := obj.(*v1alpha1.NodeBandwidth); ok {
+			l.ObserveReport(nbw)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, obj any) { observe(obj) },
+	}
+}

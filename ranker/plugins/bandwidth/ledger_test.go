@@ -1,0 +1,271 @@
+package bandwidth
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/testutil"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+func gauge(t *testing.T) float64 {
+	t.Helper()
+	v, err := testutil.GetGaugeMetricValue(reservationsGauge)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestLedgerBurstNeverOverfills schedules 20 pods one after another, as the scheduler
+// does, onto nodes whose last reports predate all of them. Every pod placed must have
+// found its required rate free after the reservations of the pods before it, so the
+// required rates placed on a node never add up to more than it reported remaining.
+func TestLedgerBurstNeverOverfills(t *testing.T) {
+	remaining := map[string]int64{"node-1": 1000e6, "node-2": 700e6, "node-3": 450e6, "node-4": 300e6}
+	for _, tc := range []struct {
+		strategy           Strategy
+		required, expected string
+		wantPlaced         int
+	}{
+		// Reserving exactly what is required packs 1000/150=6, 4, 3 and 2 pods.
+		{BestFit, "150M", "150M", 15},
+		{MostHeadroom, "150M", "150M", 15},
+		// Reserving 150M but needing only 100M free lets one more pod onto a node while
+		// 100M-150M is left (1000M: 7, 700M: 5, 450M: 3, 300M: 2).
+		{BestFit, "100M", "150M", 17},
+		{MostHeadroom, "100M", "150M", 17},
+	} {
+		t.Run(fmt.Sprintf("%s %s/%s", tc.strategy, tc.required, tc.expected), func(t *testing.T) {
+			var reports []*v1alpha1.NodeBandwidth
+			var nodes []string
+			for n, r := range remaining {
+				reports = append(reports, report(n, formatRate(r), "10G", now.Add(-time.Second)))
+				nodes = append(nodes, n)
+			}
+			pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = tc.strategy }), reports...)
+			gaugeBefore := gauge(t)
+			requiredOn := map[string]int64{}
+			placed := 0
+			for i := 0; i < 20; i++ {
+				pod := testPod(map[string]string{AnnotationIngressRequired: tc.required, AnnotationIngressExpected: tc.expected})
+				c := schedule(t, pl, pod, nodes, true)
+				if c.chosen == "" {
+					continue
+				}
+				placed++
+				requiredOn[c.chosen] += mustParse(t, pod).Ingress.Required
+				for n, r := range remaining {
+					if requiredOn[n] > r {
+						t.Fatalf("after pod %d, %s holds %s required > %s remaining", i, n, formatRate(requiredOn[n]), formatRate(r))
+					}
+					if tc.required == tc.expected {
+						if in, _ := pl.Ledger().Reserved(n); in > r {
+							t.Fatalf("after pod %d, %s has %s reserved > %s remaining", i, n, formatRate(in), formatRate(r))
+						}
+					}
+				}
+			}
+			if placed != tc.wantPlaced {
+				t.Errorf("placed %d pods, want %d", placed, tc.wantPlaced)
+			}
+			if got := gauge(t) - gaugeBefore; got != float64(placed) {
+				t.Errorf("reservations gauge grew by %v, want %d", got, placed)
+			}
+		})
+	}
+}
+
+func runningPod(pod *v1.Pod, node string, startedAt time.Time) *v1.Pod {
+	p := pod.DeepCopy()
+	p.Spec.NodeName = node
+	p.Status.Phase = v1.PodRunning
+	p.Status.ContainerStatuses = []v1.ContainerStatus{
+		{Name: "main", State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(startedAt)}}},
+		{Name: "side", State: v1.ContainerState{Running: &v1.ContainerStateRunning{StartedAt: metav1.NewTime(startedAt.Add(-time.Second))}}},
+	}
+	return p
+}
+
+func TestLedgerRelease(t *testing.T) {
+	annotations := map[string]string{AnnotationIngressRequired: "100M", AnnotationEgressExpected: "50M"}
+	setup := func(t *testing.T) (*BandwidthAware, *v1.Pod) {
+		pl := testPlugin(t, testArgs(nil), report("n", "1G", "1G", now.Add(-time.Minute)))
+		pod := testPod(annotations)
+		pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
+		if in, eg := pl.Ledger().Reserved("n"); in != 100e6 || eg != 50e6 {
+			t.Fatalf("reserved %d/%d, want 100M/50M", in, eg)
+		}
+		return pl, pod
+	}
+	releases := func(t *testing.T, reason string) float64 {
+		v, _ := testutil.GetCounterMetricValue(releasesTotal.WithLabelValues(reason))
+		return v
+	}
+
+	t.Run("newer report before the pod runs keeps it", func(t *testing.T) {
+		pl, pod := setup(t)
+		bound := pod.DeepCopy()
+		bound.Spec.NodeName = "n"
+		pl.Ledger().ObservePod(bound)
+		pl.Ledger().ObserveReport(report("n", "1G", "1G", now.Add(10*time.Minute)))
+		if pl.Ledger().Len() != 1 {
+			t.Fatal("a bound pod that is not running is not in any report yet")
+		}
+	})
+	t.Run("report within a window of the start keeps it", func(t *testing.T) {
+		pl, pod := setup(t)
+		pl.Ledger().ObservePod(runningPod(pod, "n", now))
+		pl.Ledger().ObserveReport(report("n", "1G", "1G", now.Add(59*time.Second)))
+		if pl.Ledger().Len() != 1 {
+			t.Fatal("the report's 60s peak window started before the pod ran")
+		}
+	})
+	t.Run("report a window after the start releases it", func(t *testing.T) {
+		pl, pod := setup(t)
+		before := releases(t, releaseCovered)
+		pl.Ledger().ObservePod(runningPod(pod, "n", now))
+		pl.Ledger().ObserveReport(report("n", "1G", "1G", now.Add(60*time.Second)))
+		if pl.Ledger().Len() != 0 {
+			t.Fatal("want released by a covering report")
+		}
+		if in, eg := pl.Ledger().Reserved("n"); in != 0 || eg != 0 {
+			t.Errorf("node still has %d/%d reserved", in, eg)
+		}
+		if releases(t, releaseCovered) != before+1 {
+			t.Error("releases{reason=covered} not counted")
+		}
+		// Later status updates must not reserve the pod again.
+		pl.Ledger().ObservePod(runningPod(pod, "n", now))
+		if pl.Ledger().Len() != 0 {
+			t.Error("a covered pod was reserved again")
+		}
+	})
+	t.Run("report from another node does not release", func(t *testing.T) {
+		pl, pod := setup(t)
+		pl.Ledger().ObservePod(runningPod(pod, "n", now))
+		pl.Ledger().ObserveReport(report("other", "1G", "1G", now.Add(time.Hour)))
+		if pl.Ledger().Len() != 1 {
+			t.Fatal("released by another node's report")
+		}
+	})
+	t.Run("pod running when its node's report already covers it", func(t *testing.T) {
+		pl := testPlugin(t, testArgs(nil), report("n", "1G", "1G", now.Add(2*time.Minute)))
+		pod := testPod(annotations)
+		pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
+		pl.Ledger().ObservePod(runningPod(pod, "n", now))
+		if pl.Ledger().Len() != 0 {
+			t.Fatal("want released when the running pod is seen after the covering report")
+		}
+	})
+	t.Run("unreserve", func(t *testing.T) {
+		pl, pod := setup(t)
+		before := releases(t, releaseUnreserved)
+		pl.Unreserve(context.Background(), nil, pod, "n")
+		pl.Unreserve(context.Background(), nil, pod, "n") // idempotent
+		if pl.Ledger().Len() != 0 {
+			t.Fatal("want released by Unreserve")
+		}
+		if in, _ := pl.Ledger().Reserved("n"); in != 0 {
+			t.Error("node still has ingress reserved")
+		}
+		if releases(t, releaseUnreserved) != before+1 {
+			t.Error("releases{reason=unreserved} should count once")
+		}
+	})
+	t.Run("pod deleted", func(t *testing.T) {
+		pl, pod := setup(t)
+		pl.Ledger().podHandler().OnDelete(cache.DeletedFinalStateUnknown{Key: "default/x", Obj: pod})
+		if pl.Ledger().Len() != 0 {
+			t.Fatal("want released on delete")
+		}
+	})
+	t.Run("pod finished", func(t *testing.T) {
+		pl, pod := setup(t)
+		done := runningPod(pod, "n", now)
+		done.Status.Phase = v1.PodSucceeded
+		pl.Ledger().podHandler().OnUpdate(pod, done)
+		if pl.Ledger().Len() != 0 {
+			t.Fatal("want released when the pod finished")
+		}
+	})
+	t.Run("bound elsewhere moves the reservation", func(t *testing.T) {
+		pl, pod := setup(t)
+		moved := pod.DeepCopy()
+		moved.Spec.NodeName = "m"
+		pl.Ledger().ObservePod(moved)
+		if node, ok := pl.Ledger().Has(pod.UID); !ok || node != "m" {
+			t.Fatalf("reservation on %q, want m", node)
+		}
+		if in, _ := pl.Ledger().Reserved("n"); in != 0 {
+			t.Error("old node keeps the reservation")
+		}
+	})
+}
+
+// TestLedgerRebuild is a leader change: a fresh ledger fed the pods the informer lists.
+func TestLedgerRebuild(t *testing.T) {
+	ann := map[string]string{AnnotationIngressRequired: "100M", AnnotationIngressExpected: "200M"}
+	pl := testPlugin(t, testArgs(nil),
+		report("n1", "1G", "1G", now.Add(-10*time.Second)),
+		report("n2", "1G", "1G", now.Add(-10*time.Second)))
+
+	pending := testPod(ann) // not bound: the scheduler will Reserve it itself
+	justBound := testPod(ann)
+	justBound.Spec.NodeName = "n1"
+	startingUp := runningPod(testPod(ann), "n1", now.Add(-30*time.Second)) // running, report predates a full window
+	longRunning := runningPod(testPod(ann), "n2", now.Add(-time.Hour))     // n2's report covers it
+	finishedPod := runningPod(testPod(ann), "n2", now.Add(-time.Hour))
+	finishedPod.Status.Phase = v1.PodFailed
+	unannotated := runningPod(testPod(nil), "n1", now)
+	malformed := testPod(map[string]string{AnnotationIngressRequired: "lots"})
+	malformed.Spec.NodeName = "n2"
+
+	before, _ := testutil.GetCounterMetricValue(reservationsTotal.WithLabelValues("observed"))
+	h := pl.Ledger().podHandler()
+	for _, p := range []*v1.Pod{pending, justBound, startingUp, longRunning, finishedPod, unannotated, malformed} {
+		h.OnAdd(p, true)
+	}
+	if got := pl.Ledger().Len(); got != 2 {
+		t.Fatalf("rebuilt %d reservations, want 2 (justBound, startingUp)", got)
+	}
+	if in, _ := pl.Ledger().Reserved("n1"); in != 400e6 {
+		t.Errorf("n1 reserved %s, want 400M", formatRate(in))
+	}
+	if in, _ := pl.Ledger().Reserved("n2"); in != 0 {
+		t.Errorf("n2 reserved %s, want 0", formatRate(in))
+	}
+	after, _ := testutil.GetCounterMetricValue(reservationsTotal.WithLabelValues("observed"))
+	if after != before+2 {
+		t.Errorf("reservations_total{source=observed} grew by %v, want 2", after-before)
+	}
+	// The rebuilt reservations count in Filter: 1G - 400M leaves 600M.
+	pod := testPod(map[string]string{AnnotationIngressRequired: "700M"})
+	if st := pl.Filter(context.Background(), nil, pod, nodeInfo("n1")); st.IsSuccess() {
+		t.Error("Filter ignored rebuilt reservations")
+	}
+	// A later report covering startingUp releases it.
+	pl.Ledger().ObserveReport(report("n1", "1G", "1G", now.Add(time.Minute)))
+	if got := pl.Ledger().Len(); got != 1 {
+		t.Errorf("%d reservations left, want 1 (justBound never ran)", got)
+	}
+}
+
+func TestReserveSkipsPodsWithoutRates(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil))
+	for i, ann := range []map[string]string{nil, {AnnotationStrategy: "best-fit"}, {"app": "x"}} {
+		pod := testPod(ann)
+		if st := pl.Reserve(context.Background(), nil, pod, "n"); !st.IsSuccess() {
+			t.Fatalf("case %d: %v", i, st)
+		}
+	}
+	if pl.Ledger().Len() != 0 {
+		t.Error("pods without rates must not reserve")
+	}
+}

@@ -1,0 +1,74 @@
+package bandwidth
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"sextant.io/sextant/ranker/heartbeat"
+)
+
+// Name is the plugin's name in KubeSchedulerConfiguration.
+const Name = "BandwidthAware"
+
+// BandwidthAware is the plugin.
+type BandwidthAware struct {
+	args    Args
+	reports reportSource
+	ledger  *Ledger
+	now     func() time.Time
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &BandwidthAware{}
+	_ fwk.FilterPlugin      = &BandwidthAware{}
+	_ fwk.PreScorePlugin    = &BandwidthAware{}
+	_ fwk.ScorePlugin       = &BandwidthAware{}
+	_ fwk.ScoreExtensions   = &BandwidthAware{}
+	_ fwk.ReservePlugin     = &BandwidthAware{}
+	_ fwk.EnqueueExtensions = &BandwidthAware{}
+	_ fwk.SignPlugin        = &BandwidthAware{}
+
+	_ frameworkruntime.PluginFactory = New
+)
+
+// New is the plugin factory: app.WithPlugin(bandwidth.Name, bandwidth.New).
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	registerMetrics()
+	store, err := sharedStore(ctx, h.KubeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s heartbeat store: %w", Name, err)
+	}
+	pl := newPlugin(args, store, time.Now)
+	if err := store.AddBandwidthHandler(pl.ledger.reportHandler()); err != nil {
+		return nil, fmt.Errorf("%s watch NodeBandwidth: %w", Name, err)
+	}
+	// The scheduler's pod informer lists every pod when it starts, which rebuilds the
+	// ledger from bound pods after a restart or leader change.
+	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(pl.ledger.podHandler()); err != nil {
+		return nil, fmt.Errorf("%s watch pods: %w", Name, err)
+	}
+	return pl, nil
+}
+
+// sharedStore is heartbeat.Shared; tests replace it to run New without an API server.
+var sharedStore = heartbeat.Shared
+
+// newPlugin builds the plugin without a framework handle, for New and for tests.
+func newPlugin(args Args, reports reportSource, now func() time.Time) *BandwidthAware {
+	return &BandwidthAware{args: args, reports: reports, ledger: NewLedger(reports), now: now}
+}
+
+// Name implements fwk.Plugin.
+func (pl *BandwidthAware) Name() string { return Name }
+
+// Ledger exposes the reservation ledger (for the webhook's and tests' inspection).
+func (pl *BandwidthAware) Ledger() *Ledger { return pl.ledger }

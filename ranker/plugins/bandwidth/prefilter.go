@@ -1,0 +1,63 @@
+package bandwidth
+
+import (
+	"context"
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+const stateKey fwk.StateKey = Name + "/request"
+
+// podState is the pod's parsed request, written by PreFilter and only read afterwards,
+// so Clone can share it.
+type podState struct {
+	req Request
+}
+
+func (s *podState) Clone() fwk.StateData { return s }
+
+// PreFilter parses the pod's annotations once per cycle. A pod without any is skipped
+// by Filter (and PreScore skips Score); a pod with malformed ones is unschedulable
+// until they are fixed, with a message naming the annotation and its accepted form.
+func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !HasAnnotations(pod.Annotations) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	req, err := ParseAnnotations(pod.Annotations)
+	if err != nil {
+		filterRejections.WithLabelValues(reasonInvalidAnnotation).Inc()
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	state.Write(stateKey, &podState{req: req})
+	if !req.HasRequired() {
+		// Only expected values: nothing to filter, but Score and Reserve still apply.
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return nil, nil
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin. There are none: bandwidth a
+// preemption victim frees is not visible until the node reports again, so preemption
+// cannot make room for a bandwidth-rejected pod (Filter says UnschedulableAndUnresolvable).
+func (pl *BandwidthAware) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// request returns the pod's request from the cycle state, or parses it when a caller
+// (preemption dry runs, tests) did not run PreFilter. ok is false for pods the plugin
+// ignores, including malformed ones (PreFilter already rejected those).
+func (pl *BandwidthAware) request(state fwk.CycleState, pod *v1.Pod) (Request, bool) {
+	if state != nil {
+		if d, err := state.Read(stateKey); err == nil {
+			if s, ok := d.(*podState); ok {
+				return s.req, true
+			}
+		}
+	}
+	if !HasAnnotations(pod.Annotations) {
+		return Request{}, false
+	}
+	req, err := ParseAnnotations(pod.Annotations)
+	if err != nil {
+		return Request{}, false
+	}
+	return req, true
+}

@@ -1,0 +1,173 @@
+package bandwidth
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+func TestScoreSeedExample(t *testing.T) {
+	seedPod := map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M"}
+	bothDirections := map[string]string{
+		AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M",
+		AnnotationEgressRequired: "400M", AnnotationEgressExpected: "500M",
+	}
+	tests := []struct {
+		name        string
+		args        Args
+		annotations map[string]string
+		wantChosen  string
+		wantOrder   []string // by score, highest first
+		wantScores  map[string]int64
+	}{
+		{
+			name: "best-fit from args", args: testArgs(nil), annotations: seedPod,
+			wantChosen: "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
+			// |remaining - 500M| = 400M, 0, 200M against the worst 400M.
+			wantScores: map[string]int64{"node-1": 0, "node-2": 100, "node-3": 50},
+		},
+		{
+			name: "most-headroom from args", args: testArgs(func(a *Args) { a.Strategy = MostHeadroom }), annotations: seedPod,
+			wantChosen: "node-1", wantOrder: []string{"node-1", "node-3", "node-2"},
+			wantScores: map[string]int64{"node-1": 100, "node-2": 56, "node-3": 78},
+		},
+		{
+			name: "most-headroom from the annotation overrides best-fit args", args: testArgs(nil),
+			annotations: map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M", AnnotationStrategy: "most-headroom"},
+			wantChosen:  "node-1", wantOrder: []string{"node-1", "node-3", "node-2"},
+		},
+		{
+			name: "best-fit from the annotation overrides most-headroom args", args: testArgs(func(a *Args) { a.Strategy = MostHeadroom }),
+			annotations: map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M", AnnotationStrategy: "best-fit"},
+			wantChosen:  "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
+		},
+		{
+			name: "both directions, best-fit", args: testArgs(nil), annotations: bothDirections,
+			wantChosen: "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
+		},
+		{
+			name: "both directions, most-headroom", args: testArgs(func(a *Args) { a.Strategy = MostHeadroom }), annotations: bothDirections,
+			wantChosen: "node-1", wantOrder: []string{"node-1", "node-3", "node-2"},
+		},
+		{
+			name: "required only is the target", args: testArgs(nil), annotations: map[string]string{AnnotationIngressRequired: "500M"},
+			wantChosen: "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pl := testPlugin(t, tc.args, seedReports()...)
+			c := schedule(t, pl, testPod(tc.annotations), seedNodes, false)
+			if c.chosen != tc.wantChosen {
+				t.Errorf("chosen %q, want %q (scores %v)", c.chosen, tc.wantChosen, c.scores)
+			}
+			if _, in := c.scores["node-4"]; in {
+				t.Error("node-4 was filtered and must not be scored")
+			}
+			for i := 1; i < len(tc.wantOrder); i++ {
+				a, b := tc.wantOrder[i-1], tc.wantOrder[i]
+				if c.scores[a] <= c.scores[b] {
+					t.Errorf("want %s (%d) above %s (%d)", a, c.scores[a], b, c.scores[b])
+				}
+			}
+			for n, want := range tc.wantScores {
+				if c.scores[n] != want {
+					t.Errorf("score of %s = %d, want %d", n, c.scores[n], want)
+				}
+			}
+		})
+	}
+}
+
+func TestScoreWeightsFlipDecision(t *testing.T) {
+	fresh := now.Add(-time.Second)
+	// node-a fits the pod's ingress exactly but has a poor egress fit; node-b the reverse.
+	reports := []*v1alpha1.NodeBandwidth{
+		report("node-a", "500M", "3G", fresh),
+		report("node-b", "3G", "500M", fresh),
+	}
+	pod := map[string]string{
+		AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M",
+		AnnotationEgressRequired: "400M", AnnotationEgressExpected: "500M",
+	}
+	for _, tc := range []struct {
+		strategy        Strategy
+		ingress, egress int64
+		want            string
+	}{
+		{BestFit, 3, 1, "node-a"},
+		{BestFit, 1, 3, "node-b"},
+		{BestFit, 1, 0, "node-a"},
+		{BestFit, 0, 1, "node-b"},
+		// most-headroom prefers the node with more room in the heavier direction.
+		{MostHeadroom, 3, 1, "node-b"},
+		{MostHeadroom, 1, 3, "node-a"},
+	} {
+		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy, a.IngressWeight, a.EgressWeight = tc.strategy, tc.ingress, tc.egress }), reports...)
+		c := schedule(t, pl, testPod(pod), []string{"node-a", "node-b"}, false)
+		if c.chosen != tc.want {
+			t.Errorf("%s ingress=%d egress=%d: chosen %s, want %s (scores %v)", tc.strategy, tc.ingress, tc.egress, c.chosen, tc.want, c.scores)
+		}
+	}
+}
+
+func TestScoreIgnoresPodsWithoutAnnotations(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil), seedReports()...)
+	pod := testPod(map[string]string{"app": "web"})
+	state := framework.NewCycleState()
+	ctx := context.Background()
+	if st := pl.PreScore(ctx, state, pod, nodeInfos(seedNodes...)); !st.IsSkip() {
+		t.Fatalf("PreScore: got %v, want Skip", st)
+	}
+	// Even if the framework called Score anyway, it must not prefer any node.
+	for _, n := range seedNodes {
+		if s, st := pl.Score(ctx, state, pod, nodeInfo(n)); s != 0 || !st.IsSuccess() {
+			t.Errorf("Score(%s) = %d, %v; want 0, success", n, s, st)
+		}
+	}
+	// And the full cycle neither filters nor reserves.
+	c := schedule(t, pl, pod, seedNodes, true)
+	if len(c.filtered) != 0 || c.scores != nil {
+		t.Errorf("pod without annotations was filtered or scored: %+v", c)
+	}
+	if pl.Ledger().Len() != 0 {
+		t.Error("pod without annotations reserved bandwidth")
+	}
+}
+
+func TestScoreStrategyOnlyAnnotationSkips(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil), seedReports()...)
+	pod := testPod(map[string]string{AnnotationStrategy: "most-headroom"})
+	c := schedule(t, pl, pod, seedNodes, true)
+	if !c.preFilter.IsSkip() || c.scores != nil || pl.Ledger().Len() != 0 {
+		t.Errorf("a strategy without rates should change nothing: %+v", c)
+	}
+}
+
+func TestScoreExpectedOnlyNodesWithoutReportScoreZero(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil), report("reported", "1G", "1G", now))
+	pod := testPod(map[string]string{AnnotationIngressExpected: "1G"})
+	c := schedule(t, pl, pod, []string{"reported", "silent"}, false)
+	if c.chosen != "reported" || c.scores["silent"] != 0 || c.scores["reported"] != fwk.MaxNodeScore {
+		t.Errorf("got %+v", c)
+	}
+}
+
+func TestNormalizeScore(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil))
+	list := fwk.NodeScoreList{{Name: "a", Score: 40}, {Name: "b", Score: 20}, {Name: "c", Score: 0}}
+	pl.NormalizeScore(context.Background(), nil, nil, list)
+	if list[0].Score != 100 || list[1].Score != 50 || list[2].Score != 0 {
+		t.Errorf("got %v", list)
+	}
+	zero := fwk.NodeScoreList{{Name: "a"}, {Name: "b"}}
+	pl.NormalizeScore(context.Background(), nil, nil, zero)
+	if zero[0].Score != 0 || zero[1].Score != 0 {
+		t.Errorf("all-zero scores must stay zero: %v", zero)
+	}
+}

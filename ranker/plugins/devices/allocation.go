@@ -1,0 +1,285 @@
+package devices
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// ResourcePrefix is the prefix of the extended resources devices are requested as.
+const ResourcePrefix = "sextant.io/"
+
+// Kinds are the device kinds a pod can request as sextant.io/<kind>. Other sextant.io/
+// resources are not devices and are ignored here.
+var Kinds = []v1alpha1.DeviceKind{v1alpha1.KindGPU, v1alpha1.KindNIC, v1alpha1.KindNVMe, v1alpha1.KindAccelerator}
+
+// ResourceName is the extended resource a kind is requested as.
+func ResourceName(kind v1alpha1.DeviceKind) v1.ResourceName {
+	return v1.ResourceName(ResourcePrefix + string(kind))
+}
+
+// Request is how many devices of each kind a pod asks for; kinds it does not ask for are
+// absent.
+type Request map[v1alpha1.DeviceKind]int64
+
+// Total is the number of devices asked for.
+func (r Request) Total() int64 {
+	var n int64
+	for _, c := range r {
+		n += c
+	}
+	return n
+}
+
+// kinds returns the requested kinds in a fixed order.
+func (r Request) kinds() []v1alpha1.DeviceKind {
+	out := make([]v1alpha1.DeviceKind, 0, len(r))
+	for _, k := range Kinds {
+		if r[k] > 0 {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// PodRequest returns the devices the pod asks for, aggregated like kube-scheduler does
+// (init containers by maximum, sidecars added). A container that sets only a limit for
+// a device resource asks for the limit, as the API server's defaulting would make it.
+func PodRequest(pod *v1.Pod) Request {
+	if !asksForDevices(pod) {
+		return nil
+	}
+	pod = pod.DeepCopy()
+	fill := func(cs []v1.Container) {
+		for i := range cs {
+			for name, q := range cs[i].Resources.Limits {
+				if !strings.HasPrefix(string(name), ResourcePrefix) {
+					continue
+				}
+				if _, ok := cs[i].Resources.Requests[name]; !ok {
+					if cs[i].Resources.Requests == nil {
+						cs[i].Resources.Requests = v1.ResourceList{}
+					}
+					cs[i].Resources.Requests[name] = q
+				}
+			}
+		}
+	}
+	fill(pod.Spec.Containers)
+	fill(pod.Spec.InitContainers)
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	out := Request{}
+	for _, k := range Kinds {
+		if q, ok := reqs[ResourceName(k)]; ok && q.Value() > 0 {
+			out[k] = q.Value()
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+func asksForDevices(pod *v1.Pod) bool {
+	for _, cs := range [][]v1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			for _, l := range []v1.ResourceList{cs[i].Resources.Requests, cs[i].Resources.Limits} {
+				for name := range l {
+					if strings.HasPrefix(string(name), ResourcePrefix) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Allocation maps a resource name (sextant.io/<kind>) to the PCI addresses given to a
+// pod. It is the JSON of devices.sextant.io/allocated.
+type Allocation map[v1.ResourceName][]string
+
+// ParseAllocation parses a devices.sextant.io/allocated value.
+func ParseAllocation(value string) (Allocation, error) {
+	var a Allocation
+	if err := json.Unmarshal([]byte(value), &a); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w; the accepted form is a JSON map from resource name to PCI addresses, e.g. {\"sextant.io/gpu\":[\"0000:3b:00.0\"]}", AllocatedAnnotation, err)
+	}
+	return a, nil
+}
+
+// String is the annotation value: JSON, keys and addresses sorted.
+func (a Allocation) String() string {
+	sorted := make(Allocation, len(a))
+	for k, ids := range a {
+		sorted[k] = slices.Sorted(slices.Values(ids))
+	}
+	b, _ := json.Marshal(sorted) // a map of string slices always encodes
+	return string(b)
+}
+
+// FreeDevices returns the node's healthy devices of the device kinds that no pod on the
+// node holds, by kind, ordered by address. A pod holds the devices in its
+// devices.sextant.io/allocated annotation or, lacking one, those reserved(pod) returns.
+// A malformed annotation is logged and ignored: it must not stop scheduling.
+func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (Allocation, bool)) map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
+	taken := map[string]bool{}
+	for _, pi := range pods {
+		pod := pi.GetPod()
+		if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		var alloc Allocation
+		if value, ok := pod.Annotations[AllocatedAnnotation]; ok {
+			a, err := ParseAllocation(value)
+			if err != nil {
+				klog.V(2).InfoS("Ignoring malformed device allocation", "pod", klog.KObj(pod), "err", err)
+				continue
+			}
+			alloc = a
+		} else if reserved != nil {
+			alloc, _ = reserved(pod)
+		}
+		for _, ids := range alloc {
+			for _, id := range ids {
+				taken[id] = true
+			}
+		}
+	}
+	free := map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice{}
+	for _, d := range topo.Status.PCIDevices {
+		if d.Health != v1alpha1.Healthy || taken[d.Address] {
+			continue
+		}
+		free[d.Kind] = append(free[d.Kind], d)
+	}
+	for k := range free {
+		slices.SortFunc(free[k], func(a, b v1alpha1.PCIDevice) int { return cmp.Compare(a.Address, b.Address) })
+	}
+	return free
+}
+
+// Shortfall returns the first requested kind the free devices cannot cover.
+func Shortfall(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) (v1alpha1.DeviceKind, bool) {
+	for _, k := range req.kinds() {
+		if int64(len(free[k])) < req[k] {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// BestNUMANode is the NUMA node holding the most of the requested devices (each kind
+// counted up to its request), the lowest ID on a tie; ok is false when no free device
+// of a requested kind has a known NUMA node.
+func BestNUMANode(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) (int32, bool) {
+	count := map[int32]int64{}
+	for _, k := range req.kinds() {
+		per := map[int32]int64{}
+		for _, d := range free[k] {
+			if d.NUMANode != nil {
+				per[*d.NUMANode]++
+			}
+		}
+		for n, c := range per {
+			count[n] += min(c, req[k])
+		}
+	}
+	best, bestCount, found := int32(0), int64(-1), false
+	for n, c := range count {
+		if c > bestCount || (c == bestCount && n < best) {
+			best, bestCount, found = n, c, true
+		}
+	}
+	return best, found
+}
+
+// FromPreferred counts how many of the requested devices can come from the preferred
+// NUMA nodes.
+func FromPreferred(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request, preferred []int32) int64 {
+	var n int64
+	for _, k := range req.kinds() {
+		var c int64
+		for _, d := range free[k] {
+			if d.NUMANode != nil && slices.Contains(preferred, *d.NUMANode) {
+				c++
+			}
+		}
+		n += min(c, req[k])
+	}
+	return n
+}
+
+// Pick chooses the exact devices for req: first those on the preferred NUMA nodes, then
+// from as few other NUMA nodes as possible (devices of unknown locality last), in address
+// order within a NUMA node.
+// ok is false when a kind has too few free devices.
+func Pick(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request, preferred []int32) (Allocation, bool) {
+	out := Allocation{}
+	for _, k := range req.kinds() {
+		need := int(req[k])
+		if len(free[k]) < need {
+			return nil, false
+		}
+		var chosen []string
+		groups := map[int32][]string{}
+		var unknown []string
+		for _, d := range free[k] { // already in address order
+			switch {
+			case d.NUMANode != nil && slices.Contains(preferred, *d.NUMANode):
+				if len(chosen) < need {
+					chosen = append(chosen, d.Address)
+				}
+			case d.NUMANode != nil:
+				groups[*d.NUMANode] = append(groups[*d.NUMANode], d.Address)
+			default:
+				unknown = append(unknown, d.Address)
+			}
+		}
+		order := make([]int32, 0, len(groups))
+		for n := range groups {
+			order = append(order, n)
+		}
+		slices.SortFunc(order, func(a, b int32) int {
+			if c := cmp.Compare(len(groups[b]), len(groups[a])); c != 0 {
+				return c
+			}
+			return cmp.Compare(a, b)
+		})
+		for len(chosen) < need && len(order) > 0 {
+			// The smallest NUMA node that covers the rest alone (keeping larger free
+			// groups whole for later pods), else the largest one, which needs the
+			// fewest NUMA nodes in total.
+			rest, at := need-len(chosen), 0
+			fit := -1
+			for i, n := range order {
+				if len(groups[n]) >= rest && (fit < 0 || len(groups[n]) < len(groups[order[fit]])) {
+					fit = i
+				}
+			}
+			if fit >= 0 {
+				at = fit
+			}
+			ids := groups[order[at]]
+			chosen = append(chosen, ids[:min(rest, len(ids))]...)
+			order = slices.Delete(order, at, at+1)
+		}
+		for _, id := range unknown {
+			if len(chosen) < need {
+				chosen = append(chosen, id)
+			}
+		}
+		slices.Sort(chosen)
+		out[ResourceName(k)] = chosen
+	}
+	return out, true
+}

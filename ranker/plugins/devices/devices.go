@@ -1,0 +1,156 @@
+// Package devices is the DeviceAware scheduler plugin, the scheduler half of the device-ID
+// handshake: it keeps only nodes with enough healthy, unallocated devices of each kind the
+// pod requests (extended resources sextant.io/<kind>), prefers nodes where those devices
+// sit on the NUMA nodes NUMAAware chose for the pod, picks the exact device IDs in
+// Reserve, and writes them onto the pod (devices.sextant.io/allocated) before it is bound.
+//
+// A device is allocated when its PCI address is listed in the
+// devices.sextant.io/allocated annotation of a pod on the node, or reserved by this
+// plugin for a pod whose annotation is not visible yet.
+//
+// Decisions:
+//   - Only sextant.io/gpu, nic, nvme and accelerator are devices; other sextant.io/
+//     resources are ignored here. A container that sets only a limit asks for the limit.
+//   - A node without NodeTopology is dropped for pods asking for devices: no device IDs
+//     can be named there (UnschedulableAndUnresolvable). Too few free devices is
+//     Unschedulable, so preemption may free them.
+//   - Devices of unknown NUMA locality are given last and never count as "on the chosen
+//     NUMA nodes". Unhealthy devices are never given.
+//   - A malformed devices.sextant.io/allocated annotation on a pod already on a node is
+//     logged and ignored (its devices count as free): scheduling must not stop on it.
+//   - Reserve must run after NUMAAware's Reserve, which fixes the NUMA choice when Filter
+//     and Score were not run on the node (single feasible node, batching hint).
+package devices
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
+)
+
+// Name is the plugin's name in the scheduler configuration.
+const Name = "DeviceAware"
+
+// AllocatedAnnotation is what PreBind writes: a JSON map from resource name to the PCI
+// addresses given to the pod, e.g. {"sextant.io/gpu":["0000:3b:00.0"]}.
+const AllocatedAnnotation = "devices.sextant.io/allocated"
+
+// Topologies gives the latest NodeTopology of a node, or nil if it has none.
+// *heartbeat.Store implements it.
+type Topologies interface {
+	Topology(node string) *v1alpha1.NodeTopology
+}
+
+// NodeInfos looks up the scheduler's snapshot of a node, for Reserve.
+type NodeInfos func(node string) (fwk.NodeInfo, error)
+
+// DeviceAware is the plugin.
+type DeviceAware struct {
+	topologies Topologies
+	nodeInfos  NodeInfos
+	client     kubernetes.Interface
+	ledger     *ledger
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &DeviceAware{}
+	_ fwk.FilterPlugin      = &DeviceAware{}
+	_ fwk.PreScorePlugin    = &DeviceAware{}
+	_ fwk.ScorePlugin       = &DeviceAware{}
+	_ fwk.ReservePlugin     = &DeviceAware{}
+	_ fwk.PreBindPlugin     = &DeviceAware{}
+	_ fwk.EnqueueExtensions = &DeviceAware{}
+	_ fwk.SignPlugin        = &DeviceAware{}
+)
+
+// New is the plugin factory for app.WithPlugin(devices.Name, devices.New). The plugin
+// takes no arguments.
+func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	registerMetrics()
+	if h.KubeConfig() == nil {
+		return nil, fmt.Errorf("device plugin: the scheduler handle has no kubeconfig to watch NodeTopology with")
+	}
+	store, err := heartbeat.Shared(ctx, h.KubeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("device plugin: %w", err)
+	}
+	pl := NewWith(store, h.ClientSet(), func(node string) (fwk.NodeInfo, error) {
+		return h.SnapshotSharedLister().NodeInfos().Get(node)
+	})
+	if f := h.SharedInformerFactory(); f != nil {
+		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
+			return nil, fmt.Errorf("device plugin: watch pods for reservations: %w", err)
+		}
+	}
+	return pl, nil
+}
+
+// NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
+func NewWith(topologies Topologies, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
+	registerMetrics()
+	return &DeviceAware{topologies: topologies, nodeInfos: nodeInfos, client: client, ledger: newLedger()}
+}
+
+// Name returns the plugin's name.
+func (pl *DeviceAware) Name() string { return Name }
+
+func isAnnotated(pod *v1.Pod) bool {
+	_, ok := pod.Annotations[AllocatedAnnotation]
+	return ok && pod.Spec.NodeName != ""
+}
+
+const stateKey fwk.StateKey = Name
+
+// cycleState is the plugin's CycleState entry for one pod.
+type cycleState struct {
+	req Request
+	// picks are the devices Reserve picked, by node. Shared by clones: only Reserve and
+	// Unreserve write it, and they run on the cycle's own state.
+	picks *pickMap
+}
+
+func (s *cycleState) Clone() fwk.StateData { return s }
+
+type pickMap struct {
+	mu sync.Mutex
+	m  map[string]Allocation
+}
+
+func (p *pickMap) get(node string) (Allocation, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	a, ok := p.m[node]
+	return a, ok
+}
+
+func (p *pickMap) set(node string, a Allocation) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.m[node] = a
+}
+
+func (p *pickMap) delete(node string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.m, node)
+}
+
+func readState(state fwk.CycleState) (*cycleState, bool) {
+	if state == nil {
+		return nil, false
+	}
+	d, err := state.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	s, ok := d.(*cycleState)
+	return s, ok
+}

@@ -1,0 +1,524 @@
+package devices
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/component-base/metrics/testutil"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/numa"
+)
+
+const gi = int64(1) << 30
+
+type dev struct {
+	addr    string
+	kind    v1alpha1.DeviceKind
+	numa    int32 // -1: unknown
+	healthy bool
+}
+
+func gpu(addr string, numaNode int32) dev { return dev{addr, v1alpha1.KindGPU, numaNode, true} }
+
+// topology is a node of nNUMA NUMA nodes with cpus CPUs and 8 GiB each, and devs.
+func topology(node string, nNUMA, cpus int, devs ...dev) *v1alpha1.NodeTopology {
+	nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: node}}
+	cpu := int32(0)
+	for i := range nNUMA {
+		n := v1alpha1.NUMANode{ID: int32(i), MemoryBytes: 8 * gi}
+		for range cpus {
+			n.CPUs = append(n.CPUs, cpu)
+			cpu++
+		}
+		for j := range nNUMA {
+			n.Distances = append(n.Distances, map[bool]int32{true: 10, false: 21}[i == j])
+		}
+		nt.Status.NUMANodes = append(nt.Status.NUMANodes, n)
+	}
+	for _, d := range devs {
+		pd := v1alpha1.PCIDevice{Address: d.addr, Kind: d.kind, Health: v1alpha1.Healthy, Class: "0x030200", Vendor: "0x10de"}
+		if d.numa >= 0 {
+			n := d.numa
+			pd.NUMANode = &n
+		}
+		if !d.healthy {
+			pd.Health = v1alpha1.Unhealthy
+		}
+		nt.Status.PCIDevices = append(nt.Status.PCIDevices, pd)
+	}
+	return nt
+}
+
+// pod asks for cpu and the given devices (as limits, as users usually write them).
+func pod(name, cpu string, devs map[v1alpha1.DeviceKind]int64, annotations map[string]string) *v1.Pod {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Annotations: annotations},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
+			Requests: v1.ResourceList{}, Limits: v1.ResourceList{},
+		}}}},
+	}
+	if cpu != "" {
+		p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse(cpu)
+	}
+	for k, n := range devs {
+		p.Spec.Containers[0].Resources.Limits[ResourceName(k)] = *resource.NewQuantity(n, resource.DecimalSI)
+	}
+	return p
+}
+
+func on(node string, p *v1.Pod) *v1.Pod {
+	p.Spec.NodeName = node
+	return p
+}
+
+func allocated(kind v1alpha1.DeviceKind, ids ...string) map[string]string {
+	return map[string]string{AllocatedAnnotation: Allocation{ResourceName(kind): ids}.String()}
+}
+
+func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
+	ni := framework.NewNodeInfo(pods...)
+	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	return ni
+}
+
+// plugins builds NUMAAware and DeviceAware over the same topologies and node snapshot.
+func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) (*numa.NUMAAware, *DeviceAware, *fake.Clientset) {
+	t.Helper()
+	objs := make([]runtime.Object, 0, len(topos))
+	for _, nt := range topos {
+		objs = append(objs, nt)
+	}
+	store := heartbeat.NewFromObjects(objs...)
+	byName := map[string]fwk.NodeInfo{}
+	for _, ni := range infos {
+		byName[ni.Node().Name] = ni
+	}
+	lookup := func(node string) (fwk.NodeInfo, error) {
+		if ni, ok := byName[node]; ok {
+			return ni, nil
+		}
+		return nil, fmt.Errorf("node %q not found", node)
+	}
+	client := fake.NewClientset()
+	return numa.NewWith(store, client, lookup), NewWith(store, client, lookup), client
+}
+
+type plugin interface {
+	fwk.PreFilterPlugin
+	fwk.FilterPlugin
+	fwk.PreScorePlugin
+	fwk.ScorePlugin
+	fwk.ReservePlugin
+	fwk.PreBindPlugin
+}
+
+type result struct {
+	state    fwk.CycleState
+	filter   map[string]*fwk.Status // first rejection per node
+	scores   map[string]map[string]int64
+	selected string
+}
+
+// schedule runs one cycle of the given plugins, in order, the way the framework does,
+// and reserves the pod on the best node (sum of scores, ties by name).
+func schedule(t *testing.T, p *v1.Pod, infos []*framework.NodeInfo, pls ...plugin) result {
+	t.Helper()
+	ctx := context.Background()
+	r := result{state: framework.NewCycleState(), filter: map[string]*fwk.Status{}, scores: map[string]map[string]int64{}}
+	skipFilter := map[string]bool{}
+	for _, pl := range pls {
+		_, st := pl.PreFilter(ctx, r.state, p, nil)
+		switch st.Code() {
+		case fwk.Success:
+		case fwk.Skip:
+			skipFilter[pl.Name()] = true
+		default:
+			t.Fatalf("%s PreFilter: %v", pl.Name(), st)
+		}
+	}
+	var feasible []fwk.NodeInfo
+	for _, ni := range infos {
+		ok := true
+		for _, pl := range pls {
+			if skipFilter[pl.Name()] {
+				continue
+			}
+			if st := pl.Filter(ctx, r.state, p, ni); !st.IsSuccess() {
+				r.filter[ni.Node().Name] = st
+				ok = false
+				break
+			}
+		}
+		if ok {
+			feasible = append(feasible, ni)
+		}
+	}
+	if len(feasible) == 0 {
+		return r
+	}
+	total := map[string]int64{}
+	for _, pl := range pls {
+		if !pl.PreScore(ctx, r.state, p, feasible).IsSuccess() {
+			continue
+		}
+		var list fwk.NodeScoreList
+		for _, ni := range feasible {
+			s, st := pl.Score(ctx, r.state, p, ni)
+			if !st.IsSuccess() {
+				t.Fatalf("%s Score: %v", pl.Name(), st)
+			}
+			list = append(list, fwk.NodeScore{Name: ni.Node().Name, Score: s})
+		}
+		if ext := pl.ScoreExtensions(); ext != nil {
+			if st := ext.NormalizeScore(ctx, r.state, p, list); !st.IsSuccess() {
+				t.Fatalf("%s NormalizeScore: %v", pl.Name(), st)
+			}
+		}
+		r.scores[pl.Name()] = map[string]int64{}
+		for _, s := range list {
+			r.scores[pl.Name()][s.Name] = s.Score
+			total[s.Name] += s.Score
+		}
+	}
+	for _, ni := range feasible {
+		n := ni.Node().Name
+		if r.selected == "" || total[n] > total[r.selected] || total[n] == total[r.selected] && n < r.selected {
+			r.selected = n
+		}
+	}
+	for _, pl := range pls {
+		if st := pl.Reserve(ctx, r.state, p, r.selected); !st.IsSuccess() {
+			t.Fatalf("%s Reserve: %v", pl.Name(), st)
+		}
+	}
+	return r
+}
+
+func picked(t *testing.T, state fwk.CycleState, node string) Allocation {
+	t.Helper()
+	s, ok := readState(state)
+	if !ok {
+		t.Fatal("no DeviceAware state")
+	}
+	a, _ := s.picks.get(node)
+	return a
+}
+
+// The device case: 2 GPUs asked on a node with 4 GPUs, 2 per NUMA node. NUMA node 0's
+// CPUs are mostly taken, so NUMAAware gives the pod NUMA node 1; both GPU IDs must come
+// from NUMA node 1 too, although NUMA node 0's GPUs have the lower addresses.
+func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
+	topo := topology("node-1", 2, 4,
+		gpu("0000:3b:00.0", 0), gpu("0000:3c:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1))
+	busy := on("node-1", pod("busy", "3", nil, map[string]string{numa.NodesAnnotation: "0"}))
+	ni := nodeInfo("node-1", busy)
+	np, dp, client := plugins(t, []*framework.NodeInfo{ni}, topo)
+	p := pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil)
+	ctx := context.Background()
+	if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := schedule(t, p, []*framework.NodeInfo{ni}, np, dp)
+	if r.selected != "node-1" {
+		t.Fatalf("not scheduled: %v", r.filter)
+	}
+	cpus, ok := numa.ChosenNUMANodes(r.state, "node-1")
+	if !ok || numa.FormatNodes(cpus) != "1" {
+		t.Fatalf("NUMAAware chose %v, want NUMA node 1", cpus)
+	}
+	want := Allocation{"sextant.io/gpu": {"0000:af:00.0", "0000:b0:00.0"}}
+	if got := picked(t, r.state, "node-1"); got.String() != want.String() {
+		t.Fatalf("picked %s, want %s (both on NUMA node 1)", got, want)
+	}
+	if r.scores[Name]["node-1"] != fwk.MaxNodeScore {
+		t.Errorf("DeviceAware score = %d, want %d", r.scores[Name]["node-1"], fwk.MaxNodeScore)
+	}
+	for _, pl := range []plugin{np, dp} {
+		if st := pl.PreBind(ctx, r.state, p, "node-1"); !st.IsSuccess() {
+			t.Fatalf("%s PreBind: %v", pl.Name(), st)
+		}
+	}
+	got, err := client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Annotations[numa.NodesAnnotation] != "1" || got.Annotations[AllocatedAnnotation] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
+		t.Errorf("annotations = %v", got.Annotations)
+	}
+}
+
+func TestPodRequest(t *testing.T) {
+	p := pod("p", "1", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2, v1alpha1.KindNIC: 1}, nil)
+	p.Spec.Containers[0].Resources.Limits["sextant.io/bandwidth"] = resource.MustParse("1") // not a device kind
+	p.Spec.InitContainers = []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+		ResourceName(v1alpha1.KindGPU): resource.MustParse("3"),
+	}}}}
+	got := PodRequest(p)
+	want := Request{v1alpha1.KindGPU: 3, v1alpha1.KindNIC: 1}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("PodRequest = %v, want %v", got, want)
+	}
+	if got := PodRequest(pod("p", "1", nil, nil)); got != nil {
+		t.Errorf("PodRequest without devices = %v, want nil", got)
+	}
+}
+
+func TestFilter(t *testing.T) {
+	four := []dev{gpu("0000:01:00.0", 0), gpu("0000:02:00.0", 0), gpu("0000:81:00.0", 1), gpu("0000:82:00.0", 1)}
+	twoGPUs := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}
+	for _, tc := range []struct {
+		name       string
+		topo       *v1alpha1.NodeTopology
+		pods       []*v1.Pod
+		req        map[v1alpha1.DeviceKind]int64
+		wantCode   fwk.Code
+		wantReason string
+	}{
+		{name: "no devices asked: skipped", topo: topology("n", 2, 4)},
+		{name: "enough", topo: topology("n", 2, 4, four...), req: twoGPUs},
+		{name: "no topology", req: twoGPUs, wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "no NodeTopology"},
+		{
+			name: "unhealthy devices are never given", req: twoGPUs, wantCode: fwk.Unschedulable, wantReason: "sextant.io/gpu",
+			topo: topology("n", 2, 4, gpu("0000:01:00.0", 0), dev{"0000:02:00.0", v1alpha1.KindGPU, 0, false}),
+		},
+		{
+			name: "allocated by annotations", topo: topology("n", 2, 4, four...), req: twoGPUs,
+			pods: []*v1.Pod{
+				on("n", pod("a", "", nil, allocated(v1alpha1.KindGPU, "0000:01:00.0", "0000:81:00.0"))),
+				on("n", pod("b", "", nil, allocated(v1alpha1.KindGPU, "0000:02:00.0"))),
+			},
+			wantCode: fwk.Unschedulable, wantReason: "sextant.io/gpu",
+		},
+		{
+			name: "malformed annotation is ignored", topo: topology("n", 2, 4, four...), req: twoGPUs,
+			pods: []*v1.Pod{
+				on("n", pod("a", "", nil, map[string]string{AllocatedAnnotation: "0000:01:00.0"})),
+				on("n", pod("b", "", nil, map[string]string{AllocatedAnnotation: `{"sextant.io/gpu":"0000:02:00.0"}`})),
+			},
+		},
+		{
+			name: "wrong kind", topo: topology("n", 2, 4, four...), req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindNVMe: 1},
+			wantCode: fwk.Unschedulable, wantReason: "sextant.io/nvme",
+		},
+		{
+			name: "two kinds, one short", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1, v1alpha1.KindNIC: 2},
+			topo:     topology("n", 2, 4, gpu("0000:01:00.0", 0), dev{"0000:03:00.0", v1alpha1.KindNIC, 0, true}),
+			wantCode: fwk.Unschedulable, wantReason: "sextant.io/nic",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ni := nodeInfo("n", tc.pods...)
+			var topos []*v1alpha1.NodeTopology
+			if tc.topo != nil {
+				topos = append(topos, tc.topo)
+			}
+			_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topos...)
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			p := pod("p", "", tc.req, nil)
+			_, st := dp.PreFilter(ctx, state, p, nil)
+			if tc.req == nil {
+				if st.Code() != fwk.Skip {
+					t.Fatalf("PreFilter = %v, want Skip", st)
+				}
+				return
+			}
+			st = dp.Filter(ctx, state, p, ni)
+			if st.Code() != tc.wantCode || !strings.Contains(st.Message(), tc.wantReason) {
+				t.Errorf("Filter = %v, want %v mentioning %q", st, tc.wantCode, tc.wantReason)
+			}
+		})
+	}
+}
+
+func TestFilterRejectionMetric(t *testing.T) {
+	ni := nodeInfo("n")
+	_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topology("n", 1, 1))
+	before, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
+	state := framework.NewCycleState()
+	p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
+	dp.PreFilter(context.Background(), state, p, nil)
+	dp.Filter(context.Background(), state, p, ni)
+	after, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
+	if after != before+1 {
+		t.Errorf("sextant_ranker_device_filter_rejections_total{reason=insufficient_gpu} went %v -> %v, want +1", before, after)
+	}
+}
+
+func TestScore(t *testing.T) {
+	twoGPUs := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}
+	// split: one GPU per NUMA node, together: both GPUs on NUMA node 1.
+	split := topology("split", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
+	together := topology("together", 2, 4, gpu("0000:81:00.0", 1), gpu("0000:82:00.0", 1))
+	for _, tc := range []struct {
+		name string
+		cpu  string
+		want map[string]int64
+	}{
+		// Without CPU requests NUMAAware chooses nothing: the NUMA node with the most
+		// free GPUs is preferred.
+		{name: "no NUMA choice", want: map[string]int64{"split": 50, "together": 100}},
+		// NUMAAware gives the pod NUMA node 0 on both nodes (lowest ID): "together" has no
+		// GPU there, "split" has one.
+		{name: "NUMA choice decides", cpu: "1", want: map[string]int64{"split": 50, "together": 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			infos := []*framework.NodeInfo{nodeInfo("split"), nodeInfo("together")}
+			np, dp, _ := plugins(t, infos, split, together)
+			r := schedule(t, pod("p", tc.cpu, twoGPUs, nil), infos, np, dp)
+			if fmt.Sprint(r.scores[Name]) != fmt.Sprint(tc.want) {
+				t.Errorf("scores = %v, want %v", r.scores[Name], tc.want)
+			}
+		})
+	}
+}
+
+func TestPick(t *testing.T) {
+	free := FreeDevices(topology("n", 4, 1,
+		gpu("0000:01:00.0", 0),
+		gpu("0000:41:00.0", 1), gpu("0000:42:00.0", 1), gpu("0000:43:00.0", 1),
+		gpu("0000:81:00.0", 2), gpu("0000:82:00.0", 2),
+		gpu("0000:c1:00.0", -1),
+		dev{"0000:d1:00.0", v1alpha1.KindGPU, 3, false},
+	), nil, nil)
+	for _, tc := range []struct {
+		name      string
+		n         int64
+		preferred []int32
+		want      []string
+		wantOK    bool
+	}{
+		{name: "preferred first", n: 1, preferred: []int32{2}, want: []string{"0000:81:00.0"}, wantOK: true},
+		{name: "one NUMA node that fits exactly wins over a larger one", n: 2, want: []string{"0000:81:00.0", "0000:82:00.0"}, wantOK: true},
+		{name: "largest NUMA node when none fits alone", n: 4, want: []string{"0000:01:00.0", "0000:41:00.0", "0000:42:00.0", "0000:43:00.0"}, wantOK: true},
+		{name: "preferred, then fewest others", n: 3, preferred: []int32{0}, want: []string{"0000:01:00.0", "0000:81:00.0", "0000:82:00.0"}, wantOK: true},
+		{name: "unknown locality last, unhealthy never", n: 7, want: []string{"0000:01:00.0", "0000:41:00.0", "0000:42:00.0", "0000:43:00.0", "0000:81:00.0", "0000:82:00.0", "0000:c1:00.0"}, wantOK: true},
+		{name: "too few", n: 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := Pick(free, Request{v1alpha1.KindGPU: tc.n}, tc.preferred)
+			if ok != tc.wantOK || !slices.Equal(got["sextant.io/gpu"], tc.want) {
+				t.Errorf("Pick = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func TestReserveUnreserve(t *testing.T) {
+	topo := topology("n", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
+	ni := nodeInfo("n")
+	_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topo)
+	ctx := context.Background()
+	one := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}
+
+	first := pod("first", "", one, nil)
+	r1 := schedule(t, first, []*framework.NodeInfo{ni}, dp)
+	ni.AddPod(on("n", first.DeepCopy())) // assumed, not annotated yet
+	second := pod("second", "", one, nil)
+	r2 := schedule(t, second, []*framework.NodeInfo{ni}, dp)
+	ni.AddPod(on("n", second.DeepCopy()))
+	a1, a2 := picked(t, r1.state, "n"), picked(t, r2.state, "n")
+	if a1.String() == a2.String() {
+		t.Fatalf("both pods got %s", a1)
+	}
+	third := pod("third", "", one, nil)
+	state := framework.NewCycleState()
+	dp.PreFilter(ctx, state, third, nil)
+	if st := dp.Filter(ctx, state, third, ni); st.Code() != fwk.Unschedulable {
+		t.Fatalf("third pod: Filter = %v, want Unschedulable (both GPUs reserved)", st)
+	}
+	if st := dp.Reserve(ctx, state, third, "n"); st.Code() != fwk.Unschedulable {
+		t.Fatalf("third pod: Reserve = %v, want Unschedulable", st)
+	}
+	dp.Unreserve(ctx, r1.state, first, "n")
+	dp.Unreserve(ctx, r1.state, first, "n") // idempotent
+	if _, st := dp.PreBindPreFlight(ctx, r1.state, first, "n"); st.Code() != fwk.Skip {
+		t.Errorf("PreBindPreFlight after Unreserve = %v, want Skip", st)
+	}
+	if st := dp.Filter(ctx, state, third, ni); !st.IsSuccess() {
+		t.Fatalf("after Unreserve: Filter = %v, want success", st)
+	}
+	if st := dp.Reserve(ctx, state, third, "n"); !st.IsSuccess() {
+		t.Fatalf("after Unreserve: Reserve = %v", st)
+	}
+	if got := picked(t, state, "n"); got.String() != a1.String() {
+		t.Errorf("third pod got %s, want the released %s", got, a1)
+	}
+}
+
+func TestPreBind(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		req      map[v1alpha1.DeviceKind]int64
+		create   bool
+		stale    bool
+		wantSkip bool
+		wantErr  bool
+		want     string
+	}{
+		{name: "stale value, no devices asked: removed", create: true, stale: true, want: ""},
+		{name: "writes the allocation", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1, v1alpha1.KindNIC: 1}, create: true,
+			want: `{"sextant.io/gpu":["0000:01:00.0"],"sextant.io/nic":["0000:03:00.0"]}`},
+		{name: "no devices: skipped", create: true, wantSkip: true},
+		{name: "API error is returned", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo := topology("n", 1, 4, gpu("0000:01:00.0", 0), dev{"0000:03:00.0", v1alpha1.KindNIC, 0, true})
+			ni := nodeInfo("n")
+			_, dp, client := plugins(t, []*framework.NodeInfo{ni}, topo)
+			ctx := context.Background()
+			p := pod("p", "", tc.req, map[string]string{"keep": "me"})
+			if tc.stale {
+				p.Annotations[AllocatedAnnotation] = `{"sextant.io/gpu":["0000:99:00.0"]}` // from an attempt whose binding failed
+			}
+			if tc.create {
+				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := schedule(t, p, []*framework.NodeInfo{ni}, dp)
+			_, st := dp.PreBindPreFlight(ctx, r.state, p, "n")
+			if (st.Code() == fwk.Skip) != tc.wantSkip {
+				t.Fatalf("PreBindPreFlight = %v, want skip %v", st, tc.wantSkip)
+			}
+			if tc.wantSkip {
+				return
+			}
+			st = dp.PreBind(ctx, r.state, p, "n")
+			if tc.wantErr {
+				if st.Code() != fwk.Error || !strings.Contains(st.Message(), AllocatedAnnotation) {
+					t.Fatalf("PreBind = %v, want an error naming %s", st, AllocatedAnnotation)
+				}
+				return
+			}
+			if !st.IsSuccess() {
+				t.Fatalf("PreBind: %v", st)
+			}
+			got, err := client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, has := got.Annotations[AllocatedAnnotation]
+			if v != tc.want || has != (tc.want != "") || got.Annotations["keep"] != "me" {
+				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, AllocatedAnnotation, tc.want)
+			}
+		})
+	}
+}
+
+// New must be usable as app.WithPlugin(Name, New).
+var _ frameworkruntime.PluginFactory = New

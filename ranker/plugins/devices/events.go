@@ -1,0 +1,33 @@
+package devices
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/numa"
+)
+
+// EventsToRegister lists what can make a pod DeviceAware rejected schedulable: a pod
+// leaving a node or changing (frees devices, or fixes its own requests), a new node, or
+// a changed NodeTopology (a device became healthy, a topology appeared).
+func (pl *DeviceAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: numa.PodUpdateHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}},
+		{Event: fwk.ClusterEvent{Resource: numa.NodeTopologyEvent, ActionType: fwk.All}},
+	}, nil
+}
+
+// SignPod signs the pod's device requests: pods asking for the same devices get the same
+// DeviceAware results on the same node state, so opportunistic batching can reuse a
+// cycle's ranking.
+func (pl *DeviceAware) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	req := PodRequest(pod)
+	if req == nil {
+		req = Request{}
+	}
+	return []fwk.SignFragment{{Key: "sextant.io/" + Name, Value: req}}, nil
+}

@@ -1,0 +1,50 @@
+package devices
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Reserve picks the exact devices for the pod on the selected node — on the NUMA nodes
+// NUMAAware chose for it when possible (so NUMAAware must come before DeviceAware in the
+// reserve order), else from as few NUMA nodes as possible — and holds them until the
+// pod's annotation is visible.
+func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, ok := readState(state)
+	if !ok || s.req.Total() == 0 {
+		return nil
+	}
+	topo := pl.topologies.Topology(nodeName)
+	if topo == nil {
+		filterRejections.WithLabelValues(reasonNoTopology).Inc()
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
+	}
+	if pl.nodeInfos == nil {
+		return fwk.AsStatus(fmt.Errorf("device reserve on node %s: no node lookup configured", nodeName))
+	}
+	nodeInfo, err := pl.nodeInfos(nodeName)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("device reserve: look up node %s: %w", nodeName, err))
+	}
+	free := pl.free(topo, nodeInfo)
+	alloc, ok := Pick(free, s.req, preferredNUMA(state, nodeName, free, s.req))
+	if !ok {
+		kind, _ := Shortfall(free, s.req)
+		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
+	}
+	s.picks.set(nodeName, alloc)
+	pl.ledger.reserve(pod.UID, reservation{node: nodeName, alloc: alloc})
+	return nil
+}
+
+// Unreserve releases the pod's devices. It is idempotent.
+func (pl *DeviceAware) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
+	pl.ledger.forget(pod.UID)
+	if s, ok := readState(state); ok {
+		s.picks.delete(nodeName)
+	}
+}

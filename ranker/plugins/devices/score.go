@@ -1,0 +1,57 @@
+package devices
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/plugins/numa"
+)
+
+// PreScore skips scoring for pods that ask for no devices.
+func (pl *DeviceAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	s, ok := readState(state)
+	if !ok || s.req.Total() == 0 {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score is the share of the requested devices that can come from the pod's preferred
+// NUMA nodes on this node, scaled to [0, MaxNodeScore]: the NUMA nodes NUMAAware chose
+// for the pod's CPUs there, or, when it chose none, the one NUMA node holding the most
+// of the requested devices.
+func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, ok := readState(state)
+	if !ok || s.req.Total() == 0 {
+		return 0, nil
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return 0, nil
+	}
+	topo := pl.topologies.Topology(node.Name)
+	if topo == nil {
+		return 0, nil
+	}
+	free := pl.free(topo, nodeInfo)
+	preferred := preferredNUMA(state, node.Name, free, s.req)
+	return fwk.MaxNodeScore * FromPreferred(free, s.req, preferred) / s.req.Total(), nil
+}
+
+// ScoreExtensions returns nil: scores are already in [0, MaxNodeScore].
+func (pl *DeviceAware) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// preferredNUMA is NUMAAware's choice for the pod on node, else the NUMA node holding
+// the most of the requested devices (none if no free device has a known NUMA node).
+func preferredNUMA(state fwk.CycleState, node string, free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) []int32 {
+	if chosen, ok := numa.ChosenNUMANodes(state, node); ok {
+		return chosen
+	}
+	if best, ok := BestNUMANode(free, req); ok {
+		return []int32{best}
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package numa
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// Messages are fixed strings so the scheduler's FailedScheduling event can aggregate them
+// over nodes.
+const (
+	msgNoFit          = "node(s) didn't have enough free CPU and memory in their NUMA nodes for the pod"
+	msgSingleNUMANode = "node(s) had no single NUMA node with enough free CPU and memory (" + PolicyAnnotation + ": single-numa-node)"
+	msgNoTopology     = "node(s) had no NodeTopology to check " + PolicyAnnotation + ": single-numa-node against"
+)
+
+// Filter drops a node whose NUMA nodes together cannot give the pod its CPU and memory
+// and, under single-numa-node, one whose best choice needs more than one NUMA node. It
+// records the chosen NUMA nodes for Score, Reserve, PreBind and DeviceAware.
+//
+// A node without NodeTopology passes (NUMA is unknown there, NodeResourcesFit still
+// applies) unless the pod's policy is single-numa-node: a hard requirement cannot be
+// checked on such a node, so it is dropped.
+func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, ok := readState(state)
+	if !ok || s.req.IsZero() {
+		return nil
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		filterRejections.WithLabelValues(reasonNodeNotFound).Inc()
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
+	}
+	topo := pl.topologies.Topology(node.Name)
+	if !hasNUMA(topo) {
+		if s.policy == PolicySingleNUMANode {
+			filterRejections.WithLabelValues(reasonNoTopology).Inc()
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
+		}
+		return nil
+	}
+	ch, fits := BestChoice(topo, pl.free(topo, nodeInfo), s.req)
+	if !fits {
+		filterRejections.WithLabelValues(reasonNoFit).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgNoFit)
+	}
+	if s.policy == PolicySingleNUMANode && len(ch.Nodes) > 1 {
+		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode)
+	}
+	s.choices.set(node.Name, ch)
+	return nil
+}
+
+func hasNUMA(topo *v1alpha1.NodeTopology) bool {
+	return topo != nil && len(topo.Status.NUMANodes) > 0
+}
+
+// free is the node's free capacity per NUMA node, counting this plugin's reservations
+// for pods whose annotation is not visible yet.
+func (pl *NUMAAware) free(topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) []Free {
+	node := nodeInfo.Node().Name
+	return FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
+		r, ok := pl.ledger.get(p.UID, node)
+		return r.nodes, r.req, ok
+	})
+}

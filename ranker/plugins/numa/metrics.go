@@ -1,0 +1,40 @@
+package numa
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// Filter rejection reasons, the values of the reason label. Fixed strings keep the
+// label's cardinality bounded.
+const (
+	reasonNoFit           = "insufficient_numa_capacity"
+	reasonSingleNUMANode  = "single_numa_node"
+	reasonNoTopology      = "no_topology"
+	reasonMalformedPolicy = "malformed_policy"
+	reasonNodeNotFound    = "node_not_found"
+)
+
+// Registered with legacyregistry because that is the registry kube-scheduler serves on
+// /metrics.
+var (
+	filterRejections = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "sextant_ranker_numa_filter_rejections_total",
+		Help:           "Pods the NUMAAware plugin rejected, by reason (per node for Filter, per pod for PreFilter).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
+	reservations = metrics.NewGauge(&metrics.GaugeOpts{
+		Name:           "sextant_ranker_numa_reservations",
+		Help:           "Pods NUMAAware reserved NUMA capacity for whose numa.sextant.io/nodes annotation the ranker has not seen on the bound pod yet.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	registerOnce sync.Once
+)
+
+func registerMetrics() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(filterRejections, reservations)
+	})
+}

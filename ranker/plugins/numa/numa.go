@@ -1,0 +1,178 @@
+// Package numa is the NUMAAware scheduler plugin: it ranks nodes by how few NUMA nodes a
+// pod's CPU and memory requests need there (fewer is better, ties broken by NUMA
+// distance), can make "fits in one NUMA node" a hard filter, and writes the chosen NUMA
+// nodes onto the pod before it is bound.
+//
+// Free capacity per NUMA node is the agent's NodeTopology (CPUs and memoryBytes of each
+// NUMA node) minus what the pods already on the node take there. A pod takes NUMA
+// capacity when it carries the annotation numa.sextant.io/nodes (written by this plugin's
+// PreBind), its CPU and memory requests split evenly over the listed NUMA nodes, or when
+// this plugin reserved it and the annotation is not visible yet. Pods placed by other
+// schedulers carry no annotation and are not counted per NUMA node; NodeResourcesFit
+// still counts them against the node as a whole.
+//
+// Decisions:
+//   - Pods asking for neither CPU nor memory are not filtered or scored (PreFilter and
+//     PreScore return Skip) and get no annotation.
+//   - Without the policy annotation a node is dropped only when all its NUMA nodes
+//     together lack the free CPU or memory; otherwise fewer NUMA nodes only score higher.
+//   - A node without NodeTopology passes Filter and gets the lowest NUMA score (0), since
+//     nothing is known about its NUMA nodes; nothing is written for a pod placed there.
+//     Under single-numa-node such a node is dropped: a hard requirement that cannot be
+//     checked is not met.
+//   - The choice is the smallest set of NUMA nodes whose free CPU and memory together
+//     cover the request, ties by the smallest sum of pairwise SLIT distances, then lowest
+//     IDs. Every subset is tried up to 12 NUMA nodes; beyond, a greedy choice is used.
+//   - Nominated pods (preemption in progress) carry no annotation and are not counted.
+package numa
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
+)
+
+// Name is the plugin's name in the scheduler configuration.
+const Name = "NUMAAware"
+
+const (
+	// PolicyAnnotation is what users write to make one NUMA node a hard requirement.
+	PolicyAnnotation = "numa.sextant.io/policy"
+	// NodesAnnotation is what PreBind writes: the NUMA node IDs chosen for the pod.
+	NodesAnnotation = "numa.sextant.io/nodes"
+)
+
+// Topologies gives the latest NodeTopology of a node, or nil if it has none.
+// *heartbeat.Store implements it.
+type Topologies interface {
+	Topology(node string) *v1alpha1.NodeTopology
+}
+
+// NodeInfos looks up the scheduler's snapshot of a node; Reserve uses it when Filter and
+// Score did not run for the selected node in this cycle (a single feasible node, or a
+// node hint from opportunistic batching).
+type NodeInfos func(node string) (fwk.NodeInfo, error)
+
+// NUMAAware is the plugin.
+type NUMAAware struct {
+	topologies Topologies
+	nodeInfos  NodeInfos
+	client     kubernetes.Interface
+	ledger     *ledger
+}
+
+var (
+	_ fwk.PreFilterPlugin   = &NUMAAware{}
+	_ fwk.FilterPlugin      = &NUMAAware{}
+	_ fwk.PreScorePlugin    = &NUMAAware{}
+	_ fwk.ScorePlugin       = &NUMAAware{}
+	_ fwk.ReservePlugin     = &NUMAAware{}
+	_ fwk.PreBindPlugin     = &NUMAAware{}
+	_ fwk.EnqueueExtensions = &NUMAAware{}
+	_ fwk.SignPlugin        = &NUMAAware{}
+)
+
+// New is the plugin factory for app.WithPlugin(numa.Name, numa.New). The plugin takes no
+// arguments.
+func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	registerMetrics()
+	if h.KubeConfig() == nil {
+		return nil, fmt.Errorf("numa plugin: the scheduler handle has no kubeconfig to watch NodeTopology with")
+	}
+	store, err := heartbeat.Shared(ctx, h.KubeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("numa plugin: %w", err)
+	}
+	pl := NewWith(store, h.ClientSet(), func(node string) (fwk.NodeInfo, error) {
+		return h.SnapshotSharedLister().NodeInfos().Get(node)
+	})
+	if f := h.SharedInformerFactory(); f != nil {
+		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
+			return nil, fmt.Errorf("numa plugin: watch pods for reservations: %w", err)
+		}
+	}
+	return pl, nil
+}
+
+// NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
+func NewWith(topologies Topologies, client kubernetes.Interface, nodeInfos NodeInfos) *NUMAAware {
+	registerMetrics()
+	return &NUMAAware{topologies: topologies, nodeInfos: nodeInfos, client: client, ledger: newLedger()}
+}
+
+// Name returns the plugin's name.
+func (pl *NUMAAware) Name() string { return Name }
+
+func isAnnotated(pod *v1.Pod) bool {
+	_, ok := pod.Annotations[NodesAnnotation]
+	return ok && pod.Spec.NodeName != ""
+}
+
+// stateKey is where the plugin keeps the pod's requests and its per-node choices.
+const stateKey fwk.StateKey = Name
+
+// cycleState is the plugin's CycleState entry for one pod.
+type cycleState struct {
+	req    Request
+	policy Policy
+	// choices is shared by clones on purpose: Filter runs on clones during preemption
+	// dry-runs and nominated-pod evaluation, and copying a map of every node per clone
+	// would cost O(nodes) each time. A later Filter on the real state overwrites, and
+	// Reserve recomputes when a node has no entry.
+	choices *choiceMap
+}
+
+func (s *cycleState) Clone() fwk.StateData { return s }
+
+type choiceMap struct {
+	mu sync.RWMutex
+	m  map[string]Choice
+}
+
+func (c *choiceMap) get(node string) (Choice, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	ch, ok := c.m[node]
+	return ch, ok
+}
+
+func (c *choiceMap) set(node string, ch Choice) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[node] = ch
+}
+
+func readState(state fwk.CycleState) (*cycleState, bool) {
+	if state == nil {
+		return nil, false
+	}
+	d, err := state.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	s, ok := d.(*cycleState)
+	return s, ok
+}
+
+// ChosenNUMANodes returns the NUMA node IDs NUMAAware chose for the pod on node in this
+// scheduling cycle, if it chose any (the pod asked for CPU or memory and the node has a
+// NodeTopology the request fits). DeviceAware uses it to prefer devices on those nodes.
+func ChosenNUMANodes(state fwk.CycleState, node string) ([]int32, bool) {
+	s, ok := readState(state)
+	if !ok || s.req.IsZero() {
+		return nil, false
+	}
+	ch, ok := s.choices.get(node)
+	if !ok {
+		return nil, false
+	}
+	return ch.Nodes, true
+}

@@ -1,0 +1,339 @@
+package numa
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// Policy is the value of numa.sextant.io/policy.
+type Policy string
+
+const (
+	// PolicyNone (annotation absent): fewer NUMA nodes are preferred, not required.
+	PolicyNone Policy = ""
+	// PolicySingleNUMANode: the pod must fit one NUMA node.
+	PolicySingleNUMANode Policy = "single-numa-node"
+)
+
+// ParsePolicy parses a numa.sextant.io/policy value. The webhook uses it to reject
+// malformed values with the same message the plugin gives.
+func ParsePolicy(value string) (Policy, error) {
+	switch Policy(value) {
+	case PolicySingleNUMANode:
+		return PolicySingleNUMANode, nil
+	default:
+		return PolicyNone, fmt.Errorf("annotation %s: invalid value %q, the accepted form is %q (or no annotation)",
+			PolicyAnnotation, value, PolicySingleNUMANode)
+	}
+}
+
+// PodPolicy returns the pod's NUMA policy; PolicyNone when it has no annotation.
+func PodPolicy(pod *v1.Pod) (Policy, error) {
+	value, ok := pod.Annotations[PolicyAnnotation]
+	if !ok {
+		return PolicyNone, nil
+	}
+	return ParsePolicy(value)
+}
+
+// ParseNodes parses a numa.sextant.io/nodes value such as "1" or "0,1".
+func ParseNodes(value string) ([]int32, error) {
+	return parseNodes(value, nil)
+}
+
+// parseNodes appends the IDs to buf, sorted and without duplicates; FreeCapacity passes
+// a reused buffer because it parses every pod on every node it filters.
+func parseNodes(value string, buf []int32) ([]int32, error) {
+	ids := buf[:0]
+	rest := value
+	for {
+		part, tail, more := strings.Cut(rest, ",")
+		id, err := strconv.ParseInt(strings.TrimSpace(part), 10, 32)
+		if err != nil || id < 0 {
+			return nil, fmt.Errorf("annotation %s: invalid NUMA node ID %q in %q, the accepted form is comma-separated NUMA node IDs such as \"0,1\"", NodesAnnotation, part, value)
+		}
+		if !slices.Contains(ids, int32(id)) {
+			ids = append(ids, int32(id))
+		}
+		if !more {
+			break
+		}
+		rest = tail
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// FormatNodes formats NUMA node IDs the way numa.sextant.io/nodes holds them.
+func FormatNodes(ids []int32) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatInt(int64(id), 10)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Request is a pod's CPU (millicores) and memory (bytes) request.
+type Request struct {
+	MilliCPU int64
+	Memory   int64
+}
+
+// IsZero says the pod asks for neither CPU nor memory.
+func (r Request) IsZero() bool { return r.MilliCPU <= 0 && r.Memory <= 0 }
+
+// PodRequest sums the pod's CPU and memory requests the way kube-scheduler does:
+// containers summed, init containers by their maximum (restartable ones added), pod
+// overhead and pod-level resources honored.
+func PodRequest(pod *v1.Pod) Request {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	return Request{MilliCPU: reqs.Cpu().MilliValue(), Memory: reqs.Memory().Value()}
+}
+
+// podInfoRequest is the request of a pod already on a node as the scheduler cached it
+// when it added the pod to the NodeInfo (same feature-gate handling as NodeResourcesFit),
+// so it is not recomputed for every node of every cycle.
+func podInfoRequest(pi fwk.PodInfo) Request {
+	r := pi.CalculateResource().Resource
+	if r == nil {
+		return PodRequest(pi.GetPod())
+	}
+	return Request{MilliCPU: r.GetMilliCPU(), Memory: r.GetMemory()}
+}
+
+// Free is what one NUMA node can still give.
+type Free struct {
+	ID       int32
+	MilliCPU int64
+	Memory   int64
+}
+
+// FreeCapacity is the topology's capacity per NUMA node minus what the pods on the node
+// take there, in NUMA node ID order. A pod annotated with k NUMA nodes takes 1/k of its
+// CPU and memory requests from each (the kubelet's own split is not visible to the
+// scheduler; an even split is the neutral estimate). Values are floored at 0.
+func FreeCapacity(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) ([]int32, Request, bool)) []Free {
+	free := make([]Free, 0, len(topo.Status.NUMANodes))
+	index := make(map[int32]int, len(topo.Status.NUMANodes))
+	for _, n := range topo.Status.NUMANodes {
+		index[n.ID] = len(free)
+		free = append(free, Free{ID: n.ID, MilliCPU: int64(len(n.CPUs)) * 1000, Memory: n.MemoryBytes})
+	}
+	var buf [8]int32
+	for _, pi := range pods {
+		pod := pi.GetPod()
+		if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+			continue
+		}
+		var ids []int32
+		var req Request
+		if value, ok := pod.Annotations[NodesAnnotation]; ok {
+			parsed, err := parseNodes(value, buf[:0])
+			if err != nil {
+				// Another writer's mistake must not stop scheduling; the pod is just not
+				// counted per NUMA node.
+				klog.V(4).InfoS("Ignoring malformed NUMA annotation", "pod", klog.KObj(pod), "err", err)
+				continue
+			}
+			ids, req = parsed, podInfoRequest(pi)
+		} else if reserved != nil {
+			var ok bool
+			if ids, req, ok = reserved(pod); !ok {
+				continue
+			}
+		} else {
+			continue
+		}
+		if len(ids) == 0 {
+			continue
+		}
+		k := int64(len(ids))
+		for _, id := range ids {
+			i, ok := index[id]
+			if !ok {
+				continue
+			}
+			free[i].MilliCPU -= req.MilliCPU / k
+			free[i].Memory -= req.Memory / k
+		}
+	}
+	for i := range free {
+		free[i].MilliCPU = max(free[i].MilliCPU, 0)
+		free[i].Memory = max(free[i].Memory, 0)
+	}
+	sort.Slice(free, func(a, b int) bool { return free[a].ID < free[b].ID })
+	return free
+}
+
+// Choice is a set of NUMA nodes chosen for a pod on one node.
+type Choice struct {
+	// Nodes are the NUMA node IDs, ascending.
+	Nodes []int32
+	// Distance is the sum of the pairwise NUMA distances of Nodes (0 for one node).
+	Distance int64
+}
+
+// maxExhaustiveNUMANodes caps the subset search: up to 12 NUMA nodes every subset is
+// tried (4095 at most, ~255 for the usual ≤ 8); beyond that a greedy choice is used.
+const maxExhaustiveNUMANodes = 12
+
+// BestChoice returns the smallest set of NUMA nodes whose free CPU and memory together
+// cover req, ties broken by the smallest sum of pairwise distances, then by the lowest
+// IDs. ok is false when even all NUMA nodes together do not cover req.
+func BestChoice(topo *v1alpha1.NodeTopology, free []Free, req Request) (Choice, bool) {
+	n := len(free)
+	if n == 0 {
+		return Choice{}, false
+	}
+	if n > maxExhaustiveNUMANodes {
+		return greedyChoice(free, distances(topo, free), req)
+	}
+	var dist [][]int64 // built on first need: most pods fit one NUMA node
+	// Upper bounds per set size, to skip sizes that cannot possibly fit.
+	cpus := make([]int64, n)
+	mems := make([]int64, n)
+	for i, f := range free {
+		cpus[i], mems[i] = f.MilliCPU, f.Memory
+	}
+	slices.SortFunc(cpus, func(a, b int64) int { return cmp.Compare(b, a) })
+	slices.SortFunc(mems, func(a, b int64) int { return cmp.Compare(b, a) })
+	var topCPU, topMem int64
+	for k := 1; k <= n; k++ {
+		topCPU += cpus[k-1]
+		topMem += mems[k-1]
+		if topCPU < req.MilliCPU || topMem < req.Memory {
+			continue
+		}
+		best, found := Choice{}, false
+		forEachSubset(n, k, func(set []int) {
+			var c, m int64
+			for _, i := range set {
+				c += free[i].MilliCPU
+				m += free[i].Memory
+			}
+			if c < req.MilliCPU || m < req.Memory {
+				return
+			}
+			var d int64
+			if len(set) > 1 {
+				if dist == nil {
+					dist = distances(topo, free)
+				}
+				d = setDistance(dist, set)
+			}
+			if !found || d < best.Distance {
+				best, found = Choice{Nodes: ids(free, set), Distance: d}, true
+			}
+		})
+		if found {
+			return best, true
+		}
+	}
+	return Choice{}, false
+}
+
+// greedyChoice takes NUMA nodes by most free CPU, then memory, until req is covered.
+func greedyChoice(free []Free, dist [][]int64, req Request) (Choice, bool) {
+	order := make([]int, len(free))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		fa, fb := free[order[a]], free[order[b]]
+		if fa.MilliCPU != fb.MilliCPU {
+			return fa.MilliCPU > fb.MilliCPU
+		}
+		return fa.Memory > fb.Memory
+	})
+	var c, m int64
+	var set []int
+	for _, i := range order {
+		set = append(set, i)
+		c += free[i].MilliCPU
+		m += free[i].Memory
+		if c >= req.MilliCPU && m >= req.Memory {
+			slices.Sort(set)
+			return Choice{Nodes: ids(free, set), Distance: setDistance(dist, set)}, true
+		}
+	}
+	return Choice{}, false
+}
+
+// distances returns the distance matrix indexed like free. Distances are listed in
+// NUMA node ID order; missing entries count as 0 so they do not decide ties.
+func distances(topo *v1alpha1.NodeTopology, free []Free) [][]int64 {
+	sorted := make([]int32, 0, len(topo.Status.NUMANodes))
+	byID := make(map[int32]v1alpha1.NUMANode, len(topo.Status.NUMANodes))
+	for _, n := range topo.Status.NUMANodes {
+		sorted = append(sorted, n.ID)
+		byID[n.ID] = n
+	}
+	slices.Sort(sorted)
+	pos := make(map[int32]int, len(sorted))
+	for i, id := range sorted {
+		pos[id] = i
+	}
+	d := make([][]int64, len(free))
+	for i, fi := range free {
+		d[i] = make([]int64, len(free))
+		row := byID[fi.ID].Distances
+		for j, fj := range free {
+			if p := pos[fj.ID]; p < len(row) {
+				d[i][j] = int64(row[p])
+			}
+		}
+	}
+	return d
+}
+
+func setDistance(dist [][]int64, set []int) int64 {
+	var sum int64
+	for a := 0; a < len(set); a++ {
+		for b := a + 1; b < len(set); b++ {
+			sum += dist[set[a]][set[b]]
+		}
+	}
+	return sum
+}
+
+func ids(free []Free, set []int) []int32 {
+	out := make([]int32, len(set))
+	for i, s := range set {
+		out[i] = free[s].ID
+	}
+	return out
+}
+
+// forEachSubset calls fn with every k-subset of [0,n) in lexicographic order. fn must
+// not keep the slice.
+func forEachSubset(n, k int, fn func([]int)) {
+	set := make([]int, k)
+	for i := range set {
+		set[i] = i
+	}
+	for {
+		fn(set)
+		i := k - 1
+		for i >= 0 && set[i] == n-k+i {
+			i--
+		}
+		if i < 0 {
+			return
+		}
+		set[i]++
+		for j := i + 1; j < k; j++ {
+			set[j] = set[j-1] + 1
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package numa
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+func TestParsePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    Policy
+		wantErr bool
+	}{
+		{value: "single-numa-node", want: PolicySingleNUMANode},
+		{value: "", wantErr: true},
+		{value: "Single-NUMA-Node", wantErr: true},
+		{value: "best-effort", wantErr: true},
+	} {
+		got, err := ParsePolicy(tc.value)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParsePolicy(%q) = %q, %v; want %q, error %v", tc.value, got, err, tc.want, tc.wantErr)
+		}
+		if err != nil && (!strings.Contains(err.Error(), PolicyAnnotation) || !strings.Contains(err.Error(), "single-numa-node")) {
+			t.Errorf("ParsePolicy(%q) error %q must name the annotation and the accepted form", tc.value, err)
+		}
+	}
+	if p, err := PodPolicy(pod("p", "1", 0, nil)); err != nil || p != PolicyNone {
+		t.Errorf("PodPolicy without annotation = %q, %v; want none", p, err)
+	}
+}
+
+func TestParseNodes(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    []int32
+		wantErr bool
+	}{
+		{value: "1", want: []int32{1}},
+		{value: "0,1", want: []int32{0, 1}},
+		{value: " 3, 1 ,1", want: []int32{1, 3}},
+		{value: "", wantErr: true},
+		{value: "0,x", wantErr: true},
+		{value: "-1", wantErr: true},
+	} {
+		got, err := ParseNodes(tc.value)
+		if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
+			t.Errorf("ParseNodes(%q) = %v, %v; want %v, error %v", tc.value, got, err, tc.want, tc.wantErr)
+		}
+	}
+	if got := FormatNodes([]int32{0, 1}); got != "0,1" {
+		t.Errorf("FormatNodes = %q, want 0,1", got)
+	}
+}
+
+func TestPodRequestHonorsInitContainers(t *testing.T) {
+	p := pod("p", "1", 2*gi, nil)
+	p.Spec.InitContainers = []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+		v1.ResourceCPU: mustQuantity("3"),
+	}}}}
+	got := PodRequest(p)
+	if got.MilliCPU != 3000 || got.Memory != 2*gi {
+		t.Errorf("PodRequest = %+v, want 3000m CPU (init container max) and 2Gi", got)
+	}
+}
+
+func TestBestChoice(t *testing.T) {
+	// Four NUMA nodes in two sockets: 0-1 close (12), across sockets far (32).
+	dist := [][]int32{{10, 12, 32, 32}, {12, 10, 32, 32}, {32, 32, 10, 12}, {32, 32, 12, 10}}
+	twoSockets := topology("n",
+		numaSpec{cpus: 2, mem: 4 * gi, dist: dist[0]}, numaSpec{cpus: 2, mem: 4 * gi, dist: dist[1]},
+		numaSpec{cpus: 2, mem: 4 * gi, dist: dist[2]}, numaSpec{cpus: 2, mem: 4 * gi, dist: dist[3]})
+	for _, tc := range []struct {
+		name    string
+		free    []Free
+		req     Request
+		want    []int32
+		wantFit bool
+	}{
+		{name: "one NUMA node fits", req: Request{2000, 4 * gi}, want: []int32{0}, wantFit: true},
+		{name: "two needed, the close pair wins", req: Request{3000, 4 * gi}, want: []int32{0, 1}, wantFit: true},
+		{name: "memory decides the count", req: Request{1000, 6 * gi}, want: []int32{0, 1}, wantFit: true},
+		{
+			name: "busy NUMA node 0: 1 alone is enough",
+			free: []Free{{0, 0, 0}, {1, 2000, 4 * gi}, {2, 2000, 4 * gi}, {3, 2000, 4 * gi}},
+			req:  Request{2000, 4 * gi}, want: []int32{1}, wantFit: true,
+		},
+		{
+			name: "busy NUMA node 0: pair 2-3 beats 1-2 on distance",
+			free: []Free{{0, 0, 0}, {1, 2000, 4 * gi}, {2, 2000, 4 * gi}, {3, 2000, 4 * gi}},
+			req:  Request{3000, 4 * gi}, want: []int32{2, 3}, wantFit: true,
+		},
+		{name: "everything", req: Request{8000, 16 * gi}, want: []int32{0, 1, 2, 3}, wantFit: true},
+		{name: "more than the node has", req: Request{8001, 0}, wantFit: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			free := tc.free
+			if free == nil {
+				free = FreeCapacity(twoSockets, nil, nil)
+			}
+			got, ok := BestChoice(twoSockets, free, tc.req)
+			if ok != tc.wantFit || !slices.Equal(got.Nodes, tc.want) {
+				t.Errorf("BestChoice = %v, %v; want %v, %v", got.Nodes, ok, tc.want, tc.wantFit)
+			}
+		})
+	}
+}
+
+func TestBestChoiceGreedyBeyondCap(t *testing.T) {
+	nt := uniform("n", maxExhaustiveNUMANodes+4, 1, gi)
+	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil), Request{3000, gi})
+	if !ok || len(got.Nodes) != 3 {
+		t.Errorf("BestChoice on %d NUMA nodes = %v, %v; want 3 nodes", maxExhaustiveNUMANodes+4, got.Nodes, ok)
+	}
+}
+
+func TestFreeCapacity(t *testing.T) {
+	nt := uniform("n", 2, 4, 8*gi)
+	pods := []*v1.Pod{
+		on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0"})),
+		on("n", pod("b", "2", 2*gi, map[string]string{NodesAnnotation: "0,1"})),  // 1 CPU, 1Gi on each
+		on("n", pod("c", "8", 8*gi, map[string]string{NodesAnnotation: "zero"})), // malformed: ignored
+		on("n", pod("d", "8", 8*gi, nil)),                                        // not ours: ignored
+		on("n", pod("e", "1", 1*gi, map[string]string{NodesAnnotation: "1,7"})),  // 7 unknown: its half is dropped
+		on("n", pod("f", "500m", 0, nil)),                                        // reserved below
+	}
+	reserved := func(p *v1.Pod) ([]int32, Request, bool) {
+		if p.Name == "f" {
+			return []int32{1}, Request{MilliCPU: 500}, true
+		}
+		return nil, Request{}, false
+	}
+	infos := framework.NewNodeInfo(pods...).GetPods()
+	got := FreeCapacity(nt, infos, reserved)
+	want := []Free{
+		{ID: 0, MilliCPU: 4000 - 2000 - 1000, Memory: 8*gi - 4*gi - gi},
+		{ID: 1, MilliCPU: 4000 - 1000 - 500 - 500, Memory: 8*gi - gi - gi/2},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("FreeCapacity = %+v\nwant %+v", got, want)
+	}
+}

@@ -1,0 +1,337 @@
+package numa
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// The seed's example: a pod asking 2 CPUs and 4 GiB; node-1 has NUMA nodes of 2 CPUs and
+// 4 GiB, node-2 of 1 CPU and 2 GiB. Both can hold the pod; node-1 needs one NUMA node,
+// node-2 two, so node-1 wins and the pod gets one NUMA node.
+func TestSeedExample(t *testing.T) {
+	infos := []*framework.NodeInfo{nodeInfo("node-1"), nodeInfo("node-2")}
+	pl, client := newPlugin(t, infos, uniform("node-1", 32, 2, 4*gi), uniform("node-2", 64, 1, 2*gi))
+	p := pod("seed", "2", 4*gi, nil)
+	if _, err := client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := schedule(t, pl, p, infos)
+	if !r.filter["node-1"].IsSuccess() || !r.filter["node-2"].IsSuccess() {
+		t.Fatalf("both nodes must pass Filter: %v", r.filter)
+	}
+	if r.selected != "node-1" || r.scores["node-1"] <= r.scores["node-2"] {
+		t.Fatalf("selected %s with scores %v; want node-1 ranked first", r.selected, r.scores)
+	}
+	if r.scores["node-1"] != fwk.MaxNodeScore {
+		t.Errorf("node-1 score = %d, want %d", r.scores["node-1"], fwk.MaxNodeScore)
+	}
+	nodes, ok := ChosenNUMANodes(r.state, "node-1")
+	if !ok || len(nodes) != 1 {
+		t.Fatalf("chosen NUMA nodes on node-1 = %v, %v; want exactly one", nodes, ok)
+	}
+	if n2, _ := ChosenNUMANodes(r.state, "node-2"); len(n2) != 2 {
+		t.Errorf("node-2 would need %v, want two NUMA nodes", n2)
+	}
+	ctx := context.Background()
+	if st := pl.Reserve(ctx, r.state, p, "node-1"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if _, st := pl.PreBindPreFlight(ctx, r.state, p, "node-1"); !st.IsSuccess() {
+		t.Fatalf("PreBindPreFlight: %v", st)
+	}
+	if st := pl.PreBind(ctx, r.state, p, "node-1"); !st.IsSuccess() {
+		t.Fatalf("PreBind: %v", st)
+	}
+	got, err := client.CoreV1().Pods("default").Get(ctx, "seed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := got.Annotations[NodesAnnotation]; v != "0" {
+		t.Errorf("%s = %q, want \"0\"", NodesAnnotation, v)
+	}
+}
+
+func TestFilter(t *testing.T) {
+	twoByTwo := uniform("n", 2, 2, 4*gi)
+	for _, tc := range []struct {
+		name       string
+		topo       *v1alpha1.NodeTopology
+		pods       []*v1.Pod
+		pod        *v1.Pod
+		wantPre    fwk.Code
+		wantCode   fwk.Code
+		wantReason string
+		wantNodes  string
+	}{
+		{name: "no requests: skipped", topo: twoByTwo, pod: pod("p", "", 0, nil), wantPre: fwk.Skip},
+		{name: "no topology: passes", pod: pod("p", "2", 4*gi, nil)},
+		{
+			name: "no topology, single-numa-node: unresolvable", pod: pod("p", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "no NodeTopology",
+		},
+		{name: "fits one", topo: twoByTwo, pod: pod("p", "2", 4*gi, nil), wantNodes: "0"},
+		{name: "needs both", topo: twoByTwo, pod: pod("p", "3", 4*gi, nil), wantNodes: "0,1"},
+		{
+			name: "single-numa-node, fits one", topo: twoByTwo, wantNodes: "0",
+			pod: pod("p", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+		},
+		{
+			name: "single-numa-node, needs two", topo: twoByTwo,
+			pod:      pod("p", "3", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+			wantCode: fwk.Unschedulable, wantReason: "single-numa-node",
+		},
+		{
+			name: "single-numa-node, NUMA node 0 taken: 1 is chosen", topo: twoByTwo, wantNodes: "1",
+			pods: []*v1.Pod{on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0"}))},
+			pod:  pod("p", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+		},
+		{
+			name: "half of each taken: fits only across both", topo: twoByTwo, wantNodes: "0,1",
+			pods: []*v1.Pod{on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0,1"}))},
+			pod:  pod("p", "2", 4*gi, nil),
+		},
+		{
+			name: "does not fit all NUMA nodes together", topo: twoByTwo,
+			pod: pod("p", "5", gi, nil), wantCode: fwk.Unschedulable, wantReason: "enough free CPU and memory",
+		},
+		{
+			name: "malformed policy: unresolvable, names annotation and form", topo: twoByTwo,
+			pod:     pod("p", "1", gi, map[string]string{PolicyAnnotation: "single"}),
+			wantPre: fwk.UnschedulableAndUnresolvable, wantReason: PolicyAnnotation,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ni := nodeInfo("n", tc.pods...)
+			var topos []*v1alpha1.NodeTopology
+			if tc.topo != nil {
+				topos = append(topos, tc.topo)
+			}
+			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topos...)
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			_, st := pl.PreFilter(ctx, state, tc.pod, nil)
+			if st.Code() != tc.wantPre {
+				t.Fatalf("PreFilter = %v, want %v", st, tc.wantPre)
+			}
+			if tc.wantPre == fwk.UnschedulableAndUnresolvable {
+				if !strings.Contains(st.Message(), tc.wantReason) || !strings.Contains(st.Message(), "single-numa-node") {
+					t.Errorf("PreFilter message %q must name %s and the accepted form", st.Message(), tc.wantReason)
+				}
+				return
+			}
+			if tc.wantPre == fwk.Skip {
+				return
+			}
+			st = pl.Filter(ctx, state, tc.pod, ni)
+			if st.Code() != tc.wantCode {
+				t.Fatalf("Filter = %v, want %v", st, tc.wantCode)
+			}
+			if tc.wantReason != "" && !strings.Contains(st.Message(), tc.wantReason) {
+				t.Errorf("Filter message %q, want it to mention %q", st.Message(), tc.wantReason)
+			}
+			nodes, ok := ChosenNUMANodes(state, "n")
+			if got := FormatNodes(nodes); ok && got != tc.wantNodes || !ok && tc.wantNodes != "" {
+				t.Errorf("chosen = %q (%v), want %q", got, ok, tc.wantNodes)
+			}
+		})
+	}
+}
+
+func TestScoreRanking(t *testing.T) {
+	// Distances: "near" has 11 between its NUMA nodes, "far" 31.
+	near := topology("near", numaSpec{2, 4 * gi, []int32{10, 11}}, numaSpec{2, 4 * gi, []int32{11, 10}})
+	far := topology("far", numaSpec{2, 4 * gi, []int32{10, 31}}, numaSpec{2, 4 * gi, []int32{31, 10}})
+	single := uniform("single", 1, 4, 8*gi)
+	for _, tc := range []struct {
+		name  string
+		topos []*v1alpha1.NodeTopology
+		nodes []string
+		pod   *v1.Pod
+		want  []string // best first
+	}{
+		{
+			name: "fewest NUMA nodes wins", topos: []*v1alpha1.NodeTopology{near, single},
+			nodes: []string{"near", "single"}, pod: pod("p", "3", 4*gi, nil), want: []string{"single", "near"},
+		},
+		{
+			name: "same count: smaller distance wins", topos: []*v1alpha1.NodeTopology{near, far},
+			nodes: []string{"far", "near"}, pod: pod("p", "3", 4*gi, nil), want: []string{"near", "far"},
+		},
+		{
+			name: "no topology scores lowest", topos: []*v1alpha1.NodeTopology{far},
+			nodes: []string{"bare", "far"}, pod: pod("p", "3", 4*gi, nil), want: []string{"far", "bare"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var infos []*framework.NodeInfo
+			for _, n := range tc.nodes {
+				infos = append(infos, nodeInfo(n))
+			}
+			pl, _ := newPlugin(t, infos, tc.topos...)
+			r := schedule(t, pl, tc.pod, infos)
+			for i := 1; i < len(tc.want); i++ {
+				if r.scores[tc.want[i-1]] <= r.scores[tc.want[i]] {
+					t.Errorf("scores %v: want %s above %s", r.scores, tc.want[i-1], tc.want[i])
+				}
+			}
+			if r.scores[tc.want[0]] != fwk.MaxNodeScore {
+				t.Errorf("best node %s scored %d, want %d", tc.want[0], r.scores[tc.want[0]], fwk.MaxNodeScore)
+			}
+		})
+	}
+}
+
+func TestNormalizeScores(t *testing.T) {
+	scores := fwk.NodeScoreList{
+		{Name: "k1", Score: encode(Choice{Nodes: []int32{0}})},
+		{Name: "k2near", Score: encode(Choice{Nodes: []int32{0, 1}, Distance: 11})},
+		{Name: "k2far", Score: encode(Choice{Nodes: []int32{0, 1}, Distance: 31})},
+		{Name: "k3", Score: encode(Choice{Nodes: []int32{0, 1, 2}, Distance: 60})},
+		{Name: "none", Score: 0},
+	}
+	NormalizeScores(scores)
+	got := map[string]int64{}
+	for _, s := range scores {
+		got[s.Name] = s.Score
+	}
+	if !(got["k1"] == 100 && got["k1"] > got["k2near"] && got["k2near"] > got["k2far"] && got["k2far"] > got["k3"] && got["k3"] > got["none"] && got["none"] == 0) {
+		t.Errorf("normalized scores %v not ordered k1 > k2near > k2far > k3 > none", got)
+	}
+}
+
+func TestReserveUnreserve(t *testing.T) {
+	ni := nodeInfo("n")
+	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, uniform("n", 2, 2, 4*gi))
+	ctx := context.Background()
+	first := pod("first", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"})
+	r := schedule(t, pl, first, []*framework.NodeInfo{ni})
+	if st := pl.Reserve(ctx, r.state, first, "n"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	// The scheduler cache holds the assumed pod without the annotation: the reservation
+	// must count it on the NUMA node it was given.
+	ni.AddPod(on("n", first.DeepCopy()))
+
+	second := pod("second", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"})
+	r2 := schedule(t, pl, second, []*framework.NodeInfo{ni})
+	if nodes, _ := ChosenNUMANodes(r2.state, "n"); FormatNodes(nodes) != "1" {
+		t.Fatalf("second pod got NUMA nodes %v, want 1 (0 is reserved)", nodes)
+	}
+	if st := pl.Reserve(ctx, r2.state, second, "n"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	ni.AddPod(on("n", second.DeepCopy()))
+
+	third := pod("third", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"})
+	if r3 := schedule(t, pl, third, []*framework.NodeInfo{ni}); r3.filter["n"].Code() != fwk.Unschedulable {
+		t.Fatalf("third pod on a full node: Filter = %v, want Unschedulable", r3.filter["n"])
+	}
+	pl.Unreserve(ctx, r2.state, second, "n")
+	pl.Unreserve(ctx, r2.state, second, "n") // idempotent
+	if r3 := schedule(t, pl, third, []*framework.NodeInfo{ni}); !r3.filter["n"].IsSuccess() {
+		t.Fatalf("after Unreserve: Filter = %v, want success", r3.filter["n"])
+	}
+}
+
+// Reserve must choose on its own when Filter and Score did not run on this state for the
+// node (one feasible node, or a node hint from opportunistic batching).
+func TestReserveWithoutFilter(t *testing.T) {
+	ni := nodeInfo("n", on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0"})))
+	pl, client := newPlugin(t, []*framework.NodeInfo{ni}, uniform("n", 2, 2, 4*gi))
+	ctx := context.Background()
+	p := pod("p", "1", gi, nil)
+	if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := pl.Reserve(ctx, state, p, "n"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if nodes, _ := ChosenNUMANodes(state, "n"); FormatNodes(nodes) != "1" {
+		t.Errorf("chosen %v, want 1", nodes)
+	}
+	// No topology for "missing": nothing to reserve, which is success.
+	if st := pl.Reserve(ctx, state, p, "missing"); !st.IsSuccess() {
+		t.Errorf("Reserve on a node without topology = %v, want success", st)
+	}
+}
+
+func TestPreBind(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		topo      bool
+		pod       *v1.Pod
+		create    bool
+		stale     bool
+		wantSkip  bool
+		wantErr   bool
+		wantValue string
+	}{
+		{name: "stale value, new choice: replaced", topo: true, pod: pod("p", "1", gi, nil), create: true, stale: true, wantValue: "0"},
+		{name: "stale value, no topology: removed", pod: pod("p", "1", gi, nil), create: true, stale: true, wantValue: ""},
+		{name: "writes the chosen nodes", topo: true, pod: pod("p", "3", gi, nil), create: true, wantValue: "0,1"},
+		{name: "no CPU or memory asked: skipped", topo: true, pod: pod("p", "", 0, nil), create: true, wantSkip: true},
+		{name: "no topology: skipped", pod: pod("p", "1", gi, nil), create: true, wantSkip: true},
+		{name: "API error is returned", topo: true, pod: pod("p", "1", gi, nil), wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ni := nodeInfo("n")
+			var topos []*v1alpha1.NodeTopology
+			if tc.topo {
+				topos = append(topos, uniform("n", 2, 2, 4*gi))
+			}
+			pl, client := newPlugin(t, []*framework.NodeInfo{ni}, topos...)
+			ctx := context.Background()
+			p := tc.pod
+			p.Annotations = map[string]string{"keep": "me"}
+			if tc.stale {
+				p.Annotations[NodesAnnotation] = "3" // from an attempt whose binding failed
+			}
+			if tc.create {
+				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := schedule(t, pl, p, []*framework.NodeInfo{ni})
+			if st := pl.Reserve(ctx, r.state, p, "n"); !st.IsSuccess() {
+				t.Fatalf("Reserve: %v", st)
+			}
+			_, st := pl.PreBindPreFlight(ctx, r.state, p, "n")
+			if (st.Code() == fwk.Skip) != tc.wantSkip {
+				t.Fatalf("PreBindPreFlight = %v, want skip %v", st, tc.wantSkip)
+			}
+			if tc.wantSkip {
+				return
+			}
+			st = pl.PreBind(ctx, r.state, p, "n")
+			if tc.wantErr {
+				if st.Code() != fwk.Error || !strings.Contains(st.Message(), NodesAnnotation) {
+					t.Fatalf("PreBind = %v, want an error naming %s", st, NodesAnnotation)
+				}
+				return
+			}
+			if !st.IsSuccess() {
+				t.Fatalf("PreBind: %v", st)
+			}
+			got, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, has := got.Annotations[NodesAnnotation]
+			if v != tc.wantValue || has != (tc.wantValue != "") || got.Annotations["keep"] != "me" {
+				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, NodesAnnotation, tc.wantValue)
+			}
+		})
+	}
+}

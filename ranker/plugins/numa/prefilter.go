@@ -1,0 +1,30 @@
+package numa
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// PreFilter computes the pod's CPU and memory request and parses its policy once per
+// cycle. A malformed policy leaves the pod Pending (UnschedulableAndUnresolvable, the
+// message names the annotation and the accepted form); a pod asking for neither CPU nor
+// memory skips NUMAAware's Filter.
+func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	policy, err := PodPolicy(pod)
+	if err != nil {
+		filterRejections.WithLabelValues(reasonMalformedPolicy).Inc()
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	s := &cycleState{req: PodRequest(pod), policy: policy, choices: &choiceMap{m: map[string]Choice{}}}
+	state.Write(stateKey, s)
+	if s.req.IsZero() {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return nil, nil
+}
+
+// PreFilterExtensions returns nil: Filter reads the pods of the NodeInfo it is given, so
+// preemption's added and removed pods are already accounted for.
+func (pl *NUMAAware) PreFilterExtensions() fwk.PreFilterExtensions { return nil }

@@ -1,0 +1,102 @@
+package numa
+
+import (
+	"context"
+	"math"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// Raw scores encode the best choice as count<<32 | distance (lower is better); 0 means
+// "cannot be scored by NUMA" (no NodeTopology, or the request does not fit), which
+// NormalizeScore maps to the lowest score.
+const countShift = 32
+
+func encode(ch Choice) int64 {
+	d := min(ch.Distance, int64(math.MaxUint32))
+	return int64(len(ch.Nodes))<<countShift | d
+}
+
+func decode(raw int64) (count, distance int64) {
+	return raw >> countShift, raw & math.MaxUint32
+}
+
+// PreScore skips scoring for pods that ask for neither CPU nor memory.
+func (pl *NUMAAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	s, ok := readState(state)
+	if !ok || s.req.IsZero() {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score returns the encoded best choice for the node (see encode); NormalizeScore turns
+// it into a score where fewer NUMA nodes always win.
+func (pl *NUMAAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, ok := readState(state)
+	if !ok || s.req.IsZero() {
+		return 0, nil
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return 0, nil
+	}
+	ch, ok := s.choices.get(node.Name)
+	if !ok {
+		topo := pl.topologies.Topology(node.Name)
+		if !hasNUMA(topo) {
+			return 0, nil
+		}
+		if ch, ok = BestChoice(topo, pl.free(topo, nodeInfo), s.req); !ok {
+			return 0, nil
+		}
+		s.choices.set(node.Name, ch)
+	}
+	return encode(ch), nil
+}
+
+// ScoreExtensions returns the plugin itself: it normalizes its scores.
+func (pl *NUMAAware) ScoreExtensions() fwk.ScoreExtensions { return pl }
+
+// NormalizeScore maps encoded choices to [0, MaxNodeScore]. Each NUMA-node count between
+// the best and the worst seen gets an equal band, fewest on top; within a band a larger
+// distance sum costs up to half the band, so the distance breaks ties but never
+// outweighs a NUMA node fewer. Unscorable nodes get 0.
+func (pl *NUMAAware) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+	NormalizeScores(scores)
+	return nil
+}
+
+// NormalizeScores is NormalizeScore without the framework arguments.
+func NormalizeScores(scores fwk.NodeScoreList) {
+	var kmin, kmax int64 = math.MaxInt64, 0
+	dmin := map[int64]int64{}
+	dmax := map[int64]int64{}
+	for _, s := range scores {
+		if s.Score <= 0 {
+			continue
+		}
+		k, d := decode(s.Score)
+		kmin, kmax = min(kmin, k), max(kmax, k)
+		if cur, ok := dmin[k]; !ok || d < cur {
+			dmin[k] = d
+		}
+		if cur, ok := dmax[k]; !ok || d > cur {
+			dmax[k] = d
+		}
+	}
+	band := float64(fwk.MaxNodeScore) / float64(kmax-kmin+1)
+	for i := range scores {
+		if scores[i].Score <= 0 {
+			scores[i].Score = fwk.MinNodeScore
+			continue
+		}
+		k, d := decode(scores[i].Score)
+		top := float64(fwk.MaxNodeScore) - float64(k-kmin)*band
+		if span := dmax[k] - dmin[k]; span > 0 {
+			top -= band / 2 * float64(d-dmin[k]) / float64(span)
+		}
+		scores[i].Score = max(fwk.MinNodeScore, min(fwk.MaxNodeScore, int64(math.Round(top))))
+	}
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# bench-ranker: sextant-ranker against vanilla kube-scheduler, in the manner of
+# kube-scheduler's scheduler_perf, on the real API server of the local cluster. For each
+# size (default 500 and 5000 Node objects, no kubelets) with a NodeBandwidth and a
+# NodeTopology each, schedules the same 5000 pending pods once with each scheduler and
+# prints pods/s, their ratio, bandwidth violations and NUMA spread. Goals at 5000 nodes:
+# ratio >= 0.9, zero bandwidth violations for sextant. See scripts/bench-ranker/main.go.
+#
+#   scripts/bench-ranker.sh [--nodes 500,5000] [--pods 5000] [--schedulers vanilla,sextant]
+#                           [--seed 1] [--timeout 10m] ...   (all flags: --help)
+#
+# Brings the cluster up if it is not (never down: others may share it), applies the
+# CRDs, builds sextant-ranker and the harness into bin/bench/, and removes every Node,
+# heartbeat and pod it made, also on failure or ^C.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib.sh
+
+[[ $(id -u) == 0 ]] || die "bench-ranker needs root (scripts/cluster.sh up runs a kubelet)"
+
+if ! scripts/cluster.sh status >/dev/null 2>&1; then
+  log "bench-ranker: the local cluster is not up; starting it"
+  scripts/cluster.sh up
+fi
+kubeconfig=$(scripts/cluster.sh kubeconfig)
+kube_bin=$(dirname "$(dirname "$kubeconfig")")/kube-bin
+kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+kubectl apply --server-side --force-conflicts -f charts/sextant/crds/ >/dev/null
+kubectl wait --for condition=Established --timeout 60s \
+  crd/nodebandwidths.sextant.io crd/nodetopologies.sextant.io >/dev/null
+
+# Vanilla-only runs need no ranker; skip its (slow) build.
+need_ranker=true
+prev=
+for a in "$@"; do
+  case "$prev" in --schedulers|-schedulers) [[ $a == *sextant* ]] || need_ranker=false ;; esac
+  case "$a" in --schedulers=*|-schedulers=*) [[ ${a#*=} == *sextant* ]] || need_ranker=false ;; esac
+  prev=$a
+done
+
+mkdir -p bin/bench
+log "bench-ranker: building the harness"
+go build -o bin/bench/bench-ranker ./scripts/bench-ranker
+if $need_ranker; then
+  log "bench-ranker: building sextant-ranker"
+  go build -o bin/bench/sextant-ranker ./ranker/cmd/sextant-ranker \
+    || die "bench-ranker: building sextant-ranker failed; run with --schedulers vanilla to measure kube-scheduler alone"
+fi
+
+exec bin/bench/bench-ranker --kubeconfig "$kubeconfig" \
+  --kube-scheduler "$kube_bin/kube-scheduler" --sextant-ranker bin/bench/sextant-ranker "$@"

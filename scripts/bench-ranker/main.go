@@ -1,0 +1,1467 @@
+// Command bench-ranker measures sextant-ranker against vanilla kube-scheduler on the
+// real API server of the local cluster, in the manner of kube-scheduler's
+// scheduler_perf: for each cluster size it creates Node objects (no kubelets) with a
+// NodeBandwidth and a NodeTopology each, then schedules the same seeded mix of pending
+// pods once with each scheduler, and prints throughput and placement quality:
+//
+//   - pods/s: bound pods over the time from the scheduler being ready (or its first
+//     binding, whichever came first) to the last binding. The pods are all created,
+//     pending, before the scheduler starts, so that the harness's own creation rate and
+//     the API server's admission cost are not what is measured.
+//   - bandwidth violations: per node, walking its pods in binding order and subtracting
+//     each pod's required bandwidth from the node's reported remaining per direction, the
+//     pods that take a direction below zero.
+//   - NUMA spread: pods placed over more NUMA nodes than they need on an empty node. For
+//     sextant-ranker from the numa.sextant.io/nodes annotation it writes; for vanilla,
+//     which chooses none, from a simulation of the kubelet's best effort (per node, in
+//     binding order, best-fit each pod into the fewest NUMA nodes with room).
+//
+// Both schedulers run as separate processes with the admin kubeconfig, leader election
+// off, and clientConnection qps/burst 5000 (scheduler_perf's value), so that neither is
+// held back by its client rate limiter; the API server itself is shared with the rest of
+// the machine. The harness also reads each scheduler's /metrics after its run and prints
+// where the time went (attempts, extension points, costliest plugins).
+//
+// The bench nodes have no kubelet: the node lifecycle controller marks them Unknown and
+// taints them unreachable as their (only) heartbeat ages, so the pods tolerate every
+// taint. Heartbeat objects are written once and their sampleTime refreshed before each
+// run; BandwidthAware gets staleAfter 1h so a long run cannot age them out half-way.
+//
+// scripts/bench-ranker.sh builds this and sextant-ranker and runs it; `make bench-ranker`
+// calls that script.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	sextantv1 "sextant.io/sextant/api/v1alpha1"
+)
+
+// The annotations and resource names of DESIGN.md. They are spelled out here rather than
+// imported from the ranker's plugin packages so that the benchmark builds (and can run
+// vanilla) while those packages are being written.
+const (
+	annIngressRequired = "bandwidth.sextant.io/ingress-required"
+	annEgressRequired  = "bandwidth.sextant.io/egress-required"
+	annIngressExpected = "bandwidth.sextant.io/ingress-expected"
+	annEgressExpected  = "bandwidth.sextant.io/egress-expected"
+	annStrategy        = "bandwidth.sextant.io/strategy"
+	annNUMANodes       = "numa.sextant.io/nodes"
+
+	resourceGPU = corev1.ResourceName("sextant.io/gpu")
+
+	labelBench     = "sextant.io/bench"
+	labelScheduler = "sextant.io/bench-scheduler"
+	labelAgent     = "sextant.io/agent"
+
+	image = "sextant.local/busybox:dev"
+)
+
+// The shape of every bench node; NodeTopology and the Node's allocatable agree.
+const (
+	numaPerNode   = 2
+	cpusPerNUMA   = 16
+	memPerNUMA    = 64 << 30
+	gpusPerNode   = 4
+	linkCapacity  = 10_000_000_000 // bits/s per direction
+	podsPerNode   = 110
+	schedVanilla  = "vanilla"
+	schedSextant  = "sextant"
+	sextantPlugin = "BandwidthAware"
+)
+
+type schemaGVR = schema.GroupVersionResource
+
+var (
+	nbwGVR   = sextantv1.GroupVersion.WithResource("nodebandwidths")
+	ntopoGVR = sextantv1.GroupVersion.WithResource("nodetopologies")
+)
+
+type options struct {
+	kubeconfig    string
+	sizes         []int
+	pods          int
+	seed          int64
+	schedulers    []string
+	kubeScheduler string
+	sextantRanker string
+	workDir       string
+	timeout       time.Duration
+	settle        time.Duration
+	workers       int
+	qps           float64
+	schedulerQPS  int
+}
+
+func main() {
+	var o options
+	var sizes, scheds string
+	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "admin kubeconfig of the cluster (both schedulers use it too)")
+	flag.StringVar(&sizes, "nodes", "500,5000", "comma-separated cluster sizes (Node objects) to run")
+	flag.IntVar(&o.pods, "pods", 5000, "pending pods per run")
+	flag.Int64Var(&o.seed, "seed", 1, "seed of the node bandwidth and the pod mix")
+	flag.StringVar(&scheds, "schedulers", "vanilla,sextant", "which schedulers to run, in order: vanilla, sextant")
+	flag.StringVar(&o.kubeScheduler, "kube-scheduler", "", "the cluster's kube-scheduler binary (default: kube-bin/kube-scheduler beside the kubeconfig's directory)")
+	flag.StringVar(&o.sextantRanker, "sextant-ranker", "bin/sextant-ranker", "the sextant-ranker binary built from this tree")
+	flag.StringVar(&o.workDir, "work-dir", "", "where scheduler configs and logs go (default: a new temporary directory)")
+	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "give up on a run after this long")
+	flag.DurationVar(&o.settle, "settle", 15*time.Second, "a run ends when every unbound pod is unschedulable and nothing was bound for this long")
+	flag.IntVar(&o.workers, "workers", 32, "parallel API requests while setting up and tearing down")
+	flag.Float64Var(&o.qps, "qps", 2000, "client QPS (and burst) of the harness")
+	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 5000, "clientConnection qps and burst of both schedulers (scheduler_perf's value, so the client rate limiter is not what is measured)")
+	flag.Parse()
+
+	var err error
+	if o.sizes, err = parseSizes(sizes); err != nil {
+		fatal(err)
+	}
+	for _, s := range strings.Split(scheds, ",") {
+		s = strings.TrimSpace(s)
+		if s != schedVanilla && s != schedSextant {
+			fatal(fmt.Errorf("--schedulers: unknown scheduler %q; want vanilla and/or sextant", s))
+		}
+		o.schedulers = append(o.schedulers, s)
+	}
+	if o.kubeconfig == "" {
+		fatal(errors.New("--kubeconfig (or KUBECONFIG) is required"))
+	}
+	if o.kubeScheduler == "" {
+		// scripts/cluster.sh links kube-bin beside pki/ in its state directory.
+		o.kubeScheduler = filepath.Join(filepath.Dir(filepath.Dir(o.kubeconfig)), "kube-bin", "kube-scheduler")
+	}
+	if o.workDir == "" {
+		if o.workDir, err = os.MkdirTemp("", "sextant-bench-ranker-"); err != nil {
+			fatal(fmt.Errorf("make work directory: %w", err))
+		}
+	} else if err := os.MkdirAll(o.workDir, 0o755); err != nil {
+		fatal(fmt.Errorf("make work directory: %w", err))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fatal(err)
+	}
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench-ranker:", err)
+	os.Exit(1)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("--nodes: %q is not a positive number", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func run(ctx context.Context, o options) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig %s: %w", o.kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = float32(o.qps), int(o.qps)
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("make client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("make dynamic client: %w", err)
+	}
+	runID := fmt.Sprintf("r%06x", rand.New(rand.NewSource(time.Now().UnixNano())).Intn(1<<24))
+	logf("run %s: sizes %v, %d pods, schedulers %v, seed %d; logs in %s", runID, o.sizes, o.pods, o.schedulers, o.seed, o.workDir)
+	if stale, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labelBench}); err == nil && len(stale.Items) > 0 {
+		logf("WARNING: %d Node objects of other bench runs exist (label %s); they are not this run's and are left alone", len(stale.Items), labelBench)
+	}
+
+	var results []result
+	for _, size := range o.sizes {
+		b := &bench{o: o, cfg: cfg, kube: kube, dyn: dyn, size: size,
+			runID: fmt.Sprintf("%s-%d", runID, size)}
+		res, err := b.runSize(ctx)
+		results = append(results, res...)
+		if err != nil {
+			printResults(os.Stdout, results)
+			return fmt.Errorf("%d nodes: %w", size, err)
+		}
+	}
+	printResults(os.Stdout, results)
+	return nil
+}
+
+// bench is one cluster size: its nodes, its workload, and its runs.
+type bench struct {
+	o     options
+	cfg   *rest.Config
+	kube  kubernetes.Interface
+	dyn   dynamic.Interface
+	size  int
+	runID string
+	ns    string
+	nodes []string
+	// remaining is each node's reported remaining bandwidth, [ingress, egress] in bits/s.
+	remaining map[string][2]int64
+	workload  []podSpec
+}
+
+// podSpec is one pod of the workload, as the analysis needs it.
+type podSpec struct {
+	milliCPU int64
+	memory   int64
+	gpus     int64
+	// required and expected bandwidth, [ingress, egress], 0 when not asked.
+	required     [2]int64
+	expected     [2]int64
+	mostHeadroom bool
+	kind         string // small, numa, gpu
+}
+
+type result struct {
+	scheduler   string
+	size        int
+	pods        int
+	bound       int
+	unscheduled int
+	elapsed     time.Duration
+	podsPerSec  float64
+	bwViolation int
+	bwAsked     int
+	numaSpread  int
+	numaPods    int
+	numaMissing int
+	numaSource  string
+	note        string
+	// breakdown says where the scheduler spent its time, from its own metrics.
+	breakdown string
+}
+
+func (b *bench) runSize(ctx context.Context) (results []result, err error) {
+	defer func() {
+		// Always clean up, also when ctx was cancelled by a signal.
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if cerr := b.cleanup(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("clean up: %w", cerr))
+		}
+	}()
+	start := time.Now()
+	if err := b.setup(ctx); err != nil {
+		return nil, fmt.Errorf("set up: %w", err)
+	}
+	logf("%d nodes: set up in %s", b.size, time.Since(start).Round(time.Second))
+	b.workload = makeWorkload(b.o.seed, b.o.pods)
+
+	for _, sched := range b.o.schedulers {
+		res, err := b.runOnce(ctx, sched)
+		if err != nil {
+			return results, fmt.Errorf("%s run: %w", sched, err)
+		}
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// parallel runs fn for 0..n-1 on the harness's workers and returns the first error.
+func (b *bench) parallel(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	for w := 0; w < b.o.workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				if err := fn(ctx, i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return first
+}
+
+func (b *bench) setup(ctx context.Context) error {
+	b.ns = "sextant-bench-" + b.runID
+	if _, err := b.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: b.ns, Labels: map[string]string{labelBench: b.runID}},
+	}, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create namespace %s: %w", b.ns, err)
+	}
+
+	rng := rand.New(rand.NewSource(b.o.seed*7919 + int64(b.size)))
+	b.nodes = make([]string, b.size)
+	b.remaining = make(map[string][2]int64, b.size)
+	for i := range b.nodes {
+		name := fmt.Sprintf("bench-%s-%05d", b.runID, i)
+		b.nodes[i] = name
+		// Remaining is spread evenly over the whole link, in 100M steps: some nodes
+		// are idle, some saturated, most in between.
+		b.remaining[name] = [2]int64{rng.Int63n(101) * 100_000_000, rng.Int63n(101) * 100_000_000}
+	}
+
+	var done atomic.Int64
+	progress := startProgress(fmt.Sprintf("%d nodes: creating Nodes, NodeBandwidths, NodeTopologies", b.size), &done, b.size)
+	defer progress()
+	return b.parallel(ctx, b.size, func(ctx context.Context, i int) error {
+		name := b.nodes[i]
+		node, err := b.kube.CoreV1().Nodes().Create(ctx, benchNode(name, b.runID), metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("create node %s: %w", name, err)
+		}
+		owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}}
+		meta := metav1.ObjectMeta{Name: name, OwnerReferences: owner, Labels: map[string]string{labelBench: b.runID}}
+		rem := b.remaining[name]
+		nbw := &sextantv1.NodeBandwidth{
+			TypeMeta:   metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeBandwidth"},
+			ObjectMeta: meta,
+			Status:     bandwidthStatus(rem, time.Now()),
+		}
+		if err := createWithStatus(ctx, b.dyn, nbwGVR, nbw); err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		ntopo := &sextantv1.NodeTopology{
+			TypeMeta:   metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeTopology"},
+			ObjectMeta: meta,
+			Status:     topologyStatus(time.Now()),
+		}
+		if err := createWithStatus(ctx, b.dyn, ntopoGVR, ntopo); err != nil {
+			return fmt.Errorf("node %s: %w", name, err)
+		}
+		done.Add(1)
+		return nil
+	})
+}
+
+// startProgress logs done/total every 10 s until the returned func is called.
+func startProgress(what string, done *atomic.Int64, total int) func() {
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				logf("%s: %d/%d", what, done.Load(), total)
+			}
+		}
+	}()
+	return func() { close(stop) }
+}
+
+func benchNode(name, runID string) *corev1.Node {
+	alloc := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(numaPerNode*cpusPerNUMA, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(numaPerNode*memPerNUMA, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(podsPerNode, resource.DecimalSI),
+		resourceGPU:           *resource.NewQuantity(gpusPerNode, resource.DecimalSI),
+	}
+	now := metav1.Now()
+	// A Node's status is taken on create (the kubelet registers this way), so one
+	// request makes a schedulable node.
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			labelBench:               runID,
+			labelAgent:               "none", // the agent DaemonSet stays off these nodes
+			"kubernetes.io/hostname": name,
+			"kubernetes.io/os":       "linux",
+			"kubernetes.io/arch":     "amd64",
+		}},
+		Status: corev1.NodeStatus{
+			Capacity:    alloc,
+			Allocatable: alloc.DeepCopy(),
+			Phase:       corev1.NodeRunning,
+			Conditions: []corev1.NodeCondition{{
+				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+				Message: "bench node, no kubelet", LastHeartbeatTime: now, LastTransitionTime: now,
+			}},
+		},
+	}
+}
+
+func bitsQty(v int64) *resource.Quantity { return resource.NewQuantity(v, resource.DecimalSI) }
+
+func bandwidthStatus(rem [2]int64, at time.Time) sextantv1.NodeBandwidthStatus {
+	dir := func(remaining int64) sextantv1.DirectionBandwidth {
+		peak := linkCapacity - remaining
+		return sextantv1.DirectionBandwidth{
+			Capacity:  bitsQty(linkCapacity),
+			Rate:      bitsQty(peak * 3 / 5),
+			Peak:      bitsQty(peak),
+			Remaining: bitsQty(remaining),
+		}
+	}
+	bw := sextantv1.Bandwidth{Ingress: dir(rem[0]), Egress: dir(rem[1])}
+	t := metav1.NewTime(at)
+	return sextantv1.NodeBandwidthStatus{
+		SampleTime:   &t,
+		Window:       &metav1.Duration{Duration: time.Minute},
+		AgentVersion: "bench",
+		Interfaces:   []sextantv1.InterfaceBandwidth{{Name: "eth0", Bandwidth: bw}},
+		Total:        bw.DeepCopy(),
+	}
+}
+
+func topologyStatus(at time.Time) sextantv1.NodeTopologyStatus {
+	numa := func(id int32) *int32 { return &id }
+	var nodes []sextantv1.NUMANode
+	for n := int32(0); n < numaPerNode; n++ {
+		var cpus []int32
+		for c := int32(0); c < cpusPerNUMA; c++ {
+			cpus = append(cpus, n*cpusPerNUMA+c)
+		}
+		dist := make([]int32, numaPerNode)
+		for m := range dist {
+			dist[m] = 21
+		}
+		dist[n] = 10
+		nodes = append(nodes, sextantv1.NUMANode{ID: n, CPUs: cpus, MemoryBytes: memPerNUMA, Distances: dist})
+	}
+	gpuAddrs := []string{"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0", "0000:d8:00.0"}
+	var devs []sextantv1.PCIDevice
+	for i, a := range gpuAddrs {
+		devs = append(devs, sextantv1.PCIDevice{
+			Address: a, Class: "0x030200", Vendor: "0x10de", Device: "0x20b0", Driver: "nvidia",
+			Kind: sextantv1.KindGPU, NUMANode: numa(int32(i * numaPerNode / len(gpuAddrs))),
+			Health: sextantv1.Healthy,
+		})
+	}
+	nicAddr := "0000:18:00.0"
+	devs = append(devs, sextantv1.PCIDevice{
+		Address: nicAddr, Class: "0x020000", Vendor: "0x15b3", Device: "0x1017", Driver: "mlx5_core",
+		Kind: sextantv1.KindNIC, NUMANode: numa(0), Health: sextantv1.Healthy,
+	})
+	speed := int64(linkCapacity / 1_000_000)
+	t := metav1.NewTime(at)
+	return sextantv1.NodeTopologyStatus{
+		UpdateTime:   &t,
+		AgentVersion: "bench",
+		Summary: &sextantv1.TopologySummary{
+			NUMANodes: numaPerNode, CPUs: numaPerNode * cpusPerNUMA, Devices: int32(len(devs)),
+		},
+		Topology: sextantv1.Topology{
+			NUMANodes:  nodes,
+			PCIDevices: devs,
+			NICs:       []sextantv1.NIC{{Name: "eth0", PCIAddress: &nicAddr, NUMANode: numa(0), SpeedMbps: &speed}},
+		},
+	}
+}
+
+// createWithStatus creates obj, then writes its status through the status subresource,
+// which is the only way a CRD with that subresource takes a status.
+func createWithStatus(ctx context.Context, dyn dynamic.Interface, gvr schemaGVR, obj runtime.Object) error {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return fmt.Errorf("convert %s: %w", gvr.Resource, err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	created, err := dyn.Resource(gvr).Create(ctx, u, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("create %s: %w", gvr.Resource, err)
+	}
+	u.SetResourceVersion(created.GetResourceVersion())
+	u.SetUID(created.GetUID())
+	if _, err := dyn.Resource(gvr).UpdateStatus(ctx, u, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("write %s status: %w", gvr.Resource, err)
+	}
+	return nil
+}
+
+// refreshHeartbeats writes a fresh sampleTime into every NodeBandwidth, as live agents
+// would, so neither run sees a report the other run's duration made stale.
+func (b *bench) refreshHeartbeats(ctx context.Context) error {
+	return b.parallel(ctx, len(b.nodes), func(ctx context.Context, i int) error {
+		name := b.nodes[i]
+		// Only the sample time moves: the bench's remaining values stay as set up.
+		patch := fmt.Sprintf(`{"status":{"sampleTime":%q}}`, time.Now().UTC().Format(time.RFC3339))
+		if _, err := b.dyn.Resource(nbwGVR).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+			return fmt.Errorf("refresh NodeBandwidth %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// makeWorkload returns the seeded pod mix; the same seed gives every scheduler the same
+// pods in the same order.
+func makeWorkload(seed int64, n int) []podSpec {
+	rng := rand.New(rand.NewSource(seed))
+	between := func(lo, hi int64) int64 { return lo + rng.Int63n(hi-lo+1) }
+	out := make([]podSpec, n)
+	for i := range out {
+		var p podSpec
+		switch r := rng.Float64(); {
+		case r < 0.10: // accelerator jobs
+			p.kind = "gpu"
+			p.gpus = between(1, 2)
+			p.milliCPU = between(1, 8) * 1000
+			p.memory = between(2, 16) << 30
+		case r < 0.40: // CPU- and memory-heavy services, where NUMA matters
+			p.kind = "numa"
+			p.milliCPU = between(2, 24) * 1000
+			p.memory = between(4, 48) << 30
+		default: // the long tail of small pods
+			p.kind = "small"
+			p.milliCPU = between(1, 5) * 100
+			p.memory = between(1, 4) * 128 << 20
+		}
+		if rng.Float64() < 0.5 {
+			// Which directions: ingress only, egress only, or both.
+			dirs := [][]int{{0}, {1}, {0, 1}}[rng.Intn(3)]
+			for _, d := range dirs {
+				req := between(1, 40) * 50_000_000 // 50M..2G
+				switch r := rng.Float64(); {
+				case r < 0.5: // required and expected
+					p.required[d] = req
+					p.expected[d] = req + between(0, req/100_000_000)*50_000_000
+				case r < 0.8: // required only
+					p.required[d] = req
+				default: // expected only: a preference, never a violation
+					p.expected[d] = req
+				}
+			}
+			p.mostHeadroom = rng.Float64() < 0.3
+		}
+		out[i] = p
+	}
+	return out
+}
+
+func (b *bench) pod(i int, sched string) *corev1.Pod {
+	p := b.workload[i]
+	ann := map[string]string{}
+	qty := func(v int64) string { return resource.NewQuantity(v, resource.DecimalSI).String() }
+	for d, names := range [2][2]string{{annIngressRequired, annIngressExpected}, {annEgressRequired, annEgressExpected}} {
+		if p.required[d] > 0 {
+			ann[names[0]] = qty(p.required[d])
+		}
+		if p.expected[d] > 0 {
+			ann[names[1]] = qty(p.expected[d])
+		}
+	}
+	if p.mostHeadroom {
+		ann[annStrategy] = "most-headroom"
+	}
+	req := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(p.milliCPU, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(p.memory, resource.BinarySI),
+	}
+	if p.gpus > 0 {
+		req[resourceGPU] = *resource.NewQuantity(p.gpus, resource.DecimalSI)
+	}
+	noToken := false
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        fmt.Sprintf("%s-%05d", sched, i),
+			Namespace:   b.ns,
+			Labels:      map[string]string{labelBench: b.runID, labelScheduler: sched, "bench-kind": p.kind},
+			Annotations: ann,
+		},
+		Spec: corev1.PodSpec{
+			SchedulerName: "bench-" + sched,
+			NodeSelector:  map[string]string{labelBench: b.runID},
+			// The node lifecycle controller taints kubelet-less nodes unreachable (both
+			// NoSchedule and NoExecute); the pods must neither be kept off nor evicted.
+			Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			AutomountServiceAccountToken: &noToken,
+			Containers: []corev1.Container{{
+				Name: "main", Image: image, ImagePullPolicy: corev1.PullNever,
+				Command:   []string{"sleep", "3600"},
+				Resources: corev1.ResourceRequirements{Requests: req, Limits: limitsFor(req)},
+			}},
+		},
+	}
+}
+
+// limitsFor sets limits only for extended resources, which require limit == request.
+func limitsFor(req corev1.ResourceList) corev1.ResourceList {
+	if q, ok := req[resourceGPU]; ok {
+		return corev1.ResourceList{resourceGPU: q}
+	}
+	return nil
+}
+
+type binding struct {
+	seq       int
+	pod       int
+	node      string
+	at        time.Time
+	numaNodes string
+	hasNUMA   bool
+}
+
+// tracker follows the run's pods through an informer: bindings in the order the watch
+// delivers them (which is etcd's commit order) and which pods the scheduler gave up on.
+type tracker struct {
+	mu            sync.Mutex
+	prefix        string
+	lastChange    time.Time
+	bindings      []binding
+	bound         map[int]bool
+	unschedulable map[int]bool
+}
+
+func podIndex(prefix, name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, prefix+"-")
+	if !ok {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	return i, err == nil
+}
+
+func (t *tracker) observe(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	i, ok := podIndex(t.prefix, pod.Name)
+	if !ok {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// Any change (a PreBind annotation, a condition) shows the scheduler is at work.
+	t.lastChange = time.Now()
+	if pod.Spec.NodeName != "" {
+		if !t.bound[i] {
+			t.bound[i] = true
+			delete(t.unschedulable, i)
+			v, has := pod.Annotations[annNUMANodes]
+			t.bindings = append(t.bindings, binding{seq: len(t.bindings), pod: i, node: pod.Spec.NodeName,
+				at: time.Now(), numaNodes: v, hasNUMA: has})
+		}
+		return
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			t.unschedulable[i] = true
+		}
+	}
+}
+
+func (t *tracker) idleSince() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.lastChange
+}
+
+func (t *tracker) snapshot() (bound, unschedulable int, first, last time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.bindings); n > 0 {
+		first, last = t.bindings[0].at, t.bindings[n-1].at
+	}
+	return len(t.bindings), len(t.unschedulable), first, last
+}
+
+func (b *bench) runOnce(ctx context.Context, sched string) (res result, err error) {
+	res = result{scheduler: sched, size: b.size, pods: len(b.workload)}
+	logf("%d nodes, %s: refreshing heartbeats", b.size, sched)
+	if err := b.refreshHeartbeats(ctx); err != nil {
+		return res, err
+	}
+	if err := b.waitServiceAccount(ctx); err != nil {
+		return res, err
+	}
+	defer func() {
+		// Between runs (and on failure) the pods go, so the next run starts from empty
+		// nodes and nothing is left behind.
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		if derr := b.deletePods(cctx, sched); derr != nil {
+			err = errors.Join(err, derr)
+		}
+	}()
+
+	var created atomic.Int64
+	progress := startProgress(fmt.Sprintf("%d nodes, %s: creating pods", b.size, sched), &created, len(b.workload))
+	start := time.Now()
+	err = b.parallel(ctx, len(b.workload), func(ctx context.Context, i int) error {
+		if _, err := b.kube.CoreV1().Pods(b.ns).Create(ctx, b.pod(i, sched), metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %d: %w", i, err)
+		}
+		created.Add(1)
+		return nil
+	})
+	progress()
+	if err != nil {
+		return res, err
+	}
+	logf("%d nodes, %s: %d pods created in %s", b.size, sched, len(b.workload), time.Since(start).Round(100*time.Millisecond))
+
+	t := &tracker{prefix: sched, bound: map[int]bool{}, unschedulable: map[int]bool{}}
+	ictx, stopInformer := context.WithCancel(ctx)
+	defer stopInformer()
+	factory := informers.NewSharedInformerFactoryWithOptions(b.kube, 0, informers.WithNamespace(b.ns),
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.LabelSelector = labelScheduler + "=" + sched
+		}))
+	inf := factory.Core().V1().Pods().Informer()
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    t.observe,
+		UpdateFunc: func(_, obj any) { t.observe(obj) },
+	}); err != nil {
+		return res, fmt.Errorf("watch pods: %w", err)
+	}
+	factory.Start(ictx.Done())
+	if !cache.WaitForCacheSync(ictx.Done(), inf.HasSynced) {
+		return res, fmt.Errorf("pod watch did not sync: %w", ctx.Err())
+	}
+
+	proc, note, err := b.startScheduler(ctx, sched)
+	if err != nil {
+		return res, err
+	}
+	defer proc.stop()
+	res.note = note
+	ready := proc.readyAt
+	logf("%d nodes, %s: scheduler ready; scheduling %d pods", b.size, sched, len(b.workload))
+
+	deadline := time.Now().Add(b.o.timeout)
+	var bound, unsched int
+	var first, last time.Time
+	for {
+		bound, unsched, first, last = t.snapshot()
+		now := time.Now()
+		quiet := now.Sub(ready)
+		if bound > 0 {
+			quiet = now.Sub(last)
+		}
+		if bound == len(b.workload) {
+			break
+		}
+		// Unschedulable-stable: everyone left was tried and refused, and nothing moved.
+		if bound+unsched == len(b.workload) && quiet >= b.o.settle {
+			break
+		}
+		// Some pods never reported a decision, and no pod changed for long: stuck. (Not
+		// measured from the last binding: a loaded API server may take a minute to
+		// complete the first PreBind writes and bindings.)
+		idle := now.Sub(ready)
+		if c := t.idleSince(); c.After(ready) {
+			idle = now.Sub(c)
+		}
+		if idle >= max(4*b.o.settle, 2*time.Minute) {
+			logf("%d nodes, %s: no pod changed for %s with %d pods undecided; stopping", b.size, sched, idle.Round(time.Second), len(b.workload)-bound-unsched)
+			res.note = strings.TrimSpace(res.note + fmt.Sprintf(" stalled: nothing changed for %s", idle.Round(time.Second)))
+			break
+		}
+		if now.After(deadline) {
+			logf("%d nodes, %s: timed out after %s", b.size, sched, b.o.timeout)
+			res.note = strings.TrimSpace(res.note + " timed out")
+			break
+		}
+		if proc.exited() {
+			return res, fmt.Errorf("scheduler exited during the run; see %s", proc.logPath)
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if n, _, _, _ := t.snapshot(); n/500 != bound/500 {
+			logf("%d nodes, %s: %d bound", b.size, sched, n)
+		}
+	}
+	if text, err := b.scrapeMetrics(ctx, proc.port); err != nil {
+		logf("%d nodes, %s: WARNING: no scheduler metrics: %v", b.size, sched, err)
+	} else {
+		_ = os.WriteFile(filepath.Join(b.o.workDir, fmt.Sprintf("metrics-%s-%d.txt", sched, b.size)), []byte(text), 0o644)
+		res.breakdown = summarizeMetrics(text)
+	}
+	clockStart := ready
+	if !first.IsZero() && first.Before(clockStart) {
+		clockStart = first
+	}
+	res.bound, res.unscheduled = bound, len(b.workload)-bound
+	if bound > 0 {
+		res.elapsed = last.Sub(clockStart)
+		if res.elapsed > 0 {
+			res.podsPerSec = float64(bound) / res.elapsed.Seconds()
+		}
+	}
+	t.mu.Lock()
+	bindings := append([]binding(nil), t.bindings...)
+	t.mu.Unlock()
+	b.analyse(&res, bindings, sched == schedSextant && !strings.Contains(res.note, "PLUGINS MISSING"))
+	logf("%d nodes, %s: %d bound, %d unscheduled, %.1f pods/s", b.size, sched, res.bound, res.unscheduled, res.podsPerSec)
+	return res, nil
+}
+
+// analyse counts bandwidth violations and NUMA spread over the run's bindings.
+func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
+	sort.Slice(bindings, func(i, j int) bool { return bindings[i].seq < bindings[j].seq })
+	left := map[string][2]int64{}
+	free := map[string][][2]int64{} // per node, per NUMA node: milliCPU, memory
+	res.numaSource = "simulated"
+	if useAnnotation {
+		res.numaSource = "annotation"
+	}
+	for _, bd := range bindings {
+		p := b.workload[bd.pod]
+		rem, ok := left[bd.node]
+		if !ok {
+			rem = b.remaining[bd.node]
+		}
+		asked, violated := false, false
+		for d := range 2 {
+			if p.required[d] == 0 {
+				continue
+			}
+			asked = true
+			rem[d] -= p.required[d]
+			if rem[d] < 0 {
+				violated = true
+			}
+		}
+		left[bd.node] = rem
+		if asked {
+			res.bwAsked++
+		}
+		if violated {
+			res.bwViolation++
+		}
+
+		need := numaNeeded(p)
+		if need == 0 {
+			continue
+		}
+		res.numaPods++
+		var used int
+		if useAnnotation {
+			if !bd.hasNUMA || bd.numaNodes == "" {
+				res.numaMissing++
+				continue
+			}
+			used = len(strings.Split(bd.numaNodes, ","))
+		} else {
+			f, ok := free[bd.node]
+			if !ok {
+				f = make([][2]int64, numaPerNode)
+				for i := range f {
+					f[i] = [2]int64{cpusPerNUMA * 1000, memPerNUMA}
+				}
+				free[bd.node] = f
+			}
+			used = bestEffortPlace(f, p.milliCPU, p.memory)
+		}
+		if used > need {
+			res.numaSpread++
+		}
+	}
+}
+
+// numaNeeded is how many NUMA nodes the pod's CPU and memory need on an empty bench node.
+func numaNeeded(p podSpec) int {
+	if p.milliCPU == 0 && p.memory == 0 {
+		return 0
+	}
+	for k := 1; k <= numaPerNode; k++ {
+		if p.milliCPU <= int64(k)*cpusPerNUMA*1000 && p.memory <= int64(k)*memPerNUMA {
+			return k
+		}
+	}
+	return numaPerNode
+}
+
+// bestEffortPlace places a pod's CPU and memory on the fewest NUMA nodes of free that
+// hold it, best-fit among sets of that size (least CPU, then memory, left over), as the
+// kubelet's topology manager would on a best-effort policy; it takes the resources out
+// of free and returns how many NUMA nodes it used. When no set holds it (the scheduler
+// counts the node as a whole, not per NUMA node) it spreads over all of them.
+func bestEffortPlace(free [][2]int64, cpu, mem int64) int {
+	n := len(free)
+	bestMask, bestCPU, bestMem := 0, int64(-1), int64(-1)
+	for k := 1; k <= n && bestMask == 0; k++ {
+		for mask := 1; mask < 1<<n; mask++ {
+			if bitsSet(mask) != k {
+				continue
+			}
+			var c, m int64
+			for i := range n {
+				if mask&(1<<i) != 0 {
+					c += free[i][0]
+					m += free[i][1]
+				}
+			}
+			if c < cpu || m < mem {
+				continue
+			}
+			if bestMask == 0 || c-cpu < bestCPU || (c-cpu == bestCPU && m-mem < bestMem) {
+				bestMask, bestCPU, bestMem = mask, c-cpu, m-mem
+			}
+		}
+	}
+	if bestMask == 0 {
+		bestMask = 1<<n - 1
+	}
+	// Take from the chosen NUMA nodes, fullest first, so a spread pod leaves one of
+	// them as empty as it can.
+	var idx []int
+	for i := range n {
+		if bestMask&(1<<i) != 0 {
+			idx = append(idx, i)
+		}
+	}
+	sort.Slice(idx, func(a, c int) bool { return free[idx[a]][0] > free[idx[c]][0] })
+	for _, i := range idx {
+		tc, tm := min(cpu, free[i][0]), min(mem, free[i][1])
+		free[i][0] -= tc
+		free[i][1] -= tm
+		cpu -= tc
+		mem -= tm
+	}
+	return len(idx)
+}
+
+func bitsSet(x int) int {
+	n := 0
+	for ; x != 0; x &= x - 1 {
+		n++
+	}
+	return n
+}
+
+func (b *bench) waitServiceAccount(ctx context.Context) error {
+	// The ServiceAccount admission plugin refuses pods until the namespace's default
+	// ServiceAccount exists.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if _, err := b.kube.CoreV1().ServiceAccounts(b.ns).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			return nil
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("default service account of %s: %w", b.ns, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (b *bench) deletePods(ctx context.Context, sched string) error {
+	logf("%d nodes, %s: deleting pods", b.size, sched)
+	sel := metav1.ListOptions{LabelSelector: labelScheduler + "=" + sched}
+	// Grace period 0: no kubelet will ever confirm a graceful deletion of a bound pod.
+	zero := int64(0)
+	if err := b.kube.CoreV1().Pods(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s pods: %w", sched, err)
+	}
+	for {
+		list, err := b.kube.CoreV1().Pods(b.ns).List(ctx, sel)
+		if err != nil {
+			return fmt.Errorf("list %s pods: %w", sched, err)
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		for _, p := range list.Items {
+			if err := b.kube.CoreV1().Pods(b.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete pod %s: %w", p.Name, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for %s pods to go: %w", sched, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// cleanup removes everything of this size's run: pods (with the namespace), Nodes, and
+// their heartbeat objects (which the garbage collector would also remove, more slowly).
+func (b *bench) cleanup(ctx context.Context) error {
+	logf("%d nodes: cleaning up", b.size)
+	var errs []error
+	sel := metav1.ListOptions{LabelSelector: labelBench + "=" + b.runID}
+	zero := int64(0)
+	if b.ns != "" {
+		if err := b.kube.CoreV1().Pods(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete pods: %w", err))
+		}
+		if err := b.kube.CoreV1().Namespaces().Delete(ctx, b.ns, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete namespace %s: %w", b.ns, err))
+		}
+	}
+	for _, gvr := range []schemaGVR{nbwGVR, ntopoGVR} {
+		if err := b.dyn.Resource(gvr).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %s: %w", gvr.Resource, err))
+		}
+	}
+	// List rather than trust b.nodes: setup may have failed half-way.
+	nodes, err := b.kube.CoreV1().Nodes().List(ctx, sel)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("list nodes: %w", err))...)
+	}
+	err = b.parallel(ctx, len(nodes.Items), func(ctx context.Context, i int) error {
+		name := nodes.Items[i].Name
+		if err := b.kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete node %s: %w", name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		logf("%d nodes: removed %d nodes, their heartbeats and namespace %s", b.size, len(nodes.Items), b.ns)
+	}
+	return errors.Join(errs...)
+}
+
+// schedProc is a scheduler process the harness started.
+type schedProc struct {
+	port    int
+	cmd     *exec.Cmd
+	logPath string
+	readyAt time.Time
+	done    chan struct{}
+	logFile *os.File
+}
+
+func (p *schedProc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *schedProc) stop() {
+	if !p.exited() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	_ = p.logFile.Close()
+}
+
+const banner = "################################################################################"
+
+// startScheduler starts the scheduler for sched and waits until it is ready. For
+// sextant it enables the sextant plugins; if the binary does not know them yet, it
+// starts it again with a plain profile and says so loudly.
+func (b *bench) startScheduler(ctx context.Context, sched string) (*schedProc, string, error) {
+	bin := b.o.kubeScheduler
+	plugins := false
+	if sched == schedSextant {
+		bin, plugins = b.o.sextantRanker, true
+	}
+	p, err := b.launch(ctx, sched, bin, plugins)
+	if err == nil || !plugins {
+		return p, "", err
+	}
+	// Only an unknown plugin falls back; anything else (bad args, a crash) is an error.
+	var said []string
+	for _, line := range strings.Split(readTail(p.logPath, 16000), "\n") {
+		if strings.Contains(line, "does not exist") && (strings.Contains(line, "BandwidthAware") ||
+			strings.Contains(line, "NUMAAware") || strings.Contains(line, "DeviceAware")) {
+			said = append(said, line)
+		}
+	}
+	if len(said) == 0 {
+		return nil, "", err
+	}
+	fmt.Fprintf(os.Stderr, "%s\nWARNING: %s does not know the sextant plugins (BandwidthAware, NUMAAware,\n"+
+		"DeviceAware) yet; running it with a PLAIN profile, so the sextant numbers below are\n"+
+		"kube-scheduler's own. Its log said:\n%s\n%s\n", banner, bin, strings.Join(said, "\n"), banner)
+	p, err = b.launch(ctx, sched+"-plain", bin, false)
+	return p, "PLUGINS MISSING: plain profile", err
+}
+
+func (b *bench) launch(ctx context.Context, name, bin string, plugins bool) (*schedProc, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	sched := strings.TrimSuffix(name, "-plain")
+	cfgPath := filepath.Join(b.o.workDir, fmt.Sprintf("%s-%d.yaml", name, b.size))
+	if err := os.WriteFile(cfgPath, []byte(schedulerConfig(b.o.kubeconfig, "bench-"+sched, b.o.schedulerQPS, plugins)), 0o644); err != nil {
+		return nil, fmt.Errorf("write scheduler config: %w", err)
+	}
+	logPath := filepath.Join(b.o.workDir, fmt.Sprintf("%s-%d.log", name, b.size))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("create scheduler log: %w", err)
+	}
+	cmd := exec.Command(bin, "--config", cfgPath,
+		"--authentication-kubeconfig", b.o.kubeconfig, "--authorization-kubeconfig", b.o.kubeconfig,
+		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group: a ^C to the bench reaches the scheduler only through stop.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logf("%d nodes: starting %s (%s, port %d, log %s)", b.size, name, bin, port, logPath)
+	if err := cmd.Start(); err != nil {
+		_ = logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &schedProc{port: port, cmd: cmd, logPath: logPath, done: make(chan struct{}), logFile: logFile}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{
+		// The scheduler serves a self-signed certificate on its own port.
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
+	}}
+	url := fmt.Sprintf("https://127.0.0.1:%d/readyz", port)
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		if p.exited() {
+			return p, fmt.Errorf("%s exited before it was ready; see %s", name, logPath)
+		}
+		if resp, err := client.Get(url); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				p.readyAt = time.Now()
+				return p, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return p, fmt.Errorf("%s not ready after 3m; see %s", name, logPath)
+		}
+		select {
+		case <-ctx.Done():
+			p.stop()
+			return p, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func schedulerConfig(kubeconfig, schedulerName string, qps int, plugins bool) string {
+	var s strings.Builder
+	fmt.Fprintf(&s, `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+  qps: %d
+  burst: %d
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: %s
+`, kubeconfig, qps, qps, schedulerName)
+	if plugins {
+		// staleAfter: the bench has no agents; heartbeats are refreshed once before
+		// each run, and a long run must not turn them stale half-way.
+		s.WriteString(`  plugins:
+    multiPoint:
+      enabled:
+      - name: BandwidthAware
+      - name: NUMAAware
+      - name: DeviceAware
+  pluginConfig:
+  - name: BandwidthAware
+    args:
+      staleAfter: 1h
+`)
+	}
+	return s.String()
+}
+
+// scrapeMetrics reads the scheduler's /metrics as the admin (its delegated
+// authorization lets system:masters in).
+func (b *bench) scrapeMetrics(ctx context.Context, port int) (string, error) {
+	tlsCfg, err := rest.TLSConfigFor(b.cfg)
+	if err != nil {
+		return "", fmt.Errorf("client TLS config: %w", err)
+	}
+	// The scheduler serves a self-signed certificate; only the client side matters.
+	tlsCfg.RootCAs, tlsCfg.InsecureSkipVerify = nil, true
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		return "", fmt.Errorf("metrics request: %w", err)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("get metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("read metrics: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("get metrics: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+	}
+	return string(body), nil
+}
+
+// summarizeMetrics condenses the scheduler's histograms into one paragraph: attempts
+// by result, total time per extension point, and the costliest plugins per call.
+// Plugin times are sampled by the scheduler (about one cycle in ten), so they are
+// means, not totals.
+func summarizeMetrics(text string) string {
+	type agg struct{ sum, count float64 }
+	attempts := map[string]*agg{}
+	points := map[string]*agg{}
+	plugins := map[string]*agg{}
+	add := func(m map[string]*agg, key string, isSum bool, v float64) {
+		a := m[key]
+		if a == nil {
+			a = &agg{}
+			m[key] = a
+		}
+		if isSum {
+			a.sum += v
+		} else {
+			a.count += v
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		name, labels, value, ok := parseSample(line)
+		if !ok {
+			continue
+		}
+		base, isSum := strings.CutSuffix(name, "_sum")
+		if !isSum {
+			var isCount bool
+			if base, isCount = strings.CutSuffix(name, "_count"); !isCount {
+				continue
+			}
+		}
+		switch base {
+		case "scheduler_scheduling_attempt_duration_seconds":
+			add(attempts, labels["result"], isSum, value)
+		case "scheduler_framework_extension_point_duration_seconds":
+			add(points, labels["extension_point"], isSum, value)
+		case "scheduler_plugin_execution_duration_seconds":
+			add(plugins, labels["plugin"]+"/"+labels["extension_point"], isSum, value)
+		}
+	}
+	var out strings.Builder
+	out.WriteString("attempts:")
+	for _, k := range sortedKeys(attempts, func(a *agg) float64 { return a.count }) {
+		a := attempts[k]
+		fmt.Fprintf(&out, " %s %.0f (mean %s)", k, a.count, meanDur(a.sum, a.count))
+	}
+	out.WriteString("\n    extension points (total):")
+	for _, k := range sortedKeys(points, func(a *agg) float64 { return a.sum }) {
+		if points[k].sum >= 0.05 {
+			fmt.Fprintf(&out, " %s %.1fs", k, points[k].sum)
+		}
+	}
+	out.WriteString("\n    costliest plugins (mean per call, sampled):")
+	for i, k := range sortedKeys(plugins, func(a *agg) float64 { return a.sum }) {
+		if i == 8 {
+			break
+		}
+		fmt.Fprintf(&out, " %s %s", k, meanDur(plugins[k].sum, plugins[k].count))
+	}
+	return out.String()
+}
+
+func meanDur(sum, count float64) string {
+	if count == 0 {
+		return "-"
+	}
+	return time.Duration(sum / count * float64(time.Second)).Round(time.Microsecond).String()
+}
+
+func sortedKeys[V any](m map[string]V, by func(V) float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return by(m[keys[i]]) > by(m[keys[j]]) })
+	return keys
+}
+
+// parseSample parses one line of the Prometheus text format: name{labels} value.
+func parseSample(line string) (name string, labels map[string]string, value float64, ok bool) {
+	if line == "" || line[0] == '#' {
+		return "", nil, 0, false
+	}
+	sp := strings.LastIndexByte(line, ' ')
+	if sp < 0 {
+		return "", nil, 0, false
+	}
+	v, err := strconv.ParseFloat(line[sp+1:], 64)
+	if err != nil {
+		return "", nil, 0, false
+	}
+	head := line[:sp]
+	labels = map[string]string{}
+	if i := strings.IndexByte(head, '{'); i >= 0 {
+		name = head[:i]
+		rest := strings.TrimSuffix(head[i+1:], "}")
+		for rest != "" {
+			eq := strings.Index(rest, "=\"")
+			if eq < 0 {
+				break
+			}
+			key := rest[:eq]
+			rest = rest[eq+2:]
+			end := strings.IndexByte(rest, '"')
+			if end < 0 {
+				break
+			}
+			labels[key] = rest[:end]
+			rest = strings.TrimPrefix(rest[end+1:], ",")
+		}
+	} else {
+		name = head
+	}
+	return name, labels, v, true
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func readTail(path string, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	data, _ := io.ReadAll(f)
+	return string(data)
+}
+
+func printResults(w io.Writer, results []result) {
+	if len(results) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %14s %15s %s\n",
+		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "bw-violations", "numa-spread", "note")
+	for _, r := range results {
+		spread := fmt.Sprintf("%d/%d %s", r.numaSpread, r.numaPods, map[string]string{"annotation": "ann", "simulated": "sim"}[r.numaSource])
+		note := r.note
+		if r.numaMissing > 0 {
+			note = strings.TrimSpace(fmt.Sprintf("%s %d bound pods lack %s", note, r.numaMissing, annNUMANodes))
+		}
+		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %14s %15s %s\n",
+			r.scheduler, r.size, r.pods, r.bound, r.unscheduled, r.elapsed.Round(100*time.Millisecond),
+			r.podsPerSec, fmt.Sprintf("%d/%d", r.bwViolation, r.bwAsked), spread, note)
+	}
+	fmt.Fprintln(w)
+	for _, r := range results {
+		if r.breakdown != "" {
+			fmt.Fprintf(w, "%s %d nodes: %s\n", r.scheduler, r.size, r.breakdown)
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "bw-violations: pods bound where their required bandwidth was no longer left / bound pods requiring bandwidth")
+	fmt.Fprintln(w, "numa-spread: pods on more NUMA nodes than on an empty node / bound pods with CPU or memory (ann: ranker's annotation, sim: kubelet best-effort simulation)")
+
+	// Goals, per size with both runs: ratio >= 0.9 and zero violations for sextant.
+	sizes := map[int][2]*result{}
+	var order []int
+	for i := range results {
+		r := &results[i]
+		pair, seen := sizes[r.size]
+		if !seen {
+			order = append(order, r.size)
+		}
+		if r.scheduler == schedVanilla {
+			pair[0] = r
+		} else {
+			pair[1] = r
+		}
+		sizes[r.size] = pair
+	}
+	fmt.Fprintln(w)
+	for _, size := range order {
+		v, s := sizes[size][0], sizes[size][1]
+		if v == nil || s == nil {
+			fmt.Fprintf(w, "%5d nodes: only one scheduler ran; no ratio\n", size)
+			continue
+		}
+		ratio := 0.0
+		if v.podsPerSec > 0 {
+			ratio = s.podsPerSec / v.podsPerSec
+		}
+		line := fmt.Sprintf("%5d nodes: throughput ratio sextant/vanilla %.2f; sextant bandwidth violations %d, NUMA spread %d (vanilla %d, %d)",
+			size, ratio, s.bwViolation, s.numaSpread, v.bwViolation, v.numaSpread)
+		if size == 5000 {
+			line += fmt.Sprintf("\n             goal ratio >= 0.9: %s; goal zero sextant violations: %s",
+				passMiss(ratio >= 0.9), passMiss(s.bwViolation == 0))
+		}
+		if s.note != "" {
+			line += "\n             NOTE sextant: " + s.note
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+func passMiss(ok bool) string {
+	if ok {
+		return "PASS"
+	}
+	return "MISS"
+}
