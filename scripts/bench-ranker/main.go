@@ -17,9 +17,11 @@
 //     binding order, best-fit each pod into the fewest NUMA nodes with room).
 //
 // Both schedulers run as separate processes with the admin kubeconfig, leader election
-// off, and clientConnection qps/burst 5000 (scheduler_perf's value), so that neither is
-// held back by its client rate limiter; the API server itself is shared with the rest of
-// the machine. The harness also reads each scheduler's /metrics after its run and prints
+// off, and the same clientConnection qps/burst (--scheduler-qps, default 100: twice
+// kube-scheduler's default). scheduler_perf uses 5000 against an in-process API server;
+// here the API server shares two cores with everything else, and at 5000 sextant-ranker's
+// extra PreBind writes flooded it into timeouts and a retry storm that stalled the run,
+// which measures the machine, not the scheduler. The harness also reads each scheduler's /metrics after its run and prints
 // where the time went (attempts, extension points, costliest plugins).
 //
 // The bench nodes have no kubelet: the node lifecycle controller marks them Unknown and
@@ -125,6 +127,7 @@ type options struct {
 	workers       int
 	qps           float64
 	schedulerQPS  int
+	cleanupRun    string
 }
 
 func main() {
@@ -142,7 +145,8 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "a run ends when every unbound pod is unschedulable and nothing was bound for this long")
 	flag.IntVar(&o.workers, "workers", 32, "parallel API requests while setting up and tearing down")
 	flag.Float64Var(&o.qps, "qps", 2000, "client QPS (and burst) of the harness")
-	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 5000, "clientConnection qps and burst of both schedulers (scheduler_perf's value, so the client rate limiter is not what is measured)")
+	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
+	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 100, "clientConnection qps and burst of both schedulers (scheduler_perf uses 5000, which floods a small shared API server)")
 	flag.Parse()
 
 	var err error
@@ -213,10 +217,15 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("make dynamic client: %w", err)
 	}
+	if o.cleanupRun != "" {
+		b := &bench{o: o, kube: kube, dyn: dyn, runID: o.cleanupRun, ns: "sextant-bench-" + o.cleanupRun}
+		return b.cleanup(ctx)
+	}
 	runID := fmt.Sprintf("r%06x", rand.New(rand.NewSource(time.Now().UnixNano())).Intn(1<<24))
 	logf("run %s: sizes %v, %d pods, schedulers %v, seed %d; logs in %s", runID, o.sizes, o.pods, o.schedulers, o.seed, o.workDir)
 	if stale, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labelBench}); err == nil && len(stale.Items) > 0 {
-		logf("WARNING: %d Node objects of other bench runs exist (label %s); they are not this run's and are left alone", len(stale.Items), labelBench)
+		logf("WARNING: %d Node objects of other bench runs exist (label %s, e.g. %s=%s); they are left alone (--cleanup-run removes them)",
+			len(stale.Items), labelBench, labelBench, stale.Items[0].Labels[labelBench])
 	}
 
 	var results []result
@@ -278,6 +287,7 @@ type result struct {
 	note        string
 	// breakdown says where the scheduler spent its time, from its own metrics.
 	breakdown string
+	measured  bool
 }
 
 func (b *bench) runSize(ctx context.Context) (results []result, err error) {
@@ -298,10 +308,13 @@ func (b *bench) runSize(ctx context.Context) (results []result, err error) {
 
 	for _, sched := range b.o.schedulers {
 		res, err := b.runOnce(ctx, sched)
+		if res.measured {
+			// Keep the numbers even when tearing the run down failed.
+			results = append(results, res)
+		}
 		if err != nil {
 			return results, fmt.Errorf("%s run: %w", sched, err)
 		}
-		results = append(results, res)
 	}
 	return results, nil
 }
@@ -825,7 +838,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 		logf("%d nodes, %s: WARNING: no scheduler metrics: %v", b.size, sched, err)
 	} else {
 		_ = os.WriteFile(filepath.Join(b.o.workDir, fmt.Sprintf("metrics-%s-%d.txt", sched, b.size)), []byte(text), 0o644)
-		res.breakdown = summarizeMetrics(text)
+		res.breakdown = summarizeMetrics(text, bound)
 	}
 	clockStart := ready
 	if !first.IsZero() && first.Before(clockStart) {
@@ -842,6 +855,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	bindings := append([]binding(nil), t.bindings...)
 	t.mu.Unlock()
 	b.analyse(&res, bindings, sched == schedSextant && !strings.Contains(res.note, "PLUGINS MISSING"))
+	res.measured = true
 	logf("%d nodes, %s: %d bound, %d unscheduled, %.1f pods/s", b.size, sched, res.bound, res.unscheduled, res.podsPerSec)
 	return res, nil
 }
@@ -1001,10 +1015,9 @@ func (b *bench) deletePods(ctx context.Context, sched string) error {
 	logf("%d nodes, %s: deleting pods", b.size, sched)
 	sel := metav1.ListOptions{LabelSelector: labelScheduler + "=" + sched}
 	// Grace period 0: no kubelet will ever confirm a graceful deletion of a bound pod.
+	// One by one on the harness's workers: the API server runs a DeleteCollection on a
+	// single worker.
 	zero := int64(0)
-	if err := b.kube.CoreV1().Pods(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, sel); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("delete %s pods: %w", sched, err)
-	}
 	for {
 		list, err := b.kube.CoreV1().Pods(b.ns).List(ctx, sel)
 		if err != nil {
@@ -1013,15 +1026,15 @@ func (b *bench) deletePods(ctx context.Context, sched string) error {
 		if len(list.Items) == 0 {
 			return nil
 		}
-		for _, p := range list.Items {
-			if err := b.kube.CoreV1().Pods(b.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("delete pod %s: %w", p.Name, err)
+		err = b.parallel(ctx, len(list.Items), func(ctx context.Context, i int) error {
+			name := list.Items[i].Name
+			if err := b.kube.CoreV1().Pods(b.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete pod %s: %w", name, err)
 			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("wait for %s pods to go: %w", sched, ctx.Err())
-		case <-time.After(time.Second):
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 }
@@ -1041,20 +1054,43 @@ func (b *bench) cleanup(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("delete namespace %s: %w", b.ns, err))
 		}
 	}
+	// One by one on the harness's workers: the API server runs a DeleteCollection on a
+	// single worker, minutes for 5000 objects. Heartbeats first, so the garbage
+	// collector has nothing left to chase when the Nodes go.
+	type victim struct {
+		gvr  schemaGVR
+		name string
+	}
+	var victims []victim
 	for _, gvr := range []schemaGVR{nbwGVR, ntopoGVR} {
-		if err := b.dyn.Resource(gvr).DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete %s: %w", gvr.Resource, err))
+		list, err := b.dyn.Resource(gvr).List(ctx, sel)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("list %s: %w", gvr.Resource, err))
+			continue
+		}
+		for _, it := range list.Items {
+			victims = append(victims, victim{gvr, it.GetName()})
 		}
 	}
 	// List rather than trust b.nodes: setup may have failed half-way.
 	nodes, err := b.kube.CoreV1().Nodes().List(ctx, sel)
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list nodes: %w", err))...)
+		errs = append(errs, fmt.Errorf("list nodes: %w", err))
+	} else {
+		for _, n := range nodes.Items {
+			victims = append(victims, victim{corev1.SchemeGroupVersion.WithResource("nodes"), n.Name})
+		}
 	}
-	err = b.parallel(ctx, len(nodes.Items), func(ctx context.Context, i int) error {
-		name := nodes.Items[i].Name
-		if err := b.kube.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete node %s: %w", name, err)
+	err = b.parallel(ctx, len(victims), func(ctx context.Context, i int) error {
+		v := victims[i]
+		var err error
+		if v.gvr.Resource == "nodes" {
+			err = b.kube.CoreV1().Nodes().Delete(ctx, v.name, metav1.DeleteOptions{})
+		} else {
+			err = b.dyn.Resource(v.gvr).Delete(ctx, v.name, metav1.DeleteOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s %s: %w", v.gvr.Resource, v.name, err)
 		}
 		return nil
 	})
@@ -1062,7 +1098,7 @@ func (b *bench) cleanup(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		logf("%d nodes: removed %d nodes, their heartbeats and namespace %s", b.size, len(nodes.Items), b.ns)
+		logf("%d nodes: removed %d Nodes and heartbeat objects and namespace %s", b.size, len(victims), b.ns)
 	}
 	return errors.Join(errs...)
 }
@@ -1256,11 +1292,12 @@ func (b *bench) scrapeMetrics(ctx context.Context, port int) (string, error) {
 // by result, total time per extension point, and the costliest plugins per call.
 // Plugin times are sampled by the scheduler (about one cycle in ten), so they are
 // means, not totals.
-func summarizeMetrics(text string) string {
+func summarizeMetrics(text string, bound int) string {
 	type agg struct{ sum, count float64 }
 	attempts := map[string]*agg{}
 	points := map[string]*agg{}
 	plugins := map[string]*agg{}
+	writes := map[string]float64{} // API requests by method, GETs left out
 	add := func(m map[string]*agg, key string, isSum bool, v float64) {
 		a := m[key]
 		if a == nil {
@@ -1276,6 +1313,10 @@ func summarizeMetrics(text string) string {
 	for _, line := range strings.Split(text, "\n") {
 		name, labels, value, ok := parseSample(line)
 		if !ok {
+			continue
+		}
+		if name == "rest_client_requests_total" && labels["method"] != "GET" {
+			writes[labels["method"]] += value
 			continue
 		}
 		base, isSum := strings.CutSuffix(name, "_sum")
@@ -1300,6 +1341,16 @@ func summarizeMetrics(text string) string {
 		a := attempts[k]
 		fmt.Fprintf(&out, " %s %.0f (mean %s)", k, a.count, meanDur(a.sum, a.count))
 	}
+	if bound > 0 {
+		var total float64
+		var parts []string
+		for _, m := range sortedKeys(writes, func(v float64) float64 { return v }) {
+			total += writes[m]
+			parts = append(parts, fmt.Sprintf("%s %.0f", m, writes[m]))
+		}
+		// Events count too: the scheduler's event client shares the metrics.
+		fmt.Fprintf(&out, "\n    API writes per bound pod (events included): %.2f (%s)", total/float64(bound), strings.Join(parts, ", "))
+	}
 	out.WriteString("\n    extension points (total):")
 	for _, k := range sortedKeys(points, func(a *agg) float64 { return a.sum }) {
 		if points[k].sum >= 0.05 {
@@ -1320,7 +1371,7 @@ func meanDur(sum, count float64) string {
 	if count == 0 {
 		return "-"
 	}
-	return time.Duration(sum / count * float64(time.Second)).Round(time.Microsecond).String()
+	return time.Duration(sum / count * float64(time.Second)).Round(100 * time.Nanosecond).String()
 }
 
 func sortedKeys[V any](m map[string]V, by func(V) float64) []string {

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNUMANeeded(t *testing.T) {
+	for _, tc := range []struct {
+		cpu, mem int64
+		want     int
+	}{
+		{0, 0, 0},
+		{500, 256 << 20, 1},
+		{16000, 64 << 30, 1},
+		{16001, 1 << 30, 2},
+		{2000, 65 << 30, 2},
+	} {
+		if got := numaNeeded(podSpec{milliCPU: tc.cpu, memory: tc.mem}); got != tc.want {
+			t.Errorf("numaNeeded(%d m, %d B) = %d, want %d", tc.cpu, tc.mem, got, tc.want)
+		}
+	}
+}
+
+func TestBestEffortPlace(t *testing.T) {
+	free := [][2]int64{{16000, 64 << 30}, {16000, 64 << 30}}
+	// 10 CPUs fit one NUMA node.
+	if got := bestEffortPlace(free, 10000, 8<<30); got != 1 {
+		t.Fatalf("first pod used %d NUMA nodes, want 1", got)
+	}
+	// Best fit: 6 CPUs go where 6 are left, not onto the empty NUMA node.
+	if got := bestEffortPlace(free, 6000, 1<<30); got != 1 {
+		t.Fatalf("second pod used %d NUMA nodes, want 1", got)
+	}
+	if free[0][0] != 0 || free[1][0] != 16000 {
+		t.Fatalf("best fit left %v, want NUMA node 0 full and 1 empty", free)
+	}
+	// 20 CPUs need both, and take what is there.
+	if got := bestEffortPlace(free, 12000, 1<<30); got != 1 {
+		t.Fatalf("third pod used %d NUMA nodes, want 1", got)
+	}
+	if got := bestEffortPlace(free, 5000, 1<<30); got != 2 {
+		t.Fatalf("fourth pod used %d NUMA nodes, want 2 (4 CPUs are left on one, 0 on the other)", got)
+	}
+}
+
+func TestAnalyseCountsCumulativeBandwidth(t *testing.T) {
+	b := &bench{
+		remaining: map[string][2]int64{"n1": {1_000_000_000, 0}},
+		workload: []podSpec{
+			{milliCPU: 100, required: [2]int64{600_000_000, 0}},
+			{milliCPU: 100, required: [2]int64{600_000_000, 0}}, // 1.2G > 1G: a violation
+			{milliCPU: 100, expected: [2]int64{0, 100_000_000}}, // expected only: never one
+			{milliCPU: 100, required: [2]int64{0, 1}},           // egress 0 left: a violation
+		},
+	}
+	bindings := []binding{
+		{seq: 3, pod: 3, node: "n1"},
+		{seq: 0, pod: 0, node: "n1", hasNUMA: true, numaNodes: "0"},
+		{seq: 1, pod: 1, node: "n1", hasNUMA: true, numaNodes: "0,1"},
+		{seq: 2, pod: 2, node: "n1"},
+	}
+	var res result
+	b.analyse(&res, bindings, true)
+	if res.bwViolation != 2 || res.bwAsked != 3 {
+		t.Errorf("violations %d of %d asking, want 2 of 3", res.bwViolation, res.bwAsked)
+	}
+	if res.numaSpread != 1 || res.numaMissing != 2 || res.numaPods != 4 {
+		t.Errorf("NUMA spread %d, missing %d, pods %d; want 1, 2, 4", res.numaSpread, res.numaMissing, res.numaPods)
+	}
+}
+
+func TestWorkloadIsSeeded(t *testing.T) {
+	a, b := makeWorkload(7, 1000), makeWorkload(7, 1000)
+	kinds := map[string]int{}
+	withBW := 0
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("pod %d differs between two workloads of the same seed", i)
+		}
+		kinds[a[i].kind]++
+		if a[i].required != [2]int64{} || a[i].expected != [2]int64{} {
+			withBW++
+		}
+	}
+	if kinds["gpu"] < 50 || kinds["numa"] < 200 || withBW < 400 || withBW > 600 {
+		t.Errorf("mix off: %v, %d with bandwidth", kinds, withBW)
+	}
+}
+
+func TestSummarizeMetrics(t *testing.T) {
+	text := strings.Join([]string{
+		`# HELP scheduler_framework_extension_point_duration_seconds x`,
+		`scheduler_framework_extension_point_duration_seconds_sum{extension_point="PreBind",profile="p",status="Success"} 3`,
+		`scheduler_framework_extension_point_duration_seconds_count{extension_point="PreBind",profile="p",status="Success"} 2`,
+		`scheduler_framework_extension_point_duration_seconds_sum{extension_point="PreBind",profile="p",status="Error"} 1`,
+		`scheduler_scheduling_attempt_duration_seconds_sum{profile="p",result="scheduled"} 2`,
+		`scheduler_scheduling_attempt_duration_seconds_count{profile="p",result="scheduled"} 4`,
+		`scheduler_plugin_execution_duration_seconds_sum{extension_point="Filter",plugin="BandwidthAware",status="Success"} 0.001`,
+		`scheduler_plugin_execution_duration_seconds_count{extension_point="Filter",plugin="BandwidthAware",status="Success"} 1000`,
+		`rest_client_requests_total{code="201",host="h",method="POST"} 8`,
+		`rest_client_requests_total{code="200",host="h",method="PATCH"} 4`,
+		`rest_client_requests_total{code="200",host="h",method="GET"} 100`,
+	}, "\n")
+	got := summarizeMetrics(text, 4)
+	for _, want := range []string{"scheduled 4 (mean 500ms)", "PreBind 4.0s", "BandwidthAware/Filter 1µs", "per bound pod (events included): 3.00 (POST 8, PATCH 4)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("summary %q lacks %q", got, want)
+		}
+	}
+}
