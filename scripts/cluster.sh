@@ -198,6 +198,9 @@ state = "$STATE/containerd/state"
         Root = "$STATE/run/runc"
         SystemdCgroup = false
 EOF
+  # Pods get a default route through the bridge because, with no kube-proxy,
+  # in-cluster clients (the ranker) reach the API server at the node's address.
+  # No masquerading: pods never need to leave the machine.
   cat >"$STATE/cni/net.d/10-sextant.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -213,7 +216,7 @@ EOF
         "type": "host-local",
         "dataDir": "$STATE/cni/ipam",
         "ranges": [[{"subnet": "$POD_CIDR"}]],
-        "routes": [{"dst": "$POD_CIDR"}]
+        "routes": [{"dst": "0.0.0.0/0"}]
       }
     },
     {"type": "loopback"}
@@ -396,6 +399,7 @@ kill_pod_processes() {
 cmd_down() {
   [ "$(id -u)" -eq 0 ] || die "cluster: down needs root"
   "$here/demo-net.sh" down
+  "$here/demo-nodes.sh" down
   stop_pid kubelet
   stop_pid kube-controller-manager
   stop_pid kube-scheduler

@@ -1250,6 +1250,9 @@ profiles:
       - name: BandwidthAware
       - name: NUMAAware
       - name: DeviceAware
+      - name: SextantBinder
+      disabled:
+      - name: DefaultBinder
   pluginConfig:
   - name: BandwidthAware
     args:

@@ -305,18 +305,7 @@ func TestBusyboxPodRunsToCompletion(t *testing.T) {
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
-	var phase corev1.PodPhase
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		p, err := local.kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		phase = p.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
-	})
-	if err != nil || phase != corev1.PodSucceeded {
-		t.Fatalf("pod phase %q, want Succeeded (err %v)", phase, err)
-	}
+	waitPodPhase(t, ns, pod.Name, corev1.PodSucceeded, 2*time.Minute)
 	stream, err := local.kube.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).Stream(ctx)
 	if err != nil {
 		t.Fatalf("get logs: %v", err)

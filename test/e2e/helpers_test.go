@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,11 +19,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/fakenode"
 )
 
 const releaseNamespace = "sextant-system"
@@ -131,6 +134,47 @@ func fakeNode(t *testing.T, prefix string) *corev1.Node {
 		_ = local.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
 	})
 	return node
+}
+
+// readyFakeNode is a fakeNode with extra labels and the given allocatable resources that
+// stays Ready while the test runs (internal/fakenode posts Ready and renews its Lease), so
+// the node lifecycle controller (grace period 20s on the local cluster) never taints it
+// unreachable under a test that schedules onto it.
+func readyFakeNode(t *testing.T, prefix string, labels map[string]string, allocatable corev1.ResourceList) *corev1.Node {
+	t.Helper()
+	all := map[string]string{"sextant.io/agent": "none"}
+	maps.Copy(all, labels)
+	node, err := fakenode.Create(context.Background(), local.kube, metav1.ObjectMeta{GenerateName: prefix, Labels: all}, allocatable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fakenode.Keep(ctx, local.kube, node) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		_ = local.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{})
+	})
+	return node
+}
+
+// waitPodPhase waits until the pod has finished (Succeeded or Failed) and fails the test
+// unless it reached want.
+func waitPodPhase(t *testing.T, ns, name string, want corev1.PodPhase, timeout time.Duration) {
+	t.Helper()
+	var phase corev1.PodPhase
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := local.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, nil
+	})
+	if err != nil || phase != want {
+		t.Fatalf("pod %s/%s phase %q, want %s (err %v)", ns, name, phase, want, err)
+	}
 }
 
 // process is a command the test started and stops when it ends.

@@ -1,6 +1,7 @@
 // Command sextant-ranker is kube-scheduler with sextant's plugins registered:
-// BandwidthAware, NUMAAware and DeviceAware. It takes every kube-scheduler flag; a
-// KubeSchedulerConfiguration (--config) enables the plugins in a profile, usually
+// BandwidthAware, NUMAAware, DeviceAware, and SextantBinder, which binds with the
+// annotations the others chose carried on the Binding. It takes every kube-scheduler
+// flag; a KubeSchedulerConfiguration (--config) enables the plugins in a profile, usually
 // "sextant" (see charts/sextant/templates/ranker-config.yaml). The --bandwidth-* flags
 // set BandwidthAware's defaults; args in the configuration override them.
 package main
@@ -18,6 +19,7 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
 	"sextant.io/sextant/ranker/plugins/bandwidth"
+	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
 )
@@ -27,6 +29,7 @@ func main() {
 		app.WithPlugin(bandwidth.Name, bandwidth.New),
 		app.WithPlugin(numa.Name, numa.New),
 		app.WithPlugin(devices.Name, devices.New),
+		app.WithPlugin(binder.Name, binder.New),
 	)
 	command.Use = "sextant-ranker"
 	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)

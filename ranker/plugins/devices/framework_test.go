@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -19,14 +20,23 @@ import (
 
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
 // TestThroughFramework runs NUMAAware and DeviceAware through kube-scheduler's own
 // framework runtime, in the order the "sextant" profile enables them, to check that they
 // cooperate through the CycleState as the runtime really calls them (skips, score
-// validation, reserve order, PreBind preflights).
+// validation, reserve order, PreBind preflights), once with DefaultBinder (PreBind
+// patches the annotations) and once with SextantBinder (the Binding carries them and
+// nothing is patched).
 func TestThroughFramework(t *testing.T) {
+	for _, binderName := range []string{defaultbinder.Name, binder.Name} {
+		t.Run(binderName, func(t *testing.T) { testThroughFramework(t, binderName) })
+	}
+}
+
+func testThroughFramework(t *testing.T, binderName string) {
 	ctx := context.Background()
 	schedmetrics.Register() // the runtime instruments plugins with the scheduler's metrics
 	topo := topology("node-1", 2, 4,
@@ -39,6 +49,20 @@ func TestThroughFramework(t *testing.T) {
 	snapshot := cache.NewSnapshot([]*v1.Pod{busy}, nodes)
 	store := heartbeat.NewFromObjects(topo)
 	client := fake.NewClientset()
+	// The fake clientset does not apply Bindings; keep them to check what they carry.
+	bindings := map[string]*v1.Binding{}
+	client.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := a.(k8stesting.CreateAction).GetObject().(*v1.Binding)
+		bindings[b.Name] = b
+		return true, b, nil
+	})
+	newBinder, binderPoints := defaultbinder.New, []string{"Bind"}
+	if binderName == binder.Name {
+		newBinder, binderPoints = binder.New, []string{"PreFilter", "Bind"}
+	}
 	lookup := func(h fwk.Handle) func(string) (fwk.NodeInfo, error) {
 		return func(node string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(node) }
 	}
@@ -51,7 +75,7 @@ func TestThroughFramework(t *testing.T) {
 	points := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "PreBind"}
 	f, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-		tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
+		tf.RegisterPluginAsExtensions(binderName, newBinder, binderPoints...),
 		tf.RegisterPluginAsExtensions(numa.Name, newNUMA, points...),
 		tf.RegisterPluginAsExtensions(Name, newDevices, points...),
 	}, "sextant", frameworkruntime.WithSnapshotSharedLister(snapshot), frameworkruntime.WithClientSet(client))
@@ -117,19 +141,41 @@ func TestThroughFramework(t *testing.T) {
 			if st := f.RunReservePluginsReserve(ctx, state, tc.pod, best.Name); !st.IsSuccess() {
 				t.Fatalf("Reserve: %v", st)
 			}
-			if st := f.RunPreBindPreFlights(ctx, state, tc.pod, best.Name); !st.IsSuccess() && st.Code() != fwk.Skip {
-				t.Fatalf("PreBindPreFlights: %v", st)
+			client.ClearActions()
+			preFlight := f.RunPreBindPreFlights(ctx, state, tc.pod, best.Name)
+			if !preFlight.IsSuccess() && preFlight.Code() != fwk.Skip {
+				t.Fatalf("PreBindPreFlights: %v", preFlight)
+			}
+			// The scheduler patches nominatedNodeName before PreBind unless every
+			// preflight skips; with SextantBinder nothing needs writing before binding.
+			if binderName == binder.Name && preFlight.Code() != fwk.Skip {
+				t.Errorf("PreBindPreFlights = %v, want Skip: the Binding carries the annotations", preFlight)
 			}
 			if st := f.RunPreBindPlugins(ctx, state, tc.pod, best.Name); !st.IsSuccess() {
 				t.Fatalf("PreBind: %v", st)
+			}
+			if st := f.RunBindPlugins(ctx, state, tc.pod, best.Name); !st.IsSuccess() {
+				t.Fatalf("Bind: %v", st)
 			}
 			got, err := client.CoreV1().Pods("default").Get(ctx, tc.pod.Name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Annotations[numa.NodesAnnotation] != tc.wantNUMA || got.Annotations[AllocatedAnnotation] != tc.wantDevices {
-				t.Errorf("annotations = %v, want %s=%q and %s=%q", got.Annotations,
+			annotations := got.Annotations
+			if binderName == binder.Name {
+				annotations = bindings[tc.pod.Name].Annotations
+				for _, a := range client.Actions() {
+					if a.GetVerb() == "patch" {
+						t.Errorf("SextantBinder profile patched the pod: %v", a)
+					}
+				}
+			}
+			if annotations[numa.NodesAnnotation] != tc.wantNUMA || annotations[AllocatedAnnotation] != tc.wantDevices {
+				t.Errorf("annotations = %v, want %s=%q and %s=%q", annotations,
 					numa.NodesAnnotation, tc.wantNUMA, AllocatedAnnotation, tc.wantDevices)
+			}
+			if b := bindings[tc.pod.Name]; b == nil || b.Target.Name != best.Name {
+				t.Errorf("binding = %+v, want one to %s", b, best.Name)
 			}
 			f.RunReservePluginsUnreserve(ctx, state, tc.pod, best.Name)
 		})

@@ -9,13 +9,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/binder"
 )
 
-// PreBindPreFlight skips PreBind unless Reserve picked devices on the node or the pod
-// still carries a devices.sextant.io/allocated from an earlier attempt that must go. Its
-// patch touches only its own annotation, so it may run in parallel with other PreBinds.
+// PreBindPreFlight skips PreBind when the Binding carries the picked devices
+// (SextantBinder staged them in Reserve; it also overwrites any earlier value), or when
+// Reserve picked no devices and the pod has no devices.sextant.io/allocated from an
+// earlier attempt that must go. Its patch touches only its own annotation, so it may run
+// in parallel with other PreBinds.
 func (pl *DeviceAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	_, picked := pick(state, nodeName)
+	alloc, picked := pick(state, nodeName)
+	if picked && binder.Carries(state, AllocatedAnnotation, alloc.String()) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	_, stale := p.Annotations[AllocatedAnnotation]
 	if !picked && !stale {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -23,8 +30,8 @@ func (pl *DeviceAware) PreBindPreFlight(_ context.Context, state fwk.CycleState,
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
 }
 
-// PreBind writes devices.sextant.io/allocated onto the pod before the Binding, the pod
-// side of the device handshake: the node side reads it to hand over exactly these IDs.
+// PreBind writes devices.sextant.io/allocated onto the pod before the Binding when no
+// SextantBinder carries it on the Binding. It is the pod side of the device handshake: the node side reads it to hand over exactly these IDs.
 // A value left by an earlier attempt is removed when no devices were picked this time.
 func (pl *DeviceAware) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	var value *string

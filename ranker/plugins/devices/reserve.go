@@ -6,12 +6,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/binder"
 )
 
 // Reserve picks the exact devices for the pod on the selected node — on the NUMA nodes
 // NUMAAware chose for it when possible (so NUMAAware must come before DeviceAware in the
 // reserve order), else from as few NUMA nodes as possible — and holds them until the
-// pod's annotation is visible.
+// pod's annotation is visible. The annotation is staged for SextantBinder.
 func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, ok := readState(state)
 	if !ok || s.req.Total() == 0 {
@@ -38,12 +40,15 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	}
 	s.picks.set(nodeName, alloc)
 	pl.ledger.reserve(pod.UID, reservation{node: nodeName, alloc: alloc})
+	binder.Stage(state, AllocatedAnnotation, alloc.String())
 	return nil
 }
 
-// Unreserve releases the pod's devices. It is idempotent.
+// Unreserve releases the pod's devices and what it staged for the Binding. It is
+// idempotent.
 func (pl *DeviceAware) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.ledger.forget(pod.UID)
+	binder.Unstage(state, AllocatedAnnotation)
 	if s, ok := readState(state); ok {
 		s.picks.delete(nodeName)
 	}

@@ -10,13 +10,20 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/binder"
 )
 
-// PreBindPreFlight skips PreBind unless a NUMA choice was made for the node or the pod
-// still carries a numa.sextant.io/nodes from an earlier attempt that must go. Its patch
-// touches only its own annotation, so it may run in parallel with other PreBinds.
+// PreBindPreFlight skips PreBind when the Binding carries the choice (SextantBinder
+// staged it in Reserve; it also overwrites any earlier value), or when there is neither a
+// NUMA choice for the node nor a numa.sextant.io/nodes from an earlier attempt that must
+// go. Its patch touches only its own annotation, so it may run in parallel with other
+// PreBinds.
 func (pl *NUMAAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	_, chosen := ChosenNUMANodes(state, nodeName)
+	nodes, chosen := ChosenNUMANodes(state, nodeName)
+	if chosen && binder.Carries(state, NodesAnnotation, FormatNodes(nodes)) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	_, stale := p.Annotations[NodesAnnotation]
 	if !chosen && !stale {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -24,8 +31,8 @@ func (pl *NUMAAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p
 	return &fwk.PreBindPreFlightResult{AllowParallel: true}, nil
 }
 
-// PreBind writes numa.sextant.io/nodes onto the pod before the Binding, so the node side
-// never sees the pod without it. A value left by an earlier attempt (written, then the
+// PreBind writes numa.sextant.io/nodes onto the pod before the Binding when no
+// SextantBinder carries it on the Binding, so the node side never sees the pod without it. A value left by an earlier attempt (written, then the
 // binding failed) is removed when no NUMA choice was made this time, so it is never
 // counted against NUMA nodes of the wrong node.
 func (pl *NUMAAware) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {

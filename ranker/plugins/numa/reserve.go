@@ -6,10 +6,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/binder"
 )
 
 // Reserve holds the chosen NUMA capacity for the pod until its annotation is visible, so
-// pods scheduled meanwhile see it taken. When Filter recorded no choice for the node (it
+// pods scheduled meanwhile see it taken, and stages the annotation for SextantBinder. When Filter recorded no choice for the node (it
 // was not evaluated on this state), the choice is computed from the scheduler's snapshot.
 func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, ok := readState(state)
@@ -40,10 +42,13 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		s.choices.set(nodeName, ch)
 	}
 	pl.ledger.reserve(pod.UID, reservation{node: nodeName, nodes: ch.Nodes, req: s.req})
+	binder.Stage(state, NodesAnnotation, FormatNodes(ch.Nodes))
 	return nil
 }
 
-// Unreserve releases the pod's reservation. It is idempotent.
-func (pl *NUMAAware) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) {
+// Unreserve releases the pod's reservation and what it staged for the Binding. It is
+// idempotent.
+func (pl *NUMAAware) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ string) {
 	pl.ledger.forget(pod.UID)
+	binder.Unstage(state, NodesAnnotation)
 }

@@ -1,0 +1,62 @@
+package binder
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+func TestStagingNeedsThePreFilter(t *testing.T) {
+	state := framework.NewCycleState()
+	if Stage(state, "a", "1") {
+		t.Fatal("Stage succeeded without SextantBinder's PreFilter: the caller would skip its own write and lose the annotation")
+	}
+	if Carries(state, "a", "1") || Staged(state) != nil {
+		t.Fatal("something is staged without a staging area")
+	}
+	if Stage(nil, "a", "1") || Carries(nil, "a", "1") || Staged(nil) != nil {
+		t.Fatal("a nil state stages")
+	}
+	Unstage(nil, "a") // must not panic
+}
+
+func TestStageUnstageCarries(t *testing.T) {
+	b := &SextantBinder{}
+	state := framework.NewCycleState()
+	if _, st := b.PreFilter(context.Background(), state, &v1.Pod{}, nil); !st.IsSkip() {
+		t.Fatalf("PreFilter = %v, want Skip (the plugin filters nothing)", st)
+	}
+	if !Stage(state, "numa.sextant.io/nodes", "0,1") || !Stage(state, "devices.sextant.io/allocated", "{}") {
+		t.Fatal("Stage failed after PreFilter")
+	}
+	if !Carries(state, "numa.sextant.io/nodes", "0,1") {
+		t.Error("Carries = false for the staged value")
+	}
+	if Carries(state, "numa.sextant.io/nodes", "1") {
+		t.Error("Carries = true for a value that was not staged")
+	}
+	// A clone (preemption dry runs) shares the area: Reserve may have run on either.
+	if !Carries(state.Clone(), "numa.sextant.io/nodes", "0,1") {
+		t.Error("a clone of the state lost the staged annotation")
+	}
+	Unstage(state, "numa.sextant.io/nodes")
+	want := map[string]string{"devices.sextant.io/allocated": "{}"}
+	got := Staged(state)
+	if !maps.Equal(got, want) {
+		t.Errorf("Staged = %v, want %v", got, want)
+	}
+	got["x"] = "y"
+	if Carries(state, "x", "y") {
+		t.Error("Staged returned the live map, not a copy")
+	}
+	// Each cycle starts empty.
+	if _, st := b.PreFilter(context.Background(), state, &v1.Pod{}, nil); !st.IsSkip() {
+		t.Fatal(st)
+	}
+	if Staged(state) != nil {
+		t.Errorf("a new cycle's staging area holds %v", Staged(state))
+	}
+}

@@ -1,0 +1,597 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
+
+	sextantv1 "sextant.io/sextant/api/v1alpha1"
+)
+
+func rankerBinary(t *testing.T) string { return goBinary(t, "./ranker/cmd/sextant-ranker") }
+
+type rankerOptions struct {
+	// scheduler is the profile's schedulerName: each test's own, so the chart's ranker
+	// (profile "sextant") and other tests' rankers leave its pods alone.
+	scheduler     string
+	port          int
+	leaseName     string // empty: no leader election
+	strategy      string
+	ingressWeight int
+	egressWeight  int
+	staleAfter    time.Duration
+}
+
+// startRanker runs sextant-ranker as a process with the chart's RBAC and a profile
+// "sextant" configured as the chart configures it.
+func startRanker(t *testing.T, o rankerOptions) *process {
+	t.Helper()
+	kubeconfig := serviceAccountKubeconfig(t, releaseNamespace, "sextant-ranker")
+	if o.strategy == "" {
+		o.strategy = "best-fit"
+	}
+	if o.ingressWeight == 0 && o.egressWeight == 0 {
+		o.ingressWeight, o.egressWeight = 1, 1
+	}
+	if o.staleAfter == 0 {
+		o.staleAfter = time.Minute
+	}
+	leader := "leaderElect: false"
+	if o.leaseName != "" {
+		leader = fmt.Sprintf(`leaderElect: true
+  resourceName: %s
+  resourceNamespace: %s
+  leaseDuration: 6s
+  renewDeadline: 4s
+  retryPeriod: 1s`, o.leaseName, releaseNamespace)
+	}
+	config := fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %s
+leaderElection:
+  %s
+profiles:
+- schedulerName: %s
+  plugins:
+    multiPoint:
+      enabled:
+      - name: BandwidthAware
+      - name: NUMAAware
+      - name: DeviceAware
+      - name: SextantBinder
+      disabled:
+      - name: DefaultBinder
+  pluginConfig:
+  - name: BandwidthAware
+    args:
+      strategy: %s
+      ingressWeight: %d
+      egressWeight: %d
+      staleAfter: %s
+`, kubeconfig, leader, o.scheduler, o.strategy, o.ingressWeight, o.egressWeight, o.staleAfter)
+	path := filepath.Join(t.TempDir(), "ranker.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return startProcess(t, rankerBinary(t), "--config", path, fmt.Sprintf("--secure-port=%d", o.port),
+		"--authentication-kubeconfig", kubeconfig, "--authorization-kubeconfig", kubeconfig, "--v=2")
+}
+
+// rankerNode is a Node object with allocatable resources and a NodeBandwidth, standing
+// for a machine whose agent reported these values.
+type rankerNode struct {
+	name                     string
+	ingressRemaining, egress string // quantities; "" = capacity unknown
+	sampled                  time.Time
+}
+
+func makeRankerNodes(t *testing.T, prefix string, nodes []rankerNode) map[string]string {
+	t.Helper()
+	names := map[string]string{} // logical name → real node name
+	for _, n := range nodes {
+		node := readyFakeNode(t, prefix+n.name+"-", map[string]string{"sextant.io/e2e": prefix}, corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"),
+			corev1.ResourcePods: resource.MustParse("110"),
+		})
+		publishBandwidth(t, node, n)
+		names[n.name] = node.Name
+	}
+	return names
+}
+
+func publishBandwidth(t *testing.T, node *corev1.Node, n rankerNode) {
+	t.Helper()
+	sampled := n.sampled
+	if sampled.IsZero() {
+		sampled = time.Now()
+	}
+	st := metav1.NewTime(sampled.UTC().Truncate(time.Second))
+	dir := func(rem string) sextantv1.DirectionBandwidth {
+		if rem == "" {
+			return sextantv1.DirectionBandwidth{Rate: qty("0"), Peak: qty("0")}
+		}
+		return sextantv1.DirectionBandwidth{Capacity: qty("10G"), Rate: qty("0"), Peak: qty("0"), Remaining: qty(rem)}
+	}
+	bw := sextantv1.Bandwidth{Ingress: dir(n.ingressRemaining), Egress: dir(n.egress)}
+	nbw := &sextantv1.NodeBandwidth{
+		TypeMeta: metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeBandwidth"},
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID,
+		}}},
+	}
+	client := local.dynamic.Resource(nodeBandwidthGVR)
+	ctx := context.Background()
+	created, err := client.Get(ctx, node.Name, metav1.GetOptions{})
+	if err != nil {
+		if created, err = client.Create(ctx, toUnstructured(t, nbw), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create NodeBandwidth: %v", err)
+		}
+	}
+	created.Object["status"] = toUnstructured(t, &sextantv1.NodeBandwidth{Status: sextantv1.NodeBandwidthStatus{
+		SampleTime: &st, Window: &metav1.Duration{Duration: time.Minute}, AgentVersion: "e2e",
+		Interfaces: []sextantv1.InterfaceBandwidth{{Name: "eth0", Bandwidth: bw}},
+		Total:      &bw,
+	}}).Object["status"]
+	if _, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("NodeBandwidth status: %v", err)
+	}
+}
+
+// bandwidthPod is a pod for the test's ranker (schedulerName = prefix), restricted to
+// the test's nodes.
+func bandwidthPod(ns, name, prefix string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: annotations},
+		Spec: corev1.PodSpec{
+			SchedulerName: prefix,
+			NodeSelector:  map[string]string{"sextant.io/e2e": prefix},
+			// The test's nodes have no kubelet (readyFakeNode keeps their leases); should
+			// a lease lapse on a loaded machine, the taints must not change the outcome.
+			Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+			Containers: []corev1.Container{{
+				Name: "app", Image: "sextant.local/busybox:dev", ImagePullPolicy: corev1.PullNever,
+				Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi"),
+				}},
+			}},
+		},
+	}
+}
+
+func waitScheduled(t *testing.T, ns, name string, timeout time.Duration) *corev1.Pod {
+	t.Helper()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := local.kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		pod = p
+		return p.Spec.NodeName != "", nil
+	})
+	if err != nil {
+		t.Fatalf("pod %s/%s not scheduled: %v; events: %s", ns, name, err, podEvents(ns, name))
+	}
+	return pod
+}
+
+func podEvents(ns, name string) string {
+	evs, err := local.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		return err.Error()
+	}
+	var msgs []string
+	for _, e := range evs.Items {
+		msgs = append(msgs, e.Reason+": "+e.Message)
+	}
+	return strings.Join(msgs, " | ")
+}
+
+// TestRankerSeedExample is the seed's worked example on the real API server: required
+// 400M, expected 500M; remaining 900M, 500M, 700M, 300M.
+func TestRankerSeedExample(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ns := testNamespace(t)
+	prefix := "seed" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{
+		{name: "node-1", ingressRemaining: "900M"}, {name: "node-2", ingressRemaining: "500M"},
+		{name: "node-3", ingressRemaining: "700M"}, {name: "node-4", ingressRemaining: "300M"},
+	})
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10361})
+	ctx := context.Background()
+	for _, c := range []struct{ strategy, want string }{{"best-fit", "node-2"}, {"most-headroom", "node-1"}} {
+		name := "seed-" + c.strategy
+		_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, name, prefix, map[string]string{
+			"bandwidth.sextant.io/ingress-required": "400M",
+			"bandwidth.sextant.io/ingress-expected": "500M",
+			"bandwidth.sextant.io/strategy":         c.strategy,
+		}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := waitScheduled(t, ns, name, time.Minute)
+		if pod.Spec.NodeName != nodes[c.want] {
+			t.Errorf("%s: pod on %s, want %s (%s)", c.strategy, pod.Spec.NodeName, c.want, nodes[c.want])
+		}
+		// Remove it so its reservation does not weigh on the next pod.
+		_ = local.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	}
+}
+
+// TestRankerWeightsFlipDecision: node A has much ingress and little egress left, node B
+// the reverse; the weights decide.
+func TestRankerWeightsFlipDecision(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	for i, c := range []struct {
+		in, out int
+		want    string
+	}{{10, 1, "node-a"}, {1, 10, "node-b"}} {
+		ns := testNamespace(t)
+		prefix := fmt.Sprintf("w%d%s", i, strings.TrimPrefix(ns, "e2e-"))
+		nodes := makeRankerNodes(t, prefix, []rankerNode{
+			{name: "node-a", ingressRemaining: "9G", egress: "1G"},
+			{name: "node-b", ingressRemaining: "1G", egress: "9G"},
+		})
+		r := startRanker(t, rankerOptions{scheduler: prefix, port: 10362 + i, strategy: "most-headroom", ingressWeight: c.in, egressWeight: c.out})
+		_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, "p", prefix, map[string]string{
+			"bandwidth.sextant.io/ingress-required": "100M",
+			"bandwidth.sextant.io/egress-required":  "100M",
+		}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := waitScheduled(t, ns, "p", time.Minute)
+		if pod.Spec.NodeName != nodes[c.want] {
+			t.Errorf("weights ingress=%d egress=%d: pod on %s, want %s", c.in, c.out, pod.Spec.NodeName, c.want)
+		}
+		r.stop()
+	}
+}
+
+// TestRankerStaleReportExcludesNode: the fitting node's report is older than staleAfter.
+func TestRankerStaleReportExcludesNode(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	prefix := "stale" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{
+		{name: "fresh", ingressRemaining: "500M"},
+		{name: "stale", ingressRemaining: "5G", sampled: time.Now().Add(-5 * time.Minute)},
+	})
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10365, strategy: "most-headroom", staleAfter: time.Minute})
+	_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, "p", prefix, map[string]string{
+		"bandwidth.sextant.io/ingress-required": "100M",
+	}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pod := waitScheduled(t, ns, "p", time.Minute); pod.Spec.NodeName != nodes["fresh"] {
+		t.Errorf("pod on %s, want the fresh node %s: the stale node must be excluded", pod.Spec.NodeName, nodes["fresh"])
+	}
+}
+
+// TestRankerBurstDoesNotOverfill: 20 pods requiring 100M each, created at once, onto
+// nodes whose reports predate them: no node gets more than its remaining allows.
+func TestRankerBurstDoesNotOverfill(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	prefix := "burst" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{
+		{name: "big", ingressRemaining: "1G"}, {name: "small", ingressRemaining: "500M"}, {name: "tiny", ingressRemaining: "300M"},
+	})
+	capacity := map[string]int{nodes["big"]: 10, nodes["small"]: 5, nodes["tiny"]: 3}
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10366, strategy: "most-headroom"})
+	for i := 0; i < 20; i++ {
+		_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, fmt.Sprintf("p%02d", i), prefix, map[string]string{
+			"bandwidth.sextant.io/ingress-required": "100M",
+		}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 18 fit in all; 2 must stay Pending.
+	var placed map[string]int
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		pods, err := local.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		placed = map[string]int{}
+		n := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				placed[p.Spec.NodeName]++
+				n++
+			}
+		}
+		return n >= 18, nil
+	})
+	if err != nil {
+		t.Errorf("only %v placed: %v", placed, err)
+	}
+	time.Sleep(5 * time.Second) // give the ranker the chance to overfill, if it would
+	pods, _ := local.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	placed = map[string]int{}
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			placed[p.Spec.NodeName]++
+		}
+	}
+	for node, n := range placed {
+		if n > capacity[node] {
+			t.Errorf("node %s got %d pods of 100M; its remaining fits %d", node, n, capacity[node])
+		}
+	}
+	t.Logf("placement: %v", placed)
+}
+
+// TestRankerLeaderHandover: two replicas; killing the leader hands over and binding goes on.
+func TestRankerLeaderHandover(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	prefix := "ha" + strings.TrimPrefix(ns, "e2e-")
+	makeRankerNodes(t, prefix, []rankerNode{{name: "n", ingressRemaining: "5G"}})
+	lease := "sextant-ranker-" + prefix
+	allowLease(t, lease)
+	a := startRanker(t, rankerOptions{scheduler: prefix, port: 10367, leaseName: lease})
+	b := startRanker(t, rankerOptions{scheduler: prefix, port: 10368, leaseName: lease})
+	create := func(name string) {
+		_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, name, prefix, map[string]string{
+			"bandwidth.sextant.io/ingress-required": "10M",
+		}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("before")
+	waitScheduled(t, ns, "before", time.Minute)
+	l, err := local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("lease %s: %v", lease, err)
+	}
+	holder := ptr.Deref(l.Spec.HolderIdentity, "")
+	// Kill the leader without letting it release the lease.
+	leader, other := a, b
+	if !acquiredLease(a) {
+		leader, other = b, a
+	}
+	_ = leader.cmd.Process.Kill()
+	_, _ = leader.cmd.Process.Wait()
+	create("after")
+	waitScheduled(t, ns, "after", time.Minute)
+	var l2 *coordinationv1.Lease
+	if l2, err = local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, lease, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if h := ptr.Deref(l2.Spec.HolderIdentity, ""); h == holder {
+		t.Errorf("lease still held by %s after it was killed", h)
+	}
+	if !acquiredLease(other) {
+		t.Errorf("the surviving replica never acquired the lease")
+	}
+}
+
+// acquiredLease reports whether the ranker logged taking the leader lease.
+func acquiredLease(p *process) bool {
+	return strings.Contains(strings.ToLower(p.output()), "successfully acquired lease")
+}
+
+// allowLease lets the ranker's ServiceAccount hold a lease of the test's own: the chart
+// grants it only the chart's lease name ("sextant-ranker"), which the chart's replicas
+// hold.
+func allowLease(t *testing.T, lease string) {
+	t.Helper()
+	ctx := context.Background()
+	meta := metav1.ObjectMeta{Name: "e2e-" + lease, Namespace: releaseNamespace}
+	role := &rbacv1.Role{ObjectMeta: meta, Rules: []rbacv1.PolicyRule{{
+		APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+		ResourceNames: []string{lease}, Verbs: []string{"get", "update"},
+	}}}
+	binding := &rbacv1.RoleBinding{ObjectMeta: meta,
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: meta.Name},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "sextant-ranker", Namespace: releaseNamespace}},
+	}
+	rbac := local.kube.RbacV1()
+	if _, err := rbac.Roles(releaseNamespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("role for lease %s: %v", lease, err)
+	}
+	if _, err := rbac.RoleBindings(releaseNamespace).Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("role binding for lease %s: %v", lease, err)
+	}
+	t.Cleanup(func() {
+		_ = rbac.RoleBindings(releaseNamespace).Delete(ctx, meta.Name, metav1.DeleteOptions{})
+		_ = rbac.Roles(releaseNamespace).Delete(ctx, meta.Name, metav1.DeleteOptions{})
+		_ = local.kube.CoordinationV1().Leases(releaseNamespace).Delete(ctx, lease, metav1.DeleteOptions{})
+	})
+}
+
+// TestRankerWritesAnnotationsBeforeBinding: a pod asking for CPUs and memory gets its
+// NUMA nodes written before it is bound, seen through a watch of the pod.
+func TestRankerWritesAnnotationsBeforeBinding(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	prefix := "numa" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{{name: "n", ingressRemaining: "5G"}})
+	publishTopology(t, nodes["n"], 2, 4, 8<<30, 2)
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10369})
+	// A RetryWatcher resumes a closed watch where it left off, so no state of the pod
+	// goes unseen.
+	list, err := local.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return local.kube.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	pod := bandwidthPod(ns, "numa", prefix, nil)
+	pod.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
+	}
+	pod.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"sextant.io/gpu": resource.MustParse("2")}
+	pod.Spec.Containers[0].Resources.Requests["sextant.io/gpu"] = resource.MustParse("2")
+	if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(time.Minute)
+	for {
+		select {
+		case ev, open := <-w.ResultChan():
+			if !open {
+				t.Fatal("the pod watch closed before the pod was bound")
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || p.Spec.NodeName == "" {
+				continue
+			}
+			numa := p.Annotations["numa.sextant.io/nodes"]
+			if numa != "0" && numa != "1" {
+				t.Errorf("pod bound with numa.sextant.io/nodes = %q, want one NUMA node", numa)
+			}
+			var alloc map[string][]string
+			if err := json.Unmarshal([]byte(p.Annotations["devices.sextant.io/allocated"]), &alloc); err != nil || len(alloc["sextant.io/gpu"]) != 2 {
+				t.Errorf("pod bound with devices.sextant.io/allocated = %q, want 2 GPUs", p.Annotations["devices.sextant.io/allocated"])
+			} else {
+				// GPUs 0000:0N:00.0 sit on NUMA node N/2 (see publishTopology).
+				for _, id := range alloc["sextant.io/gpu"] {
+					if gpuNUMA(id) != numa {
+						t.Errorf("GPU %s is not on the pod's NUMA node %s", id, numa)
+					}
+				}
+			}
+			return
+		case <-deadline:
+			t.Fatalf("pod not bound within a minute; events: %s", podEvents(ns, "numa"))
+		}
+	}
+}
+
+// publishTopology gives a node numaNodes NUMA nodes of cpusPer CPUs and memPer bytes,
+// with gpusPer GPUs on each (GPU i at 0000:0i:00.0), and advertises the GPUs.
+func publishTopology(t *testing.T, nodeName string, numaNodes, cpusPer int, memPer int64, gpusPer int) {
+	t.Helper()
+	ctx := context.Background()
+	var topo sextantv1.Topology
+	cpu := int32(0)
+	gpu := 0
+	for n := 0; n < numaNodes; n++ {
+		nn := sextantv1.NUMANode{ID: int32(n), MemoryBytes: memPer}
+		for c := 0; c < cpusPer; c++ {
+			nn.CPUs = append(nn.CPUs, cpu)
+			cpu++
+		}
+		for m := 0; m < numaNodes; m++ {
+			d := int32(21)
+			if m == n {
+				d = 10
+			}
+			nn.Distances = append(nn.Distances, d)
+		}
+		topo.NUMANodes = append(topo.NUMANodes, nn)
+		for g := 0; g < gpusPer; g++ {
+			topo.PCIDevices = append(topo.PCIDevices, sextantv1.PCIDevice{
+				Address: fmt.Sprintf("0000:%02x:00.0", gpu), Class: "0x030200", Vendor: "0x10de", Device: "0x20b0",
+				Kind: sextantv1.KindGPU, NUMANode: ptr.To(int32(n)), Health: sextantv1.Healthy,
+			})
+			gpu++
+		}
+	}
+	topo.NICs = []sextantv1.NIC{}
+	node, err := local.kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt := &sextantv1.NodeTopology{
+		TypeMeta: metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeTopology"},
+		ObjectMeta: metav1.ObjectMeta{Name: nodeName, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "Node", Name: nodeName, UID: node.UID,
+		}}},
+	}
+	client := local.dynamic.Resource(nodeTopologyGVR)
+	created, err := client.Create(ctx, toUnstructured(t, nt), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created.Object["status"] = toUnstructured(t, &sextantv1.NodeTopology{Status: sextantv1.NodeTopologyStatus{Topology: topo}}).Object["status"]
+	if _, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Capacity["sextant.io/gpu"] = *resource.NewQuantity(int64(gpu), resource.DecimalSI)
+	node.Status.Allocatable["sextant.io/gpu"] = *resource.NewQuantity(int64(gpu), resource.DecimalSI)
+	if _, err := local.kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func gpuNUMA(addr string) string {
+	var bus int
+	_, _ = fmt.Sscanf(addr, "0000:%02x:00.0", &bus)
+	return fmt.Sprint(bus / 2)
+}
+
+// TestRankerChartPlacesPod: the chart's own ranker replicas (in-cluster, leader-elected,
+// with the chart's RBAC and profile) bind a pod of schedulerName "sextant" on the real
+// node, which runs it, with the NUMA choice of the node's real topology on it.
+func TestRankerChartPlacesPod(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	// The chart's agent publishes the node's NodeTopology; wait for it.
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := local.dynamic.Resource(sextantv1.GroupVersion.WithResource("nodetopologies")).Get(ctx, local.nodeName, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no NodeTopology for %s from the chart's agent: %v", local.nodeName, err)
+	}
+	pod := bandwidthPod(ns, "chart", "sextant", nil)
+	pod.Spec.NodeSelector = map[string]string{"sextant.io/local": "true"}
+	pod.Spec.Containers[0].Command = []string{"sh", "-c", "echo placed by sextant"}
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := waitScheduled(t, ns, "chart", 2*time.Minute)
+	if got.Spec.NodeName != local.nodeName {
+		t.Fatalf("bound to %s, want %s", got.Spec.NodeName, local.nodeName)
+	}
+	if v := got.Annotations["numa.sextant.io/nodes"]; v == "" {
+		t.Errorf("no numa.sextant.io/nodes on the pod (annotations %v)", got.Annotations)
+	}
+	waitPodPhase(t, ns, "chart", corev1.PodSucceeded, 2*time.Minute)
+}
