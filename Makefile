@@ -22,9 +22,10 @@ deps: ## Install the Debian packages the build, tests and cluster need (root; id
 	scripts/deps.sh
 
 .PHONY: build
-build: ## Build bin/sextant-agent and bin/sextant-ranker (static).
+build: ## Build bin/sextant-agent, bin/sextant-ranker and bin/sextant-sidecar-wrapper (static).
 	$(GO_BUILD) -o bin/sextant-agent ./agent/cmd/sextant-agent
 	$(GO_BUILD) -o bin/sextant-ranker ./ranker/cmd/sextant-ranker
+	$(GO_BUILD) -o bin/sextant-sidecar-wrapper ./agent/cmd/sextant-sidecar-wrapper
 
 .PHONY: generate
 generate: ## Regenerate deepcopy, CRD YAML and the bpf2go objects.
@@ -52,7 +53,7 @@ test-e2e: ## Integration tests against the real local cluster (root; brings it u
 	E2E_TIMEOUT=$(E2E_TIMEOUT) scripts/test-e2e.sh
 
 .PHONY: images
-images: ## Build the pause, busybox, sextant-agent and sextant-ranker images; import them if the cluster runs.
+images: ## Build the pause, busybox, exit0, sextant-agent, sextant-ranker and sextant-sidecar-wrapper images; import them if the cluster runs.
 	@if scripts/cluster.sh status >/dev/null 2>&1; then scripts/images.sh import; \
 	  else scripts/images.sh base >/dev/null && scripts/images.sh project; fi
 
@@ -84,7 +85,7 @@ bench-ranker: ## sextant-ranker against vanilla kube-scheduler on 500 and 5000 n
 
 .PHONY: bench-sidecar
 bench-sidecar: ## p50/p99 of main-container exit to sidecar stop over 20 Jobs.
-	@echo "bench-sidecar: not implemented yet (issue 6)" >&2; exit 1
+	scripts/bench-sidecar.sh
 
 .PHONY: clean
 clean: ## Remove build output (not the cluster: see cluster-down).

@@ -5,7 +5,9 @@
 # The agent on the node meters its NICs, including the demo veth "sxdemo0", whose far
 # end sits in the network namespace "sextant-demo" (made here, shaped to 200 Mbit/s
 # with tbf). The demo pushes iperf3 traffic through it and shows the node's
-# NodeBandwidth following. No traffic leaves the machine.
+# NodeBandwidth following. Then scripts/demo-nodes.sh adds three nodes whose NICs carry
+# different real traffic, and the ranker places pods across them by what they have left.
+# No traffic leaves the machine.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/lib.sh
@@ -50,10 +52,69 @@ traffic=$!
 for i in $(seq 1 6); do sleep 2; show "traffic"; done
 wait "$traffic" || true
 kubectl get nbw
+
+section "Placing pods by measured bandwidth: three more nodes, each NIC with its own real traffic"
+"$here/demo-nodes.sh" up
+echo "Each agent meters its node's eth0 in its own network namespace; iperf3 loads them:"
+echo "  sextant-demo-1 receives ~150 Mbit/s of 200, sextant-demo-2 receives ~60 and sends ~120, sextant-demo-3 idles."
+printf 'Waiting for their NodeBandwidth to show the traffic'
+for _ in $(seq 1 60); do
+  ready=$(kubectl get nbw -o json | jq '[.items[] | select(.metadata.name | startswith("sextant-demo-"))] | length')
+  [ "$ready" = 3 ] && break
+  printf .; sleep 2
+done
+sleep 6 # a few samples of the traffic into each agent's peak
+echo
+kubectl delete namespace sextant-demo-pods --ignore-not-found --wait=true >/dev/null
+kubectl create namespace sextant-demo-pods >/dev/null
+echo "Six pods, schedulerName: sextant, each requiring 60M and expecting 80M of ingress, best-fit:"
+for i in $(seq 1 6); do
+  kubectl apply -f - >/dev/null <<POD
+apiVersion: v1
+kind: Pod
+metadata:
+  name: receiver-$i
+  namespace: sextant-demo-pods
+  annotations:
+    bandwidth.sextant.io/ingress-required: 60M
+    bandwidth.sextant.io/ingress-expected: 80M
+    bandwidth.sextant.io/strategy: best-fit
+spec:
+  schedulerName: sextant
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: sextant.local/busybox:dev
+    imagePullPolicy: Never
+    command: [sleep, "3600"]
+    resources:
+      requests: {cpu: 50m, memory: 16Mi}
+POD
+  sleep 1 # one at a time, so each decision sees the reservations of the ones before
+done
+for _ in $(seq 1 30); do
+  [ -z "$(kubectl -n sextant-demo-pods get pods -o jsonpath='{range .items[?(@.spec.nodeName=="")]}{.metadata.name}{end}')" ] && break
+  sleep 1
+done
+paste <(kubectl get nbw -o custom-columns='NODE:.metadata.name,INGRESS REMAINING:.status.total.ingress.remaining,EGRESS REMAINING:.status.total.egress.remaining') \
+  <(kubectl -n sextant-demo-pods get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,NUMA:.metadata.annotations.numa\.sextant\.io/nodes' --sort-by=.metadata.name) |
+  column -t -s $'\t'
+cat <<'EOT'
+
+sextant-demo-1 has less than the required 60M left to receive, so no pod goes there.
+Best-fit sends the first pods to the node whose remaining ingress is closest to the
+expected 80M (sextant-demo-2); each bound pod reserves its 80M there until a report
+taken after it started covers it, so later pods move on to the nodes with more room.
+Pods on the sextant-demo-* nodes are bound but not run: those nodes have no kubelet.
+EOT
+section "Sidecars: a Job with a sidecar runs to completion"
+"$here/demo-sidecar.sh"
+
 cat <<EOT
 
 The peak stays for the agent's window (60s) after traffic stops; remaining follows it.
 The cluster keeps running: use it with
   export KUBECONFIG=$kubeconfig
-and stop it with 'make cluster-down' (which also removes the demo namespace and veth).
+and stop it with 'make cluster-down' (which also removes the demo namespaces, veths and
+the extra nodes).
 EOT

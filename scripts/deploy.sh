@@ -24,7 +24,15 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   `# Meter the node's default-route NIC and the demo veth (scripts/demo-net.sh).` \
   --set "agent.interfaces={$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i+1); exit}}'),sxdemo0}" \
   --set "agent.nicCapacities={sxdemo0=200M}" \
+  `# Sidecars: the local containerd's socket. Pods labelled sextant.io/e2e-sidecar belong` \
+  `# to the e2e tests, which run their own agent and webhook for them (test/e2e/sidecar_test.go).` \
+  --set sidecar.criSocket="$state/run/containerd.sock" \
+  --set-string 'sidecar.podSelector=!sextant.io/e2e-sidecar' \
+  --set-json 'webhook.objectSelector={"matchExpressions":[{"key":"sextant.io/e2e-sidecar","operator":"DoesNotExist"}]}' \
+  `# Only the kubelet node runs pods: tests add Node objects that have no kubelet.` \
+  --set-string "webhook.nodeSelector.sextant\.io/local=true" \
   `# A rebuilt image under the same tag must still roll the pods.` \
   --set-string "agent.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-agent.tar" | cut -c1-16)" \
   --set-string "ranker.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-ranker.tar" | cut -c1-16)" \
+  --set-string "webhook.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-ranker.tar" | cut -c1-16)" \
   --wait --timeout 3m) || die "deploy: helm upgrade --install failed"

@@ -3,8 +3,9 @@
 # without Docker or a registry, and prints their paths. `import` also loads them into
 # the local cluster's containerd.
 #
-#   scripts/images.sh base      the sandbox (pause) and busybox test images
-#   scripts/images.sh project   sextant-agent and sextant-ranker, from fresh static builds
+#   scripts/images.sh base      the sandbox (pause), busybox test and exit0 images
+#   scripts/images.sh project   sextant-agent, sextant-ranker and sextant-sidecar-wrapper,
+#                               from fresh static builds
 #   scripts/images.sh import    both sets, imported into the running local cluster
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +28,10 @@ base() {
   (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tools/pause" ./scripts/images/pause) ||
     die "images: building pause failed"
   mkimage --ref sextant.local/pause:3.6 --out "$out/pause.tar" --file /pause="$tools/pause" --entrypoint /pause
+  # What a finished sidecar on a virtual node is swapped to: a binary that exits 0.
+  (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tools/exit0" ./scripts/images/exit0) ||
+    die "images: building exit0 failed"
+  mkimage --ref "sextant.local/exit0:$TAG" --out "$out/exit0.tar" --file /exit0="$tools/exit0" --entrypoint /exit0
   [ -x /bin/busybox ] || die "images: /bin/busybox missing (apt-get install busybox-static)"
   local links=() applet
   for applet in $(/bin/busybox --list); do
@@ -34,7 +39,7 @@ base() {
   done
   mkimage --ref "sextant.local/busybox:$TAG" --out "$out/busybox.tar" \
     --file /bin/busybox=/bin/busybox "${links[@]}" --entrypoint /bin/sh
-  echo "$out/pause.tar $out/busybox.tar"
+  echo "$out/pause.tar $out/busybox.tar $out/exit0.tar"
 }
 
 project() {
@@ -44,7 +49,11 @@ project() {
     mkimage --ref "sextant.local/$bin:$TAG" --out "$out/$bin.tar" \
       --file "/usr/local/bin/$bin=$repo/bin/$bin" --entrypoint "/usr/local/bin/$bin"
   done
-  echo "$out/sextant-agent.tar $out/sextant-ranker.tar"
+  # The webhook's init container copies the wrapper out of this image into each pod
+  # with sidecars: a tiny image of its own, not the agent's.
+  mkimage --ref "sextant.local/sextant-sidecar-wrapper:$TAG" --out "$out/sextant-sidecar-wrapper.tar" \
+    --file "/sextant-sidecar-wrapper=$repo/bin/sextant-sidecar-wrapper" --entrypoint /sextant-sidecar-wrapper
+  echo "$out/sextant-agent.tar $out/sextant-ranker.tar $out/sextant-sidecar-wrapper.tar"
 }
 
 case "${1:-}" in

@@ -595,3 +595,61 @@ func TestRankerChartPlacesPod(t *testing.T) {
 	}
 	waitPodPhase(t, ns, "chart", corev1.PodSucceeded, 2*time.Minute)
 }
+
+// TestRankerMalformedAnnotationStaysPending: a pod that slipped past the webhook (its
+// namespace opted out) with a malformed annotation stays Pending with an event naming the
+// annotation and its accepted form, and the ranker goes on placing well-formed pods.
+func TestRankerMalformedAnnotationStaysPending(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	nsObj, err := local.kube.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsObj.Labels["sextant.io/webhook"] = "disabled"
+	if _, err := local.kube.CoreV1().Namespaces().Update(ctx, nsObj, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	prefix := "bad" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{{name: "node-1", ingressRemaining: "1G"}})
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10370})
+
+	const annotation = "bandwidth.sextant.io/ingress-required"
+	// The webhook may still be catching up with the namespace label: retry a refusal.
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, "bad", prefix, map[string]string{annotation: "fast"}), metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("could not create the malformed pod in a namespace the webhook skips: %v", err)
+	}
+	var msg string
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad,reason=FailedScheduling"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		msg = evs.Items[0].Message
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no FailedScheduling event for the malformed pod; events: %s", podEvents(ns, "bad"))
+	}
+	if !strings.Contains(msg, annotation) || !strings.Contains(msg, `"fast"`) || !strings.Contains(msg, "want ") {
+		t.Errorf("event %q should name %s, its value and the accepted form", msg, annotation)
+	}
+	t.Logf("event: %s", msg)
+
+	// Well-formed pods still get placed: the bad one neither crashed nor stalled the ranker.
+	if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, "good", prefix, map[string]string{annotation: "100M"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if pod := waitScheduled(t, ns, "good", time.Minute); pod.Spec.NodeName != nodes["node-1"] {
+		t.Errorf("good pod on %s, want %s", pod.Spec.NodeName, nodes["node-1"])
+	}
+	if bad, err := local.kube.CoreV1().Pods(ns).Get(ctx, "bad", metav1.GetOptions{}); err != nil || bad.Spec.NodeName != "" || bad.Status.Phase != corev1.PodPending {
+		t.Errorf("malformed pod: err %v, node %q; want it Pending and unbound", err, bad.Spec.NodeName)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -26,6 +27,8 @@ import (
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/bandwidth/tc"
 	"sextant.io/sextant/agent/report"
+	"sextant.io/sextant/agent/sidecar"
+	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/version"
 )
 
@@ -47,20 +50,34 @@ type runOptions struct {
 	maxInterval      time.Duration
 	topologyInterval time.Duration
 	topologyResync   time.Duration
+
+	heartbeats          bool
+	sidecarTerminator   bool
+	criEndpoint         string
+	containerdNamespace string
+	sidecarResync       time.Duration
+	sidecarPodSelector  string
 }
 
 func newRunCommand() *cobra.Command {
 	o := runOptions{}
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the node agent: meter NICs, read the topology, publish NodeBandwidth and NodeTopology",
+		Short: "Run the node agent: meter NICs, read the topology, publish NodeBandwidth and NodeTopology, stop finished sidecars",
 		Long: `run is the agent as the DaemonSet runs it. It attaches the eBPF meter to the
 selected NICs, samples it, and publishes the node's NodeBandwidth when a remaining
 value moved by more than --report-threshold of capacity (at most every
 --report-min-interval, at least every --report-max-interval). It reads the NUMA/PCI
 topology every --topology-interval and publishes NodeTopology when it or a device's
 health changed, and every --topology-resync. Metrics, /healthz and /readyz are served
-on --metrics-addr. On SIGTERM it detaches its programs and exits.`,
+on --metrics-addr. On SIGTERM it detaches its programs and exits.
+
+With --sidecar-terminator (the default) it also stops the sidecar containers of this
+node's pods once their main containers are done (env SEXTANT_SIDECAR=true or
+KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true; restartPolicy Never: when every main
+container exited; OnFailure: when every one exited 0; Always: never). It learns of exits
+from containerd's event service and stops through the CRI, both on --cri-endpoint, with
+the pod's termination grace period, and records a SidecarStopped event on the pod.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runAgent(cmd.Context(), o)
@@ -82,6 +99,12 @@ on --metrics-addr. On SIGTERM it detaches its programs and exits.`,
 	f.DurationVar(&o.maxInterval, "report-max-interval", 30*time.Second, "write NodeBandwidth at least this often, so silence means a dead agent")
 	f.DurationVar(&o.topologyInterval, "topology-interval", 10*time.Second, "how often the topology and device health are read")
 	f.DurationVar(&o.topologyResync, "topology-resync", 10*time.Minute, "write NodeTopology at least this often even without a change")
+	f.BoolVar(&o.heartbeats, "heartbeats", true, "meter the NICs and publish NodeBandwidth and NodeTopology; false runs only the sidecar terminator")
+	f.BoolVar(&o.sidecarTerminator, "sidecar-terminator", true, "stop the sidecars of this node's pods once their main containers are done")
+	f.StringVar(&o.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "containerd's socket: CRI for listing and stopping containers, containerd's event service for exits")
+	f.StringVar(&o.containerdNamespace, "containerd-namespace", cri.DefaultNamespace, "containerd namespace of the kubelet's containers")
+	f.DurationVar(&o.sidecarResync, "sidecar-resync", 30*time.Second, "look at every pod with sidecars at least this often (a safety net: exits come as events)")
+	f.StringVar(&o.sidecarPodSelector, "sidecar-pod-selector", "", "label selector limiting the pods whose sidecars are stopped (default: all pods on the node)")
 	return cmd
 }
 
@@ -97,6 +120,13 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--sample-interval %s / --window %s: want 0 < sample interval <= window", o.sampleInterval, o.window)
 	case o.topologyInterval <= 0 || o.topologyResync <= 0:
 		return fmt.Errorf("--topology-interval %s / --topology-resync %s: want positive durations", o.topologyInterval, o.topologyResync)
+	case !o.heartbeats && !o.sidecarTerminator:
+		return errors.New("--heartbeats=false and --sidecar-terminator=false leave the agent nothing to do")
+	case o.sidecarTerminator && o.sidecarResync <= 0:
+		return fmt.Errorf("--sidecar-resync %s: want a positive duration", o.sidecarResync)
+	}
+	if _, err := labels.Parse(o.sidecarPodSelector); err != nil {
+		return fmt.Errorf("--sidecar-pod-selector %q: %w", o.sidecarPodSelector, err)
 	}
 	return nil
 }
@@ -131,37 +161,110 @@ func runAgent(ctx context.Context, o runOptions) error {
 		return fmt.Errorf("dynamic client: %w", err)
 	}
 
-	bpf, err := bandwidth.LoadBPF(tc.Options{Mode: mode, NetnsPath: o.netns})
-	if err != nil {
-		return err
-	}
-	defer bpf.Close()
-	meter := bandwidth.New(bandwidth.Config{
-		SampleInterval: o.sampleInterval,
-		Window:         o.window,
-		Interfaces:     o.interfaces,
-		Capacities:     capacities,
-		Logger:         log,
-	}, bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}, bpf, bpf, nil)
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(bandwidth.NewCollector(meter))
-	metrics := report.NewMetrics(reg)
+	var (
+		wg sync.WaitGroup
+		// Ready once the first NodeBandwidth write went through (the API server is
+		// reachable and the agent may write what it must) and the sidecar terminator has
+		// its pods and its exit events.
+		heartbeatsReady atomic.Bool
+		terminator      *sidecar.Terminator
+	)
+	ready := func() bool {
+		return (!o.heartbeats || heartbeatsReady.Load()) && (terminator == nil || terminator.Ready())
+	}
 
-	bw := report.NewBandwidthReporter(report.BandwidthConfig{
-		Threshold: o.threshold, MinInterval: o.minInterval, MaxInterval: o.maxInterval,
-		AgentVersion: version.Version,
-	}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
-	topo := report.NewTopologyReporter(report.TopologyConfig{
-		Resync: o.topologyResync, AgentVersion: version.Version,
-	}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
+	if o.sidecarTerminator {
+		rt, err := cri.Dial(o.criEndpoint, o.containerdNamespace)
+		if err != nil {
+			return err
+		}
+		defer rt.Close()
+		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		runtimeVersion, err := rt.Version(vctx)
+		cancel()
+		if err != nil {
+			// The runtime may come up after the agent; the terminator keeps trying.
+			log.Warn("the container runtime does not answer yet", "endpoint", o.criEndpoint, "err", err)
+		}
+		terminator = sidecar.New(sidecar.Config{
+			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync,
+		}, kube, rt, sidecar.NewMetrics(reg), log.With("component", "sidecar"))
+		log.Info("sidecar terminator running", "endpoint", o.criEndpoint, "runtime", runtimeVersion)
+		wg.Go(func() {
+			if err := terminator.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("sidecar terminator stopped", "err", err)
+				stop()
+			}
+		})
+	}
 
-	// Ready once the first NodeBandwidth write went through: the API server is reachable
-	// and the agent may write what it must.
-	var ready atomic.Bool
+	if o.heartbeats {
+		bpf, err := bandwidth.LoadBPF(tc.Options{Mode: mode, NetnsPath: o.netns})
+		if err != nil {
+			stop()
+			wg.Wait()
+			return err
+		}
+		defer bpf.Close()
+		meter := bandwidth.New(bandwidth.Config{
+			SampleInterval: o.sampleInterval,
+			Window:         o.window,
+			Interfaces:     o.interfaces,
+			Capacities:     capacities,
+			Logger:         log,
+		}, bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}, bpf, bpf, nil)
+		reg.MustRegister(bandwidth.NewCollector(meter))
+		metrics := report.NewMetrics(reg)
+
+		bw := report.NewBandwidthReporter(report.BandwidthConfig{
+			Threshold: o.threshold, MinInterval: o.minInterval, MaxInterval: o.maxInterval,
+			AgentVersion: version.Version,
+		}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
+		topo := report.NewTopologyReporter(report.TopologyConfig{
+			Resync: o.topologyResync, AgentVersion: version.Version,
+		}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
+
+		if err := topo.Start(ctx); err != nil {
+			// Without the published list, a device that vanished while the agent was down
+			// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
+			log.Warn("could not read the previous NodeTopology to seed device health", "err", err)
+		}
+		log.Info("sextant-agent metering", "attach", bpf.Mode(), "sysfsRoot", o.sysfsRoot)
+
+		wg.Go(func() {
+			if err := meter.Run(ctx); err != nil {
+				log.Error("detaching the meter", "err", err)
+			}
+		})
+		wg.Go(func() { topo.Run(ctx, o.sysfsRoot, o.topologyInterval, log) })
+		wg.Go(func() {
+			t := time.NewTicker(o.sampleInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				snap := meter.Snapshot()
+				if snap.Time.IsZero() {
+					continue // the meter has not sampled yet: nothing true to publish
+				}
+				if _, err := bw.Offer(ctx, snap); err != nil {
+					if ctx.Err() == nil {
+						log.Error("publishing NodeBandwidth failed", "err", err)
+					}
+					continue
+				}
+				heartbeatsReady.Store(true)
+			}
+		})
+	}
+
 	if o.metricsAddr != "" {
-		srv := metricsServer(o.metricsAddr, reg, &ready)
+		srv := metricsServer(o.metricsAddr, reg, ready)
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "addr", o.metricsAddr, "err", err)
@@ -174,43 +277,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 			_ = srv.Shutdown(shutdown)
 		}()
 	}
-
-	if err := topo.Start(ctx); err != nil {
-		// Without the published list, a device that vanished while the agent was down
-		// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
-		log.Warn("could not read the previous NodeTopology to seed device health", "err", err)
-	}
-	log.Info("sextant-agent running", "version", version.Version, "attach", bpf.Mode(), "sysfsRoot", o.sysfsRoot)
-
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := meter.Run(ctx); err != nil {
-			log.Error("detaching the meter", "err", err)
-		}
-	})
-	wg.Go(func() { topo.Run(ctx, o.sysfsRoot, o.topologyInterval, log) })
-	wg.Go(func() {
-		t := time.NewTicker(o.sampleInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			snap := meter.Snapshot()
-			if snap.Time.IsZero() {
-				continue // the meter has not sampled yet: nothing true to publish
-			}
-			if _, err := bw.Offer(ctx, snap); err != nil {
-				if ctx.Err() == nil {
-					log.Error("publishing NodeBandwidth failed", "err", err)
-				}
-				continue
-			}
-			ready.Store(true)
-		}
-	})
+	log.Info("sextant-agent running", "version", version.Version, "heartbeats", o.heartbeats, "sidecarTerminator", o.sidecarTerminator)
 	wg.Wait()
 	log.Info("sextant-agent stopped")
 	return nil
@@ -231,15 +298,15 @@ func loadConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func metricsServer(addr string, reg *prometheus.Registry, ready *atomic.Bool) *http.Server {
+func metricsServer(addr string, reg *prometheus.Registry, ready func() bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "no NodeBandwidth written yet", http.StatusServiceUnavailable)
+		if !ready() {
+			http.Error(w, "not ready: no NodeBandwidth written yet, or the sidecar terminator has not synced", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

@@ -4,6 +4,9 @@
 // flag; a KubeSchedulerConfiguration (--config) enables the plugins in a profile, usually
 // "sextant" (see charts/sextant/templates/ranker-config.yaml). The --bandwidth-* flags
 // set BandwidthAware's defaults; args in the configuration override them.
+//
+// `sextant-ranker sidecar-webhook` serves sextant's admission webhook for pods instead
+// (sidecar preparation, annotation validation) and the virtual-node sidecar controller.
 package main
 
 import (
@@ -32,6 +35,9 @@ func main() {
 		app.WithPlugin(binder.Name, binder.New),
 	)
 	command.Use = "sextant-ranker"
+	// The admission webhook and the virtual-node sidecar controller run from the same
+	// image as their own Deployment: `sextant-ranker sidecar-webhook`.
+	command.AddCommand(newSidecarWebhookCommand())
 	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)
 	bandwidth.RegisterFlags(sextantFlags)
 	command.Flags().AddFlagSet(sextantFlags)

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the wrapper when this is set.
+const beWrapper = "SEXTANT_TEST_BE_WRAPPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(beWrapper) == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+func TestExpand(t *testing.T) {
+	env := map[string]string{"A": "1", "PORT": "15001", "EMPTY": ""}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cases := map[string]string{
+		"plain":              "plain",
+		"$(A)":               "1",
+		"--port=$(PORT)":     "--port=15001",
+		"$(MISSING)":         "$(MISSING)",
+		"$$(A)":              "$(A)",
+		"$$":                 "$",
+		"a$b":                "a$b",
+		"$(A":                "$(A",
+		"$()":                "$()",
+		"$(EMPTY)x":          "x",
+		"$(A)$(PORT)$":       "115001$",
+		"echo $HOME $(A)/$$": "echo $HOME 1/$",
+	}
+	for in, want := range cases {
+		if got := expand(in, lookup); got != want {
+			t.Errorf("expand(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseCommand(t *testing.T) {
+	got, err := parseCommand(`["/bin/envoy","--base-id","$(A)"]`, func(k string) (string, bool) { return "7", k == "A" })
+	if err != nil || len(got) != 3 || got[2] != "7" {
+		t.Errorf("parseCommand = %q, %v", got, err)
+	}
+	for _, bad := range []string{"", "envoy", `{"a":1}`, `[1]`} {
+		if _, err := parseCommand(bad, os.LookupEnv); err == nil {
+			t.Errorf("parseCommand(%q): no error", bad)
+		}
+	}
+}
+
+// wrapper starts the test binary as the wrapper around command and args.
+func wrapper(t *testing.T, command string, args ...string) *exec.Cmd {
+	t.Helper()
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("needs /bin/sh")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, args...)
+	cmd.Env = append(os.Environ(), beWrapper+"=1", EnvCommand+"="+command, "GREETING=hello")
+	return cmd
+}
+
+func exitCode(t *testing.T, err error) int {
+	t.Helper()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return 0
+}
+
+func TestExitCodePassesThroughWhenNotStopped(t *testing.T) {
+	// $(GREETING) in the command is expanded by the wrapper, as the kubelet would have;
+	// the args come after the command unchanged.
+	out, err := wrapper(t, `["/bin/sh","-c","echo $(GREETING) $0 $1; exit 3"]`, "arg0", "$(GREETING)").Output()
+	if code := exitCode(t, err); code != 3 {
+		t.Errorf("exit code %d, want the child's 3", code)
+	}
+	if got, want := string(out), "hello arg0 $(GREETING)\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+}
+
+func TestStopEndsChildThatExitsNonZero(t *testing.T) {
+	// A sidecar that exits 1 on SIGTERM, and a child of it that ignores SIGTERM.
+	cmd := wrapper(t, `["/bin/sh","-c","trap 'exit 1' TERM; sleep 30 & wait"]`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(t, err); code != 0 {
+			t.Errorf("exit code %d after SIGTERM, want 0", code)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("took %v to stop", d)
+		}
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("the wrapper did not stop after SIGTERM")
+	}
+}
+
+func TestStopEndsSleep(t *testing.T) {
+	// `sleep` that would ignore SIGTERM as PID 1 is not PID 1 under the wrapper.
+	cmd := wrapper(t, `["sleep","30"]`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if code := exitCode(t, err); code != 0 {
+			t.Errorf("exit code %d, want 0", code)
+		}
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("sleep outlived SIGTERM")
+	}
+}
+
+func TestMissingCommand(t *testing.T) {
+	if code := exitCode(t, wrapper(t, `["/no/such/binary"]`).Run()); code != 127 {
+		t.Errorf("exit code %d, want 127", code)
+	}
+	if code := exitCode(t, wrapper(t, `[]`).Run()); code != 0 {
+		t.Errorf("empty command: exit code %d, want 0", code)
+	}
+}
+
+func TestInstall(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := filepath.Join(t.TempDir(), "w")
+	cmd := exec.Command(self, "install", dest)
+	cmd.Env = append(os.Environ(), beWrapper+"=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install: %v\n%s", err, out)
+	}
+	st, err := os.Stat(dest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.Stat(self)
+	if st.Mode().Perm() != 0o755 || st.Size() != want.Size() {
+		t.Errorf("installed %v %d bytes, want 0755 %d bytes", st.Mode(), st.Size(), want.Size())
+	}
+}

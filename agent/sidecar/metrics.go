@@ -1,0 +1,43 @@
+package sidecar
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the terminator's Prometheus metrics.
+type Metrics struct {
+	stopSeconds prometheus.Histogram
+	stops       *prometheus.CounterVec
+	restarts    prometheus.Counter
+}
+
+// Results of a stop, the label of sextant_sidecar_stops_total.
+const (
+	resultStopped = "stopped"
+	resultFailed  = "failed"
+)
+
+// NewMetrics registers the terminator's metrics with reg (nil: not registered).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		stopSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sextant_sidecar_stop_seconds",
+			Help: "Time from the last main container of a pod finishing to a sidecar the agent stopped having exited, from the runtime's own timestamps.",
+			// The goal is under a second; a sidecar that ignores SIGTERM takes its pod's
+			// grace period (30 s by default).
+			Buckets: []float64{0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 2, 5, 10, 30, 60, 120},
+		}),
+		stops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sextant_sidecar_stops_total",
+			Help: "Sidecar containers the agent stopped, by result (stopped, failed: the runtime refused or the container kept running).",
+		}, []string{"result"}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sextant_sidecar_event_stream_restarts_total",
+			Help: "Times the subscription to containerd's exit events broke and was made again.",
+		}),
+	}
+	m.stops.WithLabelValues(resultStopped)
+	m.stops.WithLabelValues(resultFailed)
+	if reg != nil {
+		reg.MustRegister(m.stopSeconds, m.stops, m.restarts)
+	}
+	return m
+}

@@ -1,0 +1,566 @@
+package sidecar
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/cri"
+)
+
+// Config tunes a Terminator.
+type Config struct {
+	// NodeName is the node whose pods the terminator handles; it watches only those.
+	NodeName string
+	// PodSelector is a label selector limiting the pods handled; empty: all of them.
+	PodSelector string
+	// Resync is how often every pod with sidecars is looked at again, whatever the
+	// events said: a safety net for a missed event, not the way stops are found.
+	Resync time.Duration
+	// Workers is how many pods are looked at concurrently.
+	Workers int
+	// Component names the agent in the Events it records.
+	Component string
+}
+
+// Terminator stops the sidecars of its node's pods as the rules say. It learns of exits
+// from the runtime's event stream (and, slower, from the kubelet's pod status updates
+// and a periodic resync), reads the state of a pod's containers from the runtime, and
+// stops through it.
+type Terminator struct {
+	cfg     Config
+	kube    kubernetes.Interface
+	rt      cri.Runtime
+	metrics *Metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	informer cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+
+	mu       sync.Mutex
+	inflight map[string]bool      // container IDs this process is stopping now
+	exits    map[string]cri.Exit  // recent exits seen as events, by container ID
+	settled  map[types.UID]bool   // finished pods with nothing left to do
+	recorded map[string]time.Time // container IDs whose stop this process recorded
+	// following is true while a subscription to the exit stream is open; false while
+	// it is broken and being retried, so readiness shows an agent that hears no exits.
+	following atomic.Bool
+	synced    atomic.Bool
+}
+
+const uidIndex = "uid"
+
+// exitMemory is how long an exit seen as an event overrides what the runtime's
+// container list says: the CRI plugin updates its own state from the same event, and
+// may not have done so when the terminator asks.
+const exitMemory = 2 * time.Minute
+
+// New makes a Terminator; Run starts it.
+func New(cfg Config, kube kubernetes.Interface, rt cri.Runtime, metrics *Metrics, log *slog.Logger) *Terminator {
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.Component == "" {
+		cfg.Component = "sextant-agent"
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+			o.LabelSelector = cfg.PodSelector
+		}))
+	t := &Terminator{
+		cfg: cfg, kube: kube, rt: rt, metrics: metrics, log: log, now: time.Now,
+		informer: factory.Core().V1().Pods().Informer(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sidecar"}),
+		inflight: map[string]bool{},
+		exits:    map[string]cri.Exit{},
+		settled:  map[types.UID]bool{},
+		recorded: map[string]time.Time{},
+	}
+	// Managed fields are most of a pod object's size and none of the terminator's business.
+	_ = t.informer.SetTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			pod.ManagedFields = nil
+		}
+		return obj, nil
+	})
+	_ = t.informer.AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, nil
+		}
+		return []string{string(pod.UID)}, nil
+	}})
+	_, _ = t.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    t.enqueuePod,
+		UpdateFunc: func(_, obj any) { t.enqueuePod(obj) },
+		DeleteFunc: func(obj any) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			if pod, ok := obj.(*corev1.Pod); ok {
+				t.mu.Lock()
+				delete(t.settled, pod.UID)
+				t.mu.Unlock()
+			}
+		},
+	})
+	return t
+}
+
+// Ready reports whether the terminator has its node's pods and has asked the runtime
+// for exit events. A runtime that does not answer does not make it unready (the agent's
+// other work goes on); it shows as warnings and in
+// sextant_sidecar_event_stream_restarts_total.
+func (t *Terminator) Ready() bool { return t.synced.Load() && t.following.Load() }
+
+// Run works until ctx ends.
+func (t *Terminator) Run(ctx context.Context) error {
+	defer t.queue.ShutDown()
+	go t.informer.Run(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), t.informer.HasSynced) {
+		return errors.New("sidecar terminator: pod cache did not sync")
+	}
+	t.synced.Store(true)
+	var wg sync.WaitGroup
+	for range t.cfg.Workers {
+		wg.Go(func() {
+			for t.processNext(ctx) {
+			}
+		})
+	}
+	wg.Go(func() { t.watchExits(ctx) })
+	wg.Go(func() {
+		tick := time.NewTicker(t.cfg.Resync)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				t.enqueueAll()
+			}
+		}
+	})
+	<-ctx.Done()
+	t.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (t *Terminator) enqueuePod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if _, ok := rules.PodRoles(pod); !ok {
+		return
+	}
+	t.mu.Lock()
+	settled := t.settled[pod.UID]
+	t.mu.Unlock()
+	if settled {
+		return
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+		t.queue.Add(key)
+	}
+}
+
+func (t *Terminator) enqueueAll() {
+	for _, obj := range t.informer.GetStore().List() {
+		t.enqueuePod(obj)
+	}
+	t.forgetOldExits()
+}
+
+// watchExits follows the runtime's exit events, subscribing again when the stream
+// breaks. Each (re)subscription is followed by a full pass over the pods, since exits
+// may have been missed meanwhile.
+func (t *Terminator) watchExits(ctx context.Context) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		exits, errc := t.rt.Exits(ctx)
+		t.following.Store(true)
+		t.enqueueAll()
+		for e := range exits {
+			t.onExit(ctx, e)
+			backoff = time.Second
+		}
+		err := <-errc
+		t.following.Store(false)
+		if ctx.Err() != nil {
+			return
+		}
+		t.metrics.restarts.Inc()
+		t.log.Warn("container exit events stopped; subscribing again", "err", err, "after", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (t *Terminator) onExit(ctx context.Context, e cri.Exit) {
+	t.mu.Lock()
+	t.exits[e.ContainerID] = e
+	t.mu.Unlock()
+	c, err := t.rt.ContainerStatus(ctx, e.ContainerID)
+	if err != nil {
+		return // a pod sandbox, or a container already removed: nothing of ours
+	}
+	objs, err := t.informer.GetIndexer().ByIndex(uidIndex, c.PodUID)
+	if err != nil || len(objs) == 0 {
+		return // another node's pod cannot be here; a static pod, or one not selected
+	}
+	t.enqueuePod(objs[0])
+}
+
+func (t *Terminator) forgetOldExits() {
+	cutoff := t.now().Add(-exitMemory)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, e := range t.exits {
+		if e.ExitedAt.Before(cutoff) {
+			delete(t.exits, id)
+		}
+	}
+	for id, at := range t.recorded {
+		if at.Before(cutoff) {
+			delete(t.recorded, id)
+		}
+	}
+}
+
+func (t *Terminator) processNext(ctx context.Context) bool {
+	key, quit := t.queue.Get()
+	if quit {
+		return false
+	}
+	defer t.queue.Done(key)
+	if err := t.process(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("sidecar terminator: will look at the pod again", "pod", key, "err", err)
+		}
+		t.queue.AddRateLimited(key)
+		return true
+	}
+	t.queue.Forget(key)
+	return true
+}
+
+// process looks at one pod: it finishes what an earlier run of the agent left half
+// done, then stops the sidecars the rules say to stop.
+func (t *Terminator) process(ctx context.Context, key string) error {
+	obj, exists, err := t.informer.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return nil
+	}
+	pod := obj.(*corev1.Pod)
+	roles, ok := rules.PodRoles(pod)
+	if !ok || pod.DeletionTimestamp != nil {
+		return nil // being deleted: the kubelet stops every container itself
+	}
+	ctrs, err := t.rt.PodContainers(ctx, string(pod.UID))
+	if err != nil {
+		return err
+	}
+	latest := t.latest(ctrs)
+	states := map[string]rules.State{}
+	for name, c := range latest {
+		states[name] = stateOf(c)
+	}
+
+	pending := false
+	for _, name := range roles.Sidecars {
+		c, ok := latest[name]
+		if !ok || c.StopMark == "" {
+			continue
+		}
+		if t.stopping(c.ID) {
+			pending = true // this process is on it
+			continue
+		}
+		mark, err := parseStopMark(c.StopMark)
+		if err != nil {
+			t.log.Warn("ignoring a stop mark this agent cannot read", "pod", key, "container", name, "err", err)
+			continue
+		}
+		switch {
+		case mark.Recorded:
+		case c.State == cri.StateExited:
+			// Stopped by an earlier run that did not live to record it.
+			if err := t.record(ctx, pod, c, mark, lastMainFinished(roles, states)); err != nil {
+				return err
+			}
+		case c.State == cri.StateRunning:
+			// An earlier run asked it to stop and died: see the stop through without
+			// signalling the container again.
+			pending = true
+			t.startStop(ctx, pod, c, mark, true, lastMainFinished(roles, states))
+		}
+	}
+
+	d := rules.Decide(pod.Spec.RestartPolicy, roles, states)
+	for _, name := range d.Stop {
+		c := latest[name]
+		if c.StopMark != "" {
+			continue // handled above
+		}
+		pending = true
+		mark := stopMark{Requested: t.now(), Grace: roles.GracePeriod}
+		t.startStop(ctx, pod, c, mark, false, d.LastMainFinished)
+	}
+	if !pending && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
+		t.mu.Lock()
+		t.settled[pod.UID] = true
+		t.mu.Unlock()
+	}
+	return nil
+}
+
+// latest picks the newest attempt of each container, with exits seen as events laid
+// over the runtime's list.
+func (t *Terminator) latest(ctrs []cri.Container) map[string]cri.Container {
+	out := map[string]cri.Container{}
+	for _, c := range ctrs {
+		if cur, ok := out[c.Name]; ok && (c.Attempt < cur.Attempt || (c.Attempt == cur.Attempt && !c.CreatedAt.After(cur.CreatedAt))) {
+			continue
+		}
+		out[c.Name] = c
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for name, c := range out {
+		if e, ok := t.exits[c.ID]; ok && c.State != cri.StateExited {
+			c.State, c.ExitCode, c.FinishedAt = cri.StateExited, int32(e.ExitCode), e.ExitedAt
+			out[name] = c
+		}
+	}
+	return out
+}
+
+func stateOf(c cri.Container) rules.State {
+	switch c.State {
+	case cri.StateRunning:
+		return rules.State{Phase: rules.Running}
+	case cri.StateExited:
+		return rules.State{Phase: rules.Exited, ExitCode: c.ExitCode, FinishedAt: c.FinishedAt}
+	}
+	return rules.State{Phase: rules.Waiting}
+}
+
+func lastMainFinished(roles rules.Roles, states map[string]rules.State) time.Time {
+	var last time.Time
+	for _, m := range roles.Mains {
+		if s := states[m]; s.Phase == rules.Exited && s.FinishedAt.After(last) {
+			last = s.FinishedAt
+		}
+	}
+	return last
+}
+
+func (t *Terminator) stopping(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.inflight[id]
+}
+
+// startStop stops one container in the background, unless this process already is.
+func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, lastMain time.Time) {
+	t.mu.Lock()
+	if t.inflight[c.ID] {
+		t.mu.Unlock()
+		return
+	}
+	t.inflight[c.ID] = true
+	t.mu.Unlock()
+	go func() {
+		defer func() {
+			t.mu.Lock()
+			delete(t.inflight, c.ID)
+			t.mu.Unlock()
+		}()
+		if err := t.stop(ctx, pod, c, mark, adopted, lastMain); err != nil && ctx.Err() == nil {
+			t.metrics.stops.WithLabelValues(resultFailed).Inc()
+			t.log.Error("stopping a sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID, "err", err)
+			t.warn(ctx, pod, c.Name, err)
+			if key, kerr := cache.MetaNamespaceKeyFunc(pod); kerr == nil {
+				t.queue.AddRateLimited(key)
+			}
+		}
+	}()
+}
+
+func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, lastMain time.Time) error {
+	// Stopping may take the whole grace period (an adopted stop: what is left of the
+	// first one, then a second); allow for it and a little more.
+	sctx, cancel := context.WithTimeout(ctx, 2*mark.Grace+30*time.Second)
+	defer cancel()
+	if !adopted {
+		// The mark goes first: if the agent dies during the stop, the next one knows
+		// the container was already told to stop.
+		if err := t.rt.MarkStop(sctx, c.ID, mark.String()); err != nil {
+			return err
+		}
+		if err := t.rt.StopContainer(sctx, c.ID, mark.Grace); err != nil {
+			return err
+		}
+	} else if err := t.finishStop(sctx, c.ID, mark); err != nil {
+		return err
+	}
+	st, err := t.rt.ContainerStatus(sctx, c.ID)
+	if err != nil {
+		return err
+	}
+	if st.State != cri.StateExited {
+		return fmt.Errorf("container %s still %s after the stop", c.ID, st.State)
+	}
+	return t.record(sctx, pod, st, mark, lastMain)
+}
+
+// finishStop waits out the grace period an earlier agent gave the container, then, if
+// it still runs, stops it through the CRI with the same grace period. The mark is
+// written before the signal, so a container marked but running may never have been
+// signalled (the agent died between the two, or the stop call failed): killing it
+// outright would end it with 137, which fails a pod whose sidecar is a regular
+// container. A container that did get the first signal and ignored it gets the
+// kubelet's treatment again, SIGTERM then SIGKILL: the same end, a grace period later.
+func (t *Terminator) finishStop(ctx context.Context, id string, mark stopMark) error {
+	deadline := mark.Requested.Add(mark.Grace)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for t.now().Before(deadline) {
+		st, err := t.rt.ContainerStatus(ctx, id)
+		if err != nil {
+			return err
+		}
+		if st.State == cri.StateExited {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return t.rt.StopContainer(ctx, id, mark.Grace)
+}
+
+// record notes a finished stop: an Event on the pod, the metrics, and the mark that
+// says it is recorded. The Event's name is derived from the container, so recording
+// twice (an agent that died between the Event and the mark) creates it once.
+func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, lastMain time.Time) (err error) {
+	// A pass over the pod that read the mark before the stop's own record finished
+	// would record it again: the runtime's mark is the memory across restarts, this
+	// claim the memory within one process.
+	t.mu.Lock()
+	if _, claimed := t.recorded[c.ID]; claimed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.recorded[c.ID] = t.now()
+	t.mu.Unlock()
+	defer func() {
+		if err != nil {
+			t.mu.Lock()
+			delete(t.recorded, c.ID)
+			t.mu.Unlock()
+		}
+	}()
+
+	after, took := "after the last main container finished", time.Duration(-1)
+	if !lastMain.IsZero() && !c.FinishedAt.IsZero() {
+		took = max(c.FinishedAt.Sub(lastMain), 0)
+		after = fmt.Sprintf("%s after the last main container finished", took.Round(time.Millisecond))
+	}
+	msg := fmt.Sprintf("Stopped sidecar container %s %s (exit code %d, grace period %s)", c.Name, after, c.ExitCode, mark.Grace)
+	now := metav1.NewTime(t.now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: eventName(pod.Name, c.ID), Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
+			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, c.Name)},
+		Reason: "SidecarStopped", Message: msg, Type: corev1.EventTypeNormal,
+		Source:         corev1.EventSource{Component: t.cfg.Component, Host: t.cfg.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
+	}
+	if _, err := t.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("record the stop of %s: %w", c.Name, err)
+	}
+	mark.Recorded = true
+	if err := t.rt.MarkStop(ctx, c.ID, mark.String()); err != nil {
+		return err
+	}
+	if took >= 0 {
+		t.metrics.stopSeconds.Observe(took.Seconds())
+	}
+	t.metrics.stops.WithLabelValues(resultStopped).Inc()
+	t.log.Info("stopped a sidecar", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID,
+		"exitCode", c.ExitCode, "afterLastMain", took.String())
+	return nil
+}
+
+func (t *Terminator) warn(ctx context.Context, pod *corev1.Pod, container string, cause error) {
+	now := metav1.NewTime(t.now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + ".sidecar-stop-failed.", Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
+			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, container)},
+		Reason: "SidecarStopFailed", Message: fmt.Sprintf("Stopping sidecar container %s failed: %v", container, cause),
+		Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: t.cfg.Component, Host: t.cfg.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
+	}
+	if _, err := t.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		t.log.Warn("could not record an event", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+}
+
+// eventName is the name of the Event that records the stop of one container.
+func eventName(pod, containerID string) string {
+	id := containerID
+	if len(id) > 12 {
+		id = id[:12]
+	}
+	const suffix = ".sidecar-stopped."
+	if max := 253 - len(suffix) - len(id); len(pod) > max {
+		pod = pod[:max]
+	}
+	return pod + suffix + id
+}
+
+func fieldPath(pod *corev1.Pod, container string) string {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == container {
+			return "spec.initContainers{" + container + "}"
+		}
+	}
+	return "spec.containers{" + container + "}"
+}

@@ -1,0 +1,401 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/cri"
+)
+
+// fakeRuntime is a container runtime in memory. Stopping a container exits it with
+// stopExit (default 0) after stopDelay, and sends the exit event.
+type fakeRuntime struct {
+	mu        sync.Mutex
+	ctrs      map[string]*cri.Container
+	stops     []string // IDs, one per StopContainer call
+	timeouts  []time.Duration
+	stopExit  int32
+	stopDelay time.Duration
+	exits     chan cri.Exit
+}
+
+func newFakeRuntime() *fakeRuntime {
+	return &fakeRuntime{ctrs: map[string]*cri.Container{}, exits: make(chan cri.Exit, 16)}
+}
+
+func (f *fakeRuntime) add(c cri.Container) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctrs[c.ID] = &c
+}
+
+// exit ends a container as its process would, and tells the event stream.
+func (f *fakeRuntime) exit(id string, code int32, at time.Time) {
+	f.mu.Lock()
+	c := f.ctrs[id]
+	c.State, c.ExitCode, c.FinishedAt = cri.StateExited, code, at
+	f.mu.Unlock()
+	f.exits <- cri.Exit{ContainerID: id, ExitCode: uint32(code), ExitedAt: at}
+}
+
+func (f *fakeRuntime) PodContainers(_ context.Context, uid string) ([]cri.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []cri.Container
+	for _, c := range f.ctrs {
+		if c.PodUID == uid {
+			out = append(out, *c)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (cri.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.ctrs[id]
+	if !ok {
+		return cri.Container{}, status.Error(codes.NotFound, "no such container")
+	}
+	out := *c
+	out.StopMark = ""
+	return out, nil
+}
+
+func (f *fakeRuntime) StopContainer(_ context.Context, id string, timeout time.Duration) error {
+	f.mu.Lock()
+	f.stops = append(f.stops, id)
+	f.timeouts = append(f.timeouts, timeout)
+	c, ok := f.ctrs[id]
+	if !ok {
+		f.mu.Unlock()
+		return status.Error(codes.NotFound, "no such container")
+	}
+	running := c.State == cri.StateRunning
+	f.mu.Unlock()
+	if running {
+		time.Sleep(f.stopDelay)
+		f.exit(id, f.stopExit, time.Now())
+	}
+	return nil
+}
+
+func (f *fakeRuntime) MarkStop(_ context.Context, id, mark string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.ctrs[id]
+	if !ok {
+		return status.Error(codes.NotFound, "no such container")
+	}
+	c.StopMark = mark
+	return nil
+}
+
+func (f *fakeRuntime) Exits(ctx context.Context) (<-chan cri.Exit, <-chan error) {
+	out := make(chan cri.Exit)
+	errc := make(chan error, 1)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				errc <- nil
+				return
+			case e := <-f.exits:
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					errc <- nil
+					return
+				}
+			}
+		}
+	}()
+	return out, errc
+}
+
+func (f *fakeRuntime) stopCalls() ([]string, []time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.stops...), append([]time.Duration(nil), f.timeouts...)
+}
+
+func (f *fakeRuntime) mark(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ctrs[id].StopMark
+}
+
+const node = "node-1"
+
+func jobPod(name string, uid types.UID, policy corev1.RestartPolicy) *corev1.Pod {
+	sidecarEnv := []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: uid},
+		Spec: corev1.PodSpec{
+			NodeName: node, RestartPolicy: policy, TerminationGracePeriodSeconds: ptr.To[int64](5),
+			InitContainers: []corev1.Container{{Name: "proxy", Env: sidecarEnv,
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways)}},
+			Containers: []corev1.Container{{Name: "main"}},
+		},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+type harness struct {
+	rt      *fakeRuntime
+	kube    *fake.Clientset
+	reg     *prometheus.Registry
+	metrics *Metrics
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func start(t *testing.T, rt *fakeRuntime, pods ...*corev1.Pod) *harness {
+	t.Helper()
+	h := &harness{rt: rt, kube: fake.NewClientset(), reg: prometheus.NewRegistry(), done: make(chan struct{})}
+	for _, p := range pods {
+		if _, err := h.kube.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.metrics = NewMetrics(h.reg)
+	// A resync far beyond the test: stops must come from events and pod updates.
+	term := New(Config{NodeName: node, Resync: time.Hour}, h.kube, rt, h.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { defer close(h.done); _ = term.Run(ctx) }()
+	t.Cleanup(h.stop)
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return term.Ready(), nil
+	}); err != nil {
+		t.Fatal("terminator never became ready")
+	}
+	return h
+}
+
+func (h *harness) stop() {
+	h.cancel()
+	<-h.done
+}
+
+func (h *harness) events(t *testing.T) []corev1.Event {
+	t.Helper()
+	list, err := h.kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestStopsSidecarOnMainExit(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.stopDelay = 20 * time.Millisecond
+	pod := jobPod("job-a", "uid-a", corev1.RestartPolicyNever)
+	now := time.Now()
+	rt.add(cri.Container{ID: "main-a", PodUID: "uid-a", Name: "main", State: cri.StateRunning, CreatedAt: now})
+	rt.add(cri.Container{ID: "proxy-a", PodUID: "uid-a", Name: "proxy", State: cri.StateRunning, CreatedAt: now})
+	// Another pod's container of the same name, also running: never to be touched.
+	other := jobPod("job-b", "uid-b", corev1.RestartPolicyNever)
+	rt.add(cri.Container{ID: "main-b", PodUID: "uid-b", Name: "main", State: cri.StateRunning, CreatedAt: now})
+	rt.add(cri.Container{ID: "proxy-b", PodUID: "uid-b", Name: "proxy", State: cri.StateRunning, CreatedAt: now})
+	h := start(t, rt, pod, other)
+
+	time.Sleep(50 * time.Millisecond)
+	if ids, _ := rt.stopCalls(); len(ids) != 0 {
+		t.Fatalf("stopped %v while every main container runs", ids)
+	}
+	rt.exit("main-a", 0, time.Now())
+	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+
+	ids, timeouts := rt.stopCalls()
+	if len(ids) != 1 || ids[0] != "proxy-a" || timeouts[0] != 5*time.Second {
+		t.Errorf("StopContainer calls = %v with %v; want proxy-a once, with the pod's 5s grace period", ids, timeouts)
+	}
+	ev := h.events(t)[0]
+	if ev.Reason != "SidecarStopped" || ev.InvolvedObject.UID != "uid-a" || ev.InvolvedObject.FieldPath != "spec.initContainers{proxy}" {
+		t.Errorf("event = %s on %s %s, want SidecarStopped on uid-a spec.initContainers{proxy}", ev.Reason, ev.InvolvedObject.UID, ev.InvolvedObject.FieldPath)
+	}
+	if !strings.Contains(ev.Message, "proxy") || !strings.Contains(ev.Message, "exit code 0") {
+		t.Errorf("event message %q does not say which container and how it ended", ev.Message)
+	}
+	waitFor(t, "the recorded mark", func() bool { return strings.HasSuffix(rt.mark("proxy-a"), ":recorded") })
+	if got := testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultStopped)); got != 1 {
+		t.Errorf("sextant_sidecar_stops_total{result=stopped} = %v, want 1", got)
+	}
+	if n := testutil.CollectAndCount(h.metrics.stopSeconds); n != 1 {
+		t.Errorf("sextant_sidecar_stop_seconds has %d series, want 1", n)
+	}
+	hist := histogramOf(t, h.reg, "sextant_sidecar_stop_seconds")
+	if hist.GetSampleCount() != 1 || hist.GetSampleSum() < 0.02 || hist.GetSampleSum() > 2 {
+		t.Errorf("stop_seconds: %d samples summing to %vs; want one of at least the 20ms the stop took", hist.GetSampleCount(), hist.GetSampleSum())
+	}
+
+	// The other pod's main exits 3: with Never, its sidecar is stopped too, and only then.
+	rt.exit("main-b", 3, time.Now())
+	waitFor(t, "the second stop", func() bool { return len(h.events(t)) == 2 })
+	ids, _ = rt.stopCalls()
+	if len(ids) != 2 || ids[1] != "proxy-b" {
+		t.Errorf("StopContainer calls = %v, want proxy-a then proxy-b", ids)
+	}
+}
+
+func TestOnFailureWaitsForSuccess(t *testing.T) {
+	rt := newFakeRuntime()
+	pod := jobPod("job", "uid", corev1.RestartPolicyOnFailure)
+	t0 := time.Now()
+	rt.add(cri.Container{ID: "main-0", PodUID: "uid", Name: "main", Attempt: 0, State: cri.StateRunning, CreatedAt: t0})
+	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning, CreatedAt: t0})
+	h := start(t, rt, pod)
+
+	rt.exit("main-0", 1, time.Now())
+	time.Sleep(100 * time.Millisecond)
+	if ids, _ := rt.stopCalls(); len(ids) != 0 {
+		t.Fatalf("stopped %v after a failure the kubelet will retry", ids)
+	}
+	// The kubelet restarts the main container; attempt 1 succeeds.
+	rt.add(cri.Container{ID: "main-1", PodUID: "uid", Name: "main", Attempt: 1, State: cri.StateRunning, CreatedAt: time.Now()})
+	rt.exit("main-1", 0, time.Now())
+	waitFor(t, "the stop after the success", func() bool { return len(h.events(t)) == 1 })
+	if ids, _ := rt.stopCalls(); len(ids) != 1 || ids[0] != "proxy" {
+		t.Errorf("StopContainer calls = %v, want proxy once", ids)
+	}
+}
+
+func TestAlwaysAndUnmarkedPodsUntouched(t *testing.T) {
+	rt := newFakeRuntime()
+	always := jobPod("always", "uid-always", corev1.RestartPolicyAlways)
+	plain := jobPod("plain", "uid-plain", corev1.RestartPolicyNever)
+	plain.Spec.InitContainers[0].Env = nil
+	now := time.Now()
+	for _, uid := range []string{"uid-always", "uid-plain"} {
+		rt.add(cri.Container{ID: "main-" + uid, PodUID: uid, Name: "main", State: cri.StateRunning, CreatedAt: now})
+		rt.add(cri.Container{ID: "proxy-" + uid, PodUID: uid, Name: "proxy", State: cri.StateRunning, CreatedAt: now})
+	}
+	h := start(t, rt, always, plain)
+	rt.exit("main-uid-always", 0, time.Now())
+	rt.exit("main-uid-plain", 0, time.Now())
+	time.Sleep(200 * time.Millisecond)
+	if ids, _ := rt.stopCalls(); len(ids) != 0 {
+		t.Errorf("stopped %v", ids)
+	}
+	if evs := h.events(t); len(evs) != 0 {
+		t.Errorf("recorded %d events", len(evs))
+	}
+}
+
+// An agent that died after marking and signalling the sidecar: the new one does not
+// signal it again; it waits for the exit and records it once.
+func TestRestartAdoptsStopInProgress(t *testing.T) {
+	rt := newFakeRuntime()
+	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
+	finished := time.Now().Add(-time.Second)
+	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: finished})
+	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning,
+		StopMark: stopMark{Requested: time.Now(), Grace: 30 * time.Second}.String()})
+	h := start(t, rt, pod)
+
+	time.Sleep(200 * time.Millisecond)
+	if ids, _ := rt.stopCalls(); len(ids) != 0 {
+		t.Fatalf("signalled %v again although an earlier agent already had", ids)
+	}
+	rt.exit("proxy", 0, time.Now()) // the SIGTERM the earlier agent sent takes effect
+	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	if ids, _ := rt.stopCalls(); len(ids) != 0 {
+		t.Errorf("StopContainer calls = %v, want none", ids)
+	}
+}
+
+// An earlier agent's stop whose grace period is over and whose container still runs
+// (the agent died before its SIGKILL): the new one kills it, once.
+func TestRestartFinishesOverdueStop(t *testing.T) {
+	rt := newFakeRuntime()
+	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
+	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: time.Now().Add(-time.Minute)})
+	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning,
+		StopMark: stopMark{Requested: time.Now().Add(-40 * time.Second), Grace: 30 * time.Second}.String()})
+	h := start(t, rt, pod)
+	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	ids, timeouts := rt.stopCalls()
+	// The earlier agent may have died before its signal went out: the overdue stop is
+	// a real one (SIGTERM first, with the pod's grace), not a bare kill.
+	if len(ids) != 1 || ids[0] != "proxy" || timeouts[0] != 30*time.Second {
+		t.Errorf("StopContainer calls = %v with %v, want proxy once with the 30s grace period", ids, timeouts)
+	}
+}
+
+// An earlier agent stopped the sidecar but died before recording it: the new one
+// records it and does not touch the exited container.
+func TestRestartRecordsUnrecordedStop(t *testing.T) {
+	rt := newFakeRuntime()
+	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
+	done := time.Now().Add(-time.Second)
+	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: done.Add(-300 * time.Millisecond)})
+	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateExited, FinishedAt: done,
+		StopMark: stopMark{Requested: done.Add(-200 * time.Millisecond), Grace: 30 * time.Second}.String()})
+	// A Recorded mark is done: nothing more.
+	second := jobPod("job2", "uid2", corev1.RestartPolicyNever)
+	rt.add(cri.Container{ID: "main2", PodUID: "uid2", Name: "main", State: cri.StateExited, FinishedAt: done})
+	rt.add(cri.Container{ID: "proxy2", PodUID: "uid2", Name: "proxy", State: cri.StateExited, FinishedAt: done,
+		StopMark: stopMark{Requested: done, Grace: 30 * time.Second, Recorded: true}.String()})
+	h := start(t, rt, pod, second)
+	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	time.Sleep(100 * time.Millisecond)
+	if evs := h.events(t); len(evs) != 1 || evs[0].InvolvedObject.UID != "uid" {
+		t.Errorf("events = %d, want one, for the unrecorded stop", len(evs))
+	}
+	if ids, _ := rt.stopCalls(); len(ids) != 0 {
+		t.Errorf("StopContainer calls = %v, want none", ids)
+	}
+	if !strings.HasSuffix(rt.mark("proxy"), ":recorded") {
+		t.Errorf("mark = %q, want it recorded", rt.mark("proxy"))
+	}
+	hist := histogramOf(t, h.reg, "sextant_sidecar_stop_seconds")
+	if hist.GetSampleCount() != 1 || fmt.Sprintf("%.1f", hist.GetSampleSum()) != "0.3" {
+		t.Errorf("stop_seconds: %d samples summing to %vs; want one of 0.3s (sidecar finish - main finish)", hist.GetSampleCount(), hist.GetSampleSum())
+	}
+}
+
+func histogramOf(t *testing.T, reg *prometheus.Registry, name string) interface {
+	GetSampleCount() uint64
+	GetSampleSum() float64
+} {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetHistogram()
+		}
+	}
+	t.Fatalf("no histogram %s", name)
+	return nil
+}

@@ -1,0 +1,288 @@
+// Package virtualnode stops finished sidecars on virtual nodes (virtual-kubelet), where
+// no sextant agent and no CRI are reachable. It does the seed's in-place swap: the
+// sidecar's image becomes a tiny image that exits 0, and the pod annotation that holds
+// its command (put there by the webhook, handed to the container through the downward
+// API) becomes that image's exit command. Changing a container's image is the one
+// in-place change the API allows; the node restarts the container, whatever the pod's
+// restartPolicy, and the new container exits at once with 0.
+//
+// It runs in sextant-ranker's sidecar-webhook command, behind a leader election, and
+// watches only pods the webhook prepared (label sidecar.sextant.io/prepared=true).
+package virtualnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/ranker/webhook"
+)
+
+// How a virtual node is recognised: virtual-kubelet's own label and taint.
+const (
+	NodeTypeLabel   = "type"
+	NodeTypeVirtual = "virtual-kubelet"
+	ProviderTaint   = "virtual-kubelet.io/provider"
+)
+
+// IsVirtual reports whether the node is a virtual-kubelet node.
+func IsVirtual(node *corev1.Node) bool {
+	if node.Labels[NodeTypeLabel] == NodeTypeVirtual {
+		return true
+	}
+	for _, t := range node.Spec.Taints {
+		if t.Key == ProviderTaint {
+			return true
+		}
+	}
+	return false
+}
+
+// Config tunes the controller.
+type Config struct {
+	// ExitImage is the image a stopped sidecar is swapped to; ExitCommand its command,
+	// written into the sidecar's command annotation.
+	ExitImage   string
+	ExitCommand []string
+	// PodSelector narrows the pods looked at beyond the webhook's label; empty: none.
+	PodSelector string
+	Workers     int
+}
+
+// Controller does the swap.
+type Controller struct {
+	cfg   Config
+	kube  kubernetes.Interface
+	log   *slog.Logger
+	pods  cache.SharedIndexInformer
+	nodes corelisters.NodeLister
+	queue workqueue.TypedRateLimitingInterface[string]
+	start func(<-chan struct{})
+	sync  []cache.InformerSynced
+}
+
+// New makes a controller; Run starts it.
+func New(cfg Config, kube kubernetes.Interface, log *slog.Logger) (*Controller, error) {
+	if cfg.ExitImage == "" {
+		return nil, errors.New("virtual-node controller: no exit image")
+	}
+	if len(cfg.ExitCommand) == 0 {
+		cfg.ExitCommand = []string{"/exit0"}
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	selector := labels.SelectorFromSet(labels.Set{webhook.LabelPrepared: "true"}).String()
+	if cfg.PodSelector != "" {
+		if _, err := labels.Parse(cfg.PodSelector); err != nil {
+			return nil, fmt.Errorf("pod selector %q: %w", cfg.PodSelector, err)
+		}
+		selector += "," + cfg.PodSelector
+	}
+	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
+	nodeFactory := informers.NewSharedInformerFactory(kube, 0)
+	c := &Controller{
+		cfg: cfg, kube: kube, log: log,
+		pods:  podFactory.Core().V1().Pods().Informer(),
+		nodes: nodeFactory.Core().V1().Nodes().Lister(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "virtualnode"}),
+	}
+	nodeInformer := nodeFactory.Core().V1().Nodes().Informer()
+	c.sync = []cache.InformerSynced{c.pods.HasSynced, nodeInformer.HasSynced}
+	c.start = func(stop <-chan struct{}) { podFactory.Start(stop); nodeFactory.Start(stop) }
+	enqueue := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.queue.Add(key)
+		}
+	}
+	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) },
+	})
+	// A node that becomes (or is found to be) virtual: look at its pods again.
+	_, _ = nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { c.enqueueNode(obj) }, UpdateFunc: func(_, obj any) { c.enqueueNode(obj) },
+	})
+	return c, nil
+}
+
+func (c *Controller) enqueueNode(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok || !IsVirtual(node) {
+		return
+	}
+	for _, o := range c.pods.GetStore().List() {
+		if pod := o.(*corev1.Pod); pod.Spec.NodeName == node.Name {
+			if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+				c.queue.Add(key)
+			}
+		}
+	}
+}
+
+// Run works until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	defer c.queue.ShutDown()
+	c.start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), c.sync...) {
+		return errors.New("virtual-node controller: caches did not sync")
+	}
+	var wg sync.WaitGroup
+	for range c.cfg.Workers {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	c.queue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.process(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			c.log.Warn("virtual-node controller: will look at the pod again", "pod", key, "err", err)
+		}
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+func (c *Controller) process(ctx context.Context, key string) error {
+	obj, exists, err := c.pods.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return nil
+	}
+	pod := obj.(*corev1.Pod)
+	if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil ||
+		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	node, err := c.nodes.Get(pod.Spec.NodeName)
+	if err != nil || !IsVirtual(node) {
+		return nil // a real node's agent does it through the CRI
+	}
+	roles, ok := rules.PodRoles(pod)
+	if !ok {
+		return nil
+	}
+	d := rules.Decide(pod.Spec.RestartPolicy, roles, rules.StatusStates(pod))
+	if len(d.Stop) == 0 {
+		return nil
+	}
+	swapped, err := swap(pod, d.Stop, c.cfg.ExitImage, c.cfg.ExitCommand)
+	if err != nil {
+		return err
+	}
+	if len(swapped.names) == 0 {
+		return nil // swapped already; the node has yet to restart the containers
+	}
+	updated, err := c.kube.CoreV1().Pods(pod.Namespace).Update(ctx, swapped.pod, metav1.UpdateOptions{FieldManager: "sextant-sidecar"})
+	if err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // the newer pod comes through the informer and is looked at again
+		}
+		return fmt.Errorf("swap sidecars %s of %s: %w", strings.Join(swapped.names, ","), key, err)
+	}
+	c.log.Info("swapped sidecars to the exit image", "pod", key, "node", pod.Spec.NodeName,
+		"containers", swapped.names, "image", c.cfg.ExitImage, "why", d.Why)
+	c.record(ctx, updated, swapped.names, d.Why)
+	return nil
+}
+
+type swapResult struct {
+	pod   *corev1.Pod
+	names []string
+}
+
+// swap returns a copy of pod with the named sidecars swapped to the exit image and
+// their command annotations (where they have one) set to the exit command; names lists
+// the containers it changed, none if all were swapped before.
+func swap(pod *corev1.Pod, containers []string, exitImage string, exitCommand []string) (swapResult, error) {
+	out := pod.DeepCopy()
+	cmd, err := json.Marshal(exitCommand)
+	if err != nil {
+		return swapResult{}, err
+	}
+	var names []string
+	for _, name := range containers {
+		c := container(out, name)
+		if c == nil || c.Image == exitImage {
+			continue
+		}
+		c.Image = exitImage
+		if key := webhook.CommandAnnotation(name); out.Annotations[key] != "" {
+			out.Annotations[key] = string(cmd)
+		}
+		names = append(names, name)
+	}
+	return swapResult{pod: out, names: names}, nil
+}
+
+func container(pod *corev1.Pod, name string) *corev1.Container {
+	for i := range pod.Spec.InitContainers {
+		if pod.Spec.InitContainers[i].Name == name {
+			return &pod.Spec.InitContainers[i]
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if pod.Spec.Containers[i].Name == name {
+			return &pod.Spec.Containers[i]
+		}
+	}
+	return nil
+}
+
+func (c *Controller) record(ctx context.Context, pod *corev1.Pod, names []string, why string) {
+	now := metav1.NewTime(time.Now())
+	ev := &corev1.Event{
+		// Named after what it records, which happens once: a retried create is a no-op.
+		ObjectMeta: metav1.ObjectMeta{Name: eventName(pod.Name, names), Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
+			Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion},
+		Reason: "SidecarSwapped",
+		Message: fmt.Sprintf("Swapped sidecar container(s) %s to %s on virtual node %s (%s)",
+			strings.Join(names, ", "), c.cfg.ExitImage, pod.Spec.NodeName, why),
+		Type: corev1.EventTypeNormal, Source: corev1.EventSource{Component: "sextant-sidecar-controller"},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "sextant.io/sidecar-controller", ReportingInstance: "sextant-sidecar-controller",
+	}
+	if _, err := c.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		c.log.Warn("could not record an event", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+}
+
+func eventName(pod string, containers []string) string {
+	name := pod + ".sidecar-swapped." + strings.Join(containers, ".")
+	if len(name) > 253 {
+		name = name[:253]
+	}
+	return strings.TrimRight(name, ".-")
+}

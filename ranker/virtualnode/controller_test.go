@@ -1,0 +1,98 @@
+package virtualnode
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/ranker/webhook"
+)
+
+const exitImage = "sextant.local/exit0:test"
+
+func preparedPod(name, node string, policy corev1.RestartPolicy, mainExit *int32) *corev1.Pod {
+	key := webhook.CommandAnnotation("proxy")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{webhook.LabelPrepared: "true"},
+			Annotations: map[string]string{key: `["sleep","3600"]`}},
+		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: policy,
+			InitContainers: []corev1.Container{{Name: "proxy", Image: "busybox", Command: []string{webhook.WrapperPath},
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}}},
+			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning,
+			InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},
+			ContainerStatuses:     []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}},
+	}
+	if mainExit != nil {
+		pod.Status.ContainerStatuses[0].State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: *mainExit}}
+	}
+	return pod
+}
+
+func TestSwapOnVirtualNodesOnly(t *testing.T) {
+	virtual := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vk", Labels: map[string]string{NodeTypeLabel: NodeTypeVirtual}}}
+	tainted := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vk2"}, Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: ProviderTaint, Value: "aci", Effect: corev1.TaintEffectNoSchedule}}}}
+	real := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "real"}}
+	pods := []*corev1.Pod{
+		preparedPod("done", "vk", corev1.RestartPolicyNever, ptr.To[int32](0)),
+		preparedPod("done-tainted", "vk2", corev1.RestartPolicyNever, ptr.To[int32](1)),
+		preparedPod("running", "vk", corev1.RestartPolicyNever, nil),
+		preparedPod("failed-onfailure", "vk", corev1.RestartPolicyOnFailure, ptr.To[int32](1)),
+		preparedPod("on-real-node", "real", corev1.RestartPolicyNever, ptr.To[int32](0)),
+	}
+	kube := fake.NewClientset(virtual, tainted, real)
+	for _, p := range pods {
+		if _, err := kube.CoreV1().Pods("ns").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := New(Config{ExitImage: exitImage}, kube, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	get := func(name string) *corev1.Pod {
+		p, err := kube.CoreV1().Pods("ns").Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, name := range []string{"done", "done-tainted"} {
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return get(name).Spec.InitContainers[0].Image == exitImage, nil
+		})
+		if err != nil {
+			t.Fatalf("%s: sidecar not swapped", name)
+		}
+		if got := get(name).Annotations[webhook.CommandAnnotation("proxy")]; got != `["/exit0"]` {
+			t.Errorf("%s: command annotation %q, want the exit command", name, got)
+		}
+		if img := get(name).Spec.Containers[0].Image; img != "busybox" {
+			t.Errorf("%s: main container's image changed to %s", name, img)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, name := range []string{"running", "failed-onfailure", "on-real-node"} {
+		if img := get(name).Spec.InitContainers[0].Image; img != "busybox" {
+			t.Errorf("%s: swapped to %s, want untouched", name, img)
+		}
+	}
+	evs, _ := kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 2 {
+		t.Errorf("%d events, want one per swapped pod", len(evs.Items))
+	}
+}

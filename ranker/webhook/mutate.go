@@ -1,0 +1,226 @@
+package webhook
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/agent/sidecar/rules"
+)
+
+const (
+	// AnnotationCommandPrefix + container name holds a sidecar's command as a JSON array.
+	AnnotationCommandPrefix = "sidecar.sextant.io/command-"
+	// AnnotationNative set to "false" keeps the pod's sidecars regular containers (they
+	// are still wrapped, so their exit after a stop is 0).
+	AnnotationNative = "sidecar.sextant.io/native"
+	// LabelPrepared marks a pod the webhook prepared; the virtual-node controller
+	// watches only these.
+	LabelPrepared = "sidecar.sextant.io/prepared"
+
+	// EnvCommand is where the wrapper finds the command (downward API).
+	EnvCommand = "SEXTANT_SIDECAR_COMMAND"
+	// WrapperDir is where the wrapper is mounted in sidecars, WrapperPath the binary.
+	WrapperDir  = "/.sextant"
+	WrapperPath = WrapperDir + "/sextant-sidecar-wrapper"
+	// WrapperVolume is the emptyDir holding the wrapper; InstallContainer copies it in.
+	WrapperVolume    = "sextant-sidecar"
+	InstallContainer = "sextant-sidecar-install"
+	// wrapperInImage is the wrapper's path in its own image.
+	wrapperInImage = "/sextant-sidecar-wrapper"
+)
+
+// CommandAnnotation is the annotation that holds the named container's command.
+func CommandAnnotation(container string) string { return AnnotationCommandPrefix + container }
+
+// MutatorConfig says what the webhook injects.
+type MutatorConfig struct {
+	// WrapperImage holds sextant-sidecar-wrapper at /sextant-sidecar-wrapper.
+	WrapperImage      string
+	WrapperPullPolicy corev1.PullPolicy
+}
+
+// Result is what Mutate did.
+type Result struct {
+	Pod     *corev1.Pod
+	Changed bool
+	// Warnings go back to the client (kubectl prints them).
+	Warnings []string
+}
+
+// Mutate prepares the pod's sidecars (see the package comment). It never changes its
+// argument. A pod it has prepared already comes out unchanged, so a reinvocation is
+// harmless. The error, if any, says which annotation is malformed.
+func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
+	pod := in.DeepCopy()
+	res := Result{Pod: pod}
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyNever && pod.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
+		return res, nil // Always: a service, not a job; sidecars are left alone
+	}
+	var mains, marked []int
+	for i := range pod.Spec.Containers {
+		if rules.IsSidecar(&pod.Spec.Containers[i]) {
+			marked = append(marked, i)
+		} else {
+			mains = append(mains, i)
+		}
+	}
+	var markedNative []int
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		if rules.IsNativeSidecar(c) && rules.IsSidecar(c) {
+			markedNative = append(markedNative, i)
+		}
+	}
+	if len(marked)+len(markedNative) == 0 {
+		return res, nil
+	}
+	if len(mains) == 0 {
+		res.Warnings = append(res.Warnings, "sextant: every container is marked as a sidecar, so none would ever be stopped; the pod is left as written")
+		return res, nil
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	native := !strings.EqualFold(pod.Annotations[AnnotationNative], "false")
+
+	wrapped := false
+	wrap := func(c *corev1.Container) error {
+		ok, warning, err := cfg.wrap(pod, c)
+		if err != nil {
+			return err
+		}
+		if warning != "" {
+			res.Warnings = append(res.Warnings, warning)
+		}
+		wrapped = wrapped || ok
+		return nil
+	}
+	for _, i := range markedNative {
+		if err := wrap(&pod.Spec.InitContainers[i]); err != nil {
+			return Result{}, err
+		}
+	}
+	var keep, converted []corev1.Container
+	for i := range pod.Spec.Containers {
+		c := pod.Spec.Containers[i]
+		if !slices.Contains(marked, i) {
+			keep = append(keep, c)
+			continue
+		}
+		if err := wrap(&c); err != nil {
+			return Result{}, err
+		}
+		if native {
+			c.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+			converted = append(converted, c)
+		} else {
+			keep = append(keep, c)
+		}
+	}
+	pod.Spec.Containers = keep
+	// After every init container, as the sidecar started after them before.
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, converted...)
+
+	if wrapped {
+		if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WrapperVolume }) {
+			pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: WrapperVolume, VolumeSource: corev1.VolumeSource{
+				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr.To(resource.MustParse("32Mi"))},
+			}})
+		}
+		if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == InstallContainer }) {
+			// First: the wrapper must be in place before any sidecar starts.
+			pod.Spec.InitContainers = append([]corev1.Container{cfg.installContainer()}, pod.Spec.InitContainers...)
+		}
+	}
+	if pod.Labels == nil {
+		pod.Labels = map[string]string{}
+	}
+	pod.Labels[LabelPrepared] = "true"
+	res.Changed = true
+	return res, nil
+}
+
+// wrap puts the wrapper in front of one sidecar's command. It reports whether the
+// container is wrapped (now or already), and a warning when it cannot be.
+func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, string, error) {
+	if len(c.Command) > 0 && c.Command[0] == WrapperPath {
+		return true, "", nil // prepared before
+	}
+	key := CommandAnnotation(c.Name)
+	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
+		return false, fmt.Sprintf("sextant: sidecar %s: its name is too long for the annotation %s, so it is not wrapped; stopping it may take its grace period", c.Name, key), nil
+	}
+	command := c.Command
+	if len(command) == 0 {
+		raw, ok := pod.Annotations[key]
+		if !ok {
+			return false, fmt.Sprintf("sextant: sidecar %s has no command in the pod spec, so it runs its image's entrypoint, "+
+				"which the webhook cannot see: it is not wrapped (a SIGTERM it ignores delays its stop by the grace period). "+
+				"Name the entrypoint in the annotation %s, a JSON array such as [\"/usr/local/bin/envoy\"]", c.Name, key), nil
+		}
+		parsed, err := ParseCommand(raw)
+		if err != nil {
+			return false, "", fmt.Errorf("annotation %s=%q: %v; want a non-empty JSON array of strings, e.g. [\"/usr/local/bin/envoy\",\"-c\",\"/etc/envoy.yaml\"]", key, raw, err)
+		}
+		command = parsed
+	}
+	b, err := json.Marshal(command)
+	if err != nil {
+		return false, "", fmt.Errorf("encode the command of %s: %w", c.Name, err)
+	}
+	pod.Annotations[key] = string(b)
+	c.Command = []string{WrapperPath}
+	c.Env = append(c.Env, corev1.EnvVar{Name: EnvCommand, ValueFrom: &corev1.EnvVarSource{
+		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: fmt.Sprintf("metadata.annotations['%s']", key)},
+	}})
+	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: WrapperVolume, MountPath: WrapperDir, ReadOnly: true})
+	return true, "", nil
+}
+
+// ParseCommand parses a command annotation: a non-empty JSON array of strings.
+func ParseCommand(raw string) ([]string, error) {
+	var cmd []string
+	if err := json.Unmarshal([]byte(raw), &cmd); err != nil {
+		return nil, fmt.Errorf("not a JSON array of strings")
+	}
+	if len(cmd) == 0 || cmd[0] == "" {
+		return nil, fmt.Errorf("empty command")
+	}
+	return cmd, nil
+}
+
+func (cfg MutatorConfig) installContainer() corev1.Container {
+	policy := cfg.WrapperPullPolicy
+	if policy == "" {
+		policy = corev1.PullIfNotPresent
+	}
+	return corev1.Container{
+		Name:            InstallContainer,
+		Image:           cfg.WrapperImage,
+		ImagePullPolicy: policy,
+		Command:         []string{wrapperInImage, "install", WrapperPath},
+		VolumeMounts:    []corev1.VolumeMount{{Name: WrapperVolume, MountPath: WrapperDir}},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+		},
+		// Fits the "restricted" Pod Security Standard, so it never makes a pod
+		// inadmissible; the emptyDir is world-writable, so any user may copy into it.
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](65532),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+	}
+}

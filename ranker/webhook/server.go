@@ -1,0 +1,248 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Paths the webhook configurations point at.
+const (
+	PathMutate   = "/mutate-pod"
+	PathValidate = "/validate-pod"
+)
+
+// Handler serves the admission endpoints.
+type Handler struct {
+	Mutator MutatorConfig
+	Log     *slog.Logger
+}
+
+// ServeMux returns the webhook's routes, plus /healthz.
+func (h *Handler) ServeMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathMutate, h.serve(h.mutate))
+	mux.HandleFunc(PathValidate, h.serve(h.validate))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	return mux
+}
+
+type reviewFunc func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
+func (h *Handler) serve(review reviewFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
+		if err != nil {
+			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var in admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &in); err != nil || in.Request == nil {
+			http.Error(w, "want an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
+			return
+		}
+		resp := review(in.Request)
+		resp.UID = in.Request.UID
+		out := admissionv1.AdmissionReview{TypeMeta: in.TypeMeta, Response: resp}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	}
+}
+
+func allowed() *admissionv1.AdmissionResponse { return &admissionv1.AdmissionResponse{Allowed: true} }
+
+func denied(msg string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: false, Result: &metav1.Status{
+		Status: metav1.StatusFailure, Reason: metav1.StatusReasonInvalid, Code: http.StatusUnprocessableEntity, Message: msg,
+	}}
+}
+
+func decodePod(raw []byte) (*corev1.Pod, error) {
+	var pod corev1.Pod
+	if err := json.Unmarshal(raw, &pod); err != nil {
+		return nil, fmt.Errorf("decode pod: %w", err)
+	}
+	return &pod, nil
+}
+
+func isPod(req *admissionv1.AdmissionRequest) bool {
+	return req.Kind.Group == "" && req.Kind.Kind == "Pod" && req.SubResource == ""
+}
+
+func (h *Handler) mutate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if !isPod(req) || req.Operation != admissionv1.Create {
+		return allowed()
+	}
+	pod, err := decodePod(req.Object.Raw)
+	if err != nil {
+		return denied(err.Error())
+	}
+	res, err := h.Mutator.Mutate(pod)
+	if err != nil {
+		return denied(err.Error())
+	}
+	resp := allowed()
+	resp.Warnings = res.Warnings
+	if !res.Changed {
+		return resp
+	}
+	patch, err := podPatch(pod, res.Pod)
+	if err != nil {
+		return denied(err.Error())
+	}
+	if patch == nil {
+		return resp // prepared before: a reinvocation
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	resp.Patch, resp.PatchType = patch, &pt
+	if h.Log != nil {
+		h.Log.Info("prepared sidecars", "namespace", req.Namespace, "pod", podName(res.Pod), "patch", string(patch))
+	}
+	return resp
+}
+
+func (h *Handler) validate(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	if !isPod(req) || (req.Operation != admissionv1.Create && req.Operation != admissionv1.Update) {
+		return allowed()
+	}
+	pod, err := decodePod(req.Object.Raw)
+	if err != nil {
+		return denied(err.Error())
+	}
+	mine := sextantAnnotations(pod.Annotations)
+	if req.Operation == admissionv1.Update {
+		// Only a change is judged: a pod that slipped in while the webhook was down must
+		// still be updatable (finalizers, labels, the Job controller's bookkeeping).
+		old, err := decodePod(req.OldObject.Raw)
+		if err != nil {
+			return denied(err.Error())
+		}
+		if maps.Equal(mine, sextantAnnotations(old.Annotations)) {
+			return allowed()
+		}
+	}
+	if err := ValidateAnnotations(mine); err != nil {
+		return denied("sextant: " + strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	return allowed()
+}
+
+func podName(pod *corev1.Pod) string {
+	if pod.Name != "" {
+		return pod.Name
+	}
+	return pod.GenerateName + "*"
+}
+
+// podPatch is a JSON patch from before to after, replacing each changed top-level part
+// of the pod the mutation may touch. "add" replaces a member that exists and creates
+// one that does not.
+func podPatch(before, after *corev1.Pod) ([]byte, error) {
+	type op struct {
+		Op    string `json:"op"`
+		Path  string `json:"path"`
+		Value any    `json:"value"`
+	}
+	var ops []op
+	same := func(a, b any) bool {
+		x, _ := json.Marshal(a)
+		y, _ := json.Marshal(b)
+		return bytes.Equal(x, y)
+	}
+	if !same(before.Labels, after.Labels) {
+		ops = append(ops, op{"add", "/metadata/labels", after.Labels})
+	}
+	if !same(before.Annotations, after.Annotations) {
+		ops = append(ops, op{"add", "/metadata/annotations", after.Annotations})
+	}
+	if !same(before.Spec.InitContainers, after.Spec.InitContainers) {
+		ops = append(ops, op{"add", "/spec/initContainers", after.Spec.InitContainers})
+	}
+	if !same(before.Spec.Containers, after.Spec.Containers) {
+		ops = append(ops, op{"add", "/spec/containers", after.Spec.Containers})
+	}
+	if !same(before.Spec.Volumes, after.Spec.Volumes) {
+		ops = append(ops, op{"add", "/spec/volumes", after.Spec.Volumes})
+	}
+	if len(ops) == 0 {
+		return nil, nil
+	}
+	return json.Marshal(ops)
+}
+
+// certLoader serves the certificate in certFile/keyFile, reading them again when they
+// change, so a renewed Secret (mounted as files) is picked up without a restart.
+type certLoader struct {
+	certFile, keyFile string
+	mu                sync.Mutex
+	cert              *tls.Certificate
+	modTime           time.Time
+}
+
+func (l *certLoader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st, err := os.Stat(l.certFile)
+	if err != nil {
+		if l.cert != nil {
+			return l.cert, nil
+		}
+		return nil, fmt.Errorf("tls certificate %s: %w", l.certFile, err)
+	}
+	if l.cert == nil || !st.ModTime().Equal(l.modTime) {
+		cert, err := tls.LoadX509KeyPair(l.certFile, l.keyFile)
+		if err != nil {
+			if l.cert != nil {
+				return l.cert, nil // half-written renewal: keep serving the old one
+			}
+			return nil, fmt.Errorf("load tls key pair %s, %s: %w", l.certFile, l.keyFile, err)
+		}
+		l.cert, l.modTime = &cert, st.ModTime()
+	}
+	return l.cert, nil
+}
+
+// Serve serves h on addr with TLS until ctx ends.
+func Serve(ctx context.Context, addr, certFile, keyFile string, h http.Handler, log *slog.Logger) error {
+	loader := &certLoader{certFile: certFile, keyFile: keyFile}
+	if _, err := loader.get(nil); err != nil {
+		return err
+	}
+	srv := &http.Server{
+		Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: loader.get},
+		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServeTLS("", "") }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("webhook server on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,322 @@
+package webhook
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/agent/sidecar/rules"
+)
+
+var cfg = MutatorConfig{WrapperImage: "sextant.local/sextant-sidecar-wrapper:test", WrapperPullPolicy: corev1.PullNever}
+
+func sidecar(name string, command ...string) corev1.Container {
+	return corev1.Container{Name: name, Image: "busybox", Command: command, Args: []string{"--port", "$(PORT)"},
+		Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}}
+}
+
+func jobPod(policy corev1.RestartPolicy, containers ...corev1.Container) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{"keep": "me"}},
+		Spec: corev1.PodSpec{RestartPolicy: policy,
+			InitContainers: []corev1.Container{{Name: "setup", Image: "busybox"}},
+			Containers:     append([]corev1.Container{{Name: "main", Image: "busybox", Command: []string{"work"}}}, containers...)},
+	}
+}
+
+func find(list []corev1.Container, name string) *corev1.Container {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+func TestMutateConvertsAndWraps(t *testing.T) {
+	in := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep", "3600"))
+	res, err := cfg.Mutate(in)
+	if err != nil || !res.Changed {
+		t.Fatalf("Mutate: changed %v, err %v", res.Changed, err)
+	}
+	out := res.Pod
+	if find(in.Spec.Containers, "proxy") == nil || len(in.Spec.InitContainers) != 1 {
+		t.Fatal("Mutate changed its argument")
+	}
+	if names := containerNames(out.Spec.Containers); names != "main" {
+		t.Errorf("containers = %s, want main only", names)
+	}
+	if names := containerNames(out.Spec.InitContainers); names != InstallContainer+",setup,proxy" {
+		t.Errorf("initContainers = %s, want the installer first, then setup, then the sidecar", names)
+	}
+	proxy := find(out.Spec.InitContainers, "proxy")
+	if !rules.IsNativeSidecar(proxy) {
+		t.Error("the sidecar is not a native sidecar (restartPolicy Always)")
+	}
+	if len(proxy.Command) != 1 || proxy.Command[0] != WrapperPath {
+		t.Errorf("command = %q, want the wrapper", proxy.Command)
+	}
+	if strings.Join(proxy.Args, " ") != "--port $(PORT)" {
+		t.Errorf("args = %q, want them unchanged for the kubelet to expand", proxy.Args)
+	}
+	key := CommandAnnotation("proxy")
+	if got := out.Annotations[key]; got != `["sleep","3600"]` {
+		t.Errorf("annotation %s = %q, want the original command", key, got)
+	}
+	if out.Annotations["keep"] != "me" {
+		t.Error("an existing annotation was lost")
+	}
+	var env *corev1.EnvVar
+	for i := range proxy.Env {
+		if proxy.Env[i].Name == EnvCommand {
+			env = &proxy.Env[i]
+		}
+	}
+	if env == nil || env.ValueFrom == nil || env.ValueFrom.FieldRef == nil ||
+		env.ValueFrom.FieldRef.FieldPath != "metadata.annotations['"+key+"']" {
+		t.Errorf("env %s = %+v, want a downward-API reference to the annotation", EnvCommand, env)
+	}
+	if !rules.IsSidecar(proxy) {
+		t.Error("the marker env was lost: the agent would not know it is a sidecar")
+	}
+	if len(proxy.VolumeMounts) != 1 || proxy.VolumeMounts[0].MountPath != WrapperDir || !proxy.VolumeMounts[0].ReadOnly {
+		t.Errorf("volume mounts = %+v, want the wrapper dir read-only", proxy.VolumeMounts)
+	}
+	install := out.Spec.InitContainers[0]
+	if install.Image != cfg.WrapperImage || install.ImagePullPolicy != corev1.PullNever ||
+		strings.Join(install.Command, " ") != "/sextant-sidecar-wrapper install "+WrapperPath {
+		t.Errorf("installer = %s %s %q", install.Image, install.ImagePullPolicy, install.Command)
+	}
+	if len(out.Spec.Volumes) != 1 || out.Spec.Volumes[0].EmptyDir == nil {
+		t.Errorf("volumes = %+v, want one emptyDir", out.Spec.Volumes)
+	}
+	if out.Labels[LabelPrepared] != "true" {
+		t.Error("no prepared label")
+	}
+
+	// A second pass (reinvocation) changes nothing.
+	again, err := cfg.Mutate(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := mustJSON(t, again.Pod), mustJSON(t, out); a != b {
+		t.Errorf("second pass changed the pod:\n%s\n%s", a, b)
+	}
+}
+
+func TestMutateLeavesAlone(t *testing.T) {
+	kruise := sidecar("logs", "tail", "-f")
+	kruise.Env = []corev1.EnvVar{{Name: rules.EnvKruise, Value: "true"}}
+	for name, pod := range map[string]*corev1.Pod{
+		"Always pod with a marker": jobPod(corev1.RestartPolicyAlways, sidecar("proxy", "sleep")),
+		"Job pod without a marker": jobPod(corev1.RestartPolicyNever, corev1.Container{Name: "proxy", Command: []string{"sleep"}}),
+		"marker set to false": jobPod(corev1.RestartPolicyNever, corev1.Container{Name: "proxy", Command: []string{"sleep"},
+			Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "false"}}}),
+	} {
+		res, err := cfg.Mutate(pod)
+		if err != nil || res.Changed {
+			t.Errorf("%s: changed %v, err %v; want untouched", name, res.Changed, err)
+		}
+	}
+	// Only sidecars: nothing would ever stop them; left as written, with a warning.
+	only := jobPod(corev1.RestartPolicyNever)
+	only.Spec.Containers = []corev1.Container{sidecar("proxy", "sleep")}
+	if res, err := cfg.Mutate(only); err != nil || res.Changed || len(res.Warnings) != 1 {
+		t.Errorf("pod of sidecars only: changed %v, %d warnings, err %v", res.Changed, len(res.Warnings), err)
+	}
+	// The Kruise marker counts.
+	if res, err := cfg.Mutate(jobPod(corev1.RestartPolicyOnFailure, kruise)); err != nil || !res.Changed {
+		t.Errorf("Kruise marker: changed %v, err %v", res.Changed, err)
+	}
+}
+
+func TestMutateCommandless(t *testing.T) {
+	pod := jobPod(corev1.RestartPolicyNever, sidecar("envoy"), sidecar("proxy", "sleep"))
+	res, err := cfg.Mutate(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envoy := find(res.Pod.Spec.InitContainers, "envoy")
+	if envoy == nil || !rules.IsNativeSidecar(envoy) || len(envoy.Command) != 0 {
+		t.Errorf("command-less sidecar: %+v; want converted to native, command untouched", envoy)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], CommandAnnotation("envoy")) {
+		t.Errorf("warnings = %q, want one naming %s", res.Warnings, CommandAnnotation("envoy"))
+	}
+
+	// With the entrypoint named in the annotation, it is wrapped.
+	pod.Annotations[CommandAnnotation("envoy")] = `["/usr/local/bin/envoy"]`
+	res, err = cfg.Mutate(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envoy = find(res.Pod.Spec.InitContainers, "envoy")
+	if len(envoy.Command) != 1 || envoy.Command[0] != WrapperPath || len(res.Warnings) != 0 {
+		t.Errorf("annotated sidecar: command %q, warnings %q", envoy.Command, res.Warnings)
+	}
+
+	pod.Annotations[CommandAnnotation("envoy")] = `/usr/local/bin/envoy`
+	if _, err := cfg.Mutate(pod); err == nil || !strings.Contains(err.Error(), CommandAnnotation("envoy")) {
+		t.Errorf("malformed command annotation: err %v, want one naming it", err)
+	}
+}
+
+func TestMutateNativeOptOut(t *testing.T) {
+	pod := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep"))
+	pod.Annotations[AnnotationNative] = "false"
+	res, err := cfg.Mutate(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := find(res.Pod.Spec.Containers, "proxy")
+	if proxy == nil || proxy.RestartPolicy != nil || proxy.Command[0] != WrapperPath {
+		t.Errorf("opted out: %+v; want a wrapped regular container", proxy)
+	}
+}
+
+func TestMutateWrapsExistingNativeSidecar(t *testing.T) {
+	pod := jobPod(corev1.RestartPolicyNever)
+	native := sidecar("proxy", "sleep")
+	native.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, native)
+	res, err := cfg.Mutate(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := containerNames(res.Pod.Spec.InitContainers); names != InstallContainer+",setup,proxy" {
+		t.Errorf("initContainers = %s", names)
+	}
+	if c := find(res.Pod.Spec.InitContainers, "proxy"); c.Command[0] != WrapperPath {
+		t.Errorf("native sidecar not wrapped: %q", c.Command)
+	}
+}
+
+func TestValidateAnnotations(t *testing.T) {
+	good := map[string]string{
+		"bandwidth.sextant.io/ingress-required": "400M", "bandwidth.sextant.io/ingress-expected": "500M",
+		"bandwidth.sextant.io/strategy": "most-headroom", "numa.sextant.io/policy": "single-numa-node",
+		"unrelated": "x",
+	}
+	if err := ValidateAnnotations(good); err != nil {
+		t.Errorf("good annotations refused: %v", err)
+	}
+	cases := map[string][2]string{
+		"bandwidth.sextant.io/egress-required":  {"fast", "bits/s"},
+		"bandwidth.sextant.io/strategy":         {"cheapest", "best-fit or most-headroom"},
+		"numa.sextant.io/policy":                {"best-effort", "single-numa-node"},
+		"bandwidth.sextant.io/ingress-requried": {"1G", "unknown annotation"},
+		CommandAnnotation("proxy"):              {"envoy", "JSON array"},
+	}
+	for key, c := range cases {
+		err := ValidateAnnotations(map[string]string{key: c[0]})
+		if err == nil || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), c[1]) {
+			t.Errorf("%s=%s: err %v; want one naming the annotation and %q", key, c[0], err, c[1])
+		}
+	}
+	err := ValidateAnnotations(map[string]string{
+		"bandwidth.sextant.io/ingress-required": "500M", "bandwidth.sextant.io/ingress-expected": "400M"})
+	if err == nil || !strings.Contains(err.Error(), "ingress-expected") {
+		t.Errorf("expected < required: err %v", err)
+	}
+}
+
+func review(t *testing.T, h *Handler, path string, op admissionv1.Operation, pod, old *corev1.Pod) *admissionv1.AdmissionResponse {
+	t.Helper()
+	req := &admissionv1.AdmissionRequest{UID: "u1", Operation: op, Kind: metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Object: runtime.RawExtension{Raw: []byte(mustJSON(t, pod))}}
+	if old != nil {
+		req.OldObject = runtime.RawExtension{Raw: []byte(mustJSON(t, old))}
+	}
+	body, _ := json.Marshal(admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: req})
+	rec := httptest.NewRecorder()
+	h.ServeMux().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("%s: HTTP %d %s", path, rec.Code, rec.Body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil || out.Response.UID != "u1" {
+		t.Fatalf("%s: bad review %s", path, rec.Body)
+	}
+	return out.Response
+}
+
+func TestHandlerMutatePatchApplies(t *testing.T) {
+	h := &Handler{Mutator: cfg}
+	pod := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep", "3600"))
+	resp := review(t, h, PathMutate, admissionv1.Create, pod, nil)
+	if !resp.Allowed || resp.PatchType == nil {
+		t.Fatalf("response %+v, want allowed with a patch", resp)
+	}
+	patch, err := jsonpatch.DecodePatch(resp.Patch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patched, err := patch.Apply([]byte(mustJSON(t, pod)))
+	if err != nil {
+		t.Fatalf("apply the patch: %v", err)
+	}
+	want, _ := cfg.Mutate(pod)
+	var got corev1.Pod
+	if err := json.Unmarshal(patched, &got); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := mustJSON(t, &got), mustJSON(t, want.Pod); a != b {
+		t.Errorf("patched pod differs from Mutate's:\n%s\n%s", a, b)
+	}
+	// An untouched pod gets no patch.
+	resp = review(t, h, PathMutate, admissionv1.Create, jobPod(corev1.RestartPolicyNever), nil)
+	if !resp.Allowed || resp.Patch != nil {
+		t.Errorf("plain pod: %+v", resp)
+	}
+}
+
+func TestHandlerValidate(t *testing.T) {
+	h := &Handler{Mutator: cfg}
+	bad := jobPod(corev1.RestartPolicyNever)
+	bad.Annotations["bandwidth.sextant.io/ingress-required"] = "lots"
+	resp := review(t, h, PathValidate, admissionv1.Create, bad, nil)
+	if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "bandwidth.sextant.io/ingress-required") {
+		t.Errorf("malformed annotation on create: %+v", resp)
+	}
+	// An update that leaves the bad annotation as it was is allowed (the pod slipped in
+	// while the webhook was down, and must stay manageable); one that introduces it is not.
+	changed := bad.DeepCopy()
+	changed.Labels = map[string]string{"x": "y"}
+	if resp := review(t, h, PathValidate, admissionv1.Update, changed, bad); !resp.Allowed {
+		t.Errorf("unrelated update of a pod that slipped in refused: %+v", resp.Result)
+	}
+	good := jobPod(corev1.RestartPolicyNever)
+	if resp := review(t, h, PathValidate, admissionv1.Update, bad, good); resp.Allowed {
+		t.Error("update introducing a malformed annotation allowed")
+	}
+	if resp := review(t, h, PathValidate, admissionv1.Create, good, nil); !resp.Allowed {
+		t.Errorf("good pod refused: %+v", resp.Result)
+	}
+}
+
+func containerNames(list []corev1.Container) string {
+	names := make([]string, len(list))
+	for i, c := range list {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ",")
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

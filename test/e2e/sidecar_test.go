@@ -1,0 +1,1040 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/cri"
+	"sextant.io/sextant/ranker/virtualnode"
+	"sextant.io/sextant/ranker/webhook"
+)
+
+// The sidecar tests run their own agent (sidecar terminator only) and their own webhook
+// as processes, for pods labelled sidecarLabel=<test's id> in namespaces of their own:
+// the chart's agent and webhook, if deployed, leave such pods alone (scripts/deploy.sh
+// sets their selectors so), and tests running side by side leave each other's alone.
+const (
+	sidecarLabel   = "sextant.io/e2e-sidecar"
+	busyboxImage   = "sextant.local/busybox:dev"
+	e2eImageTag    = "e2e"
+	wrapperImageE2 = "sextant.local/sextant-sidecar-wrapper:" + e2eImageTag
+	exitImageE2    = "sextant.local/exit0:" + e2eImageTag
+)
+
+// containerdSocket is the local cluster's containerd socket.
+func containerdSocket(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("SEXTANT_CLUSTER_DIR")
+	if dir == "" {
+		dir = filepath.Join(repoRoot(t), ".cluster")
+	}
+	sock := filepath.Join(dir, "run", "containerd.sock")
+	if _, err := os.Stat(sock); err != nil {
+		t.Skipf("no containerd socket of the local cluster at %s: %v", sock, err)
+	}
+	return sock
+}
+
+var (
+	sidecarImagesOnce sync.Once
+	sidecarImagesErr  error
+)
+
+// importSidecarImages builds the wrapper and exit0 images from this tree and imports them
+// under the tag "e2e", once per run, so the tests use the code under test and never
+// the tag the chart deploys.
+func importSidecarImages(t *testing.T, sock string) {
+	t.Helper()
+	sidecarImagesOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "sextant-e2e-images-")
+		if err != nil {
+			sidecarImagesErr = err
+			return
+		}
+		defer os.RemoveAll(dir)
+		static := func(pkg, out string) error {
+			cmd := exec.Command("go", "build", "-ldflags", "-s -w", "-o", out, pkg)
+			cmd.Dir = repoRoot(t)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				return fmt.Errorf("build %s: %w\n%s", pkg, err, b)
+			}
+			return nil
+		}
+		for _, step := range []func() error{
+			func() error { return static("./agent/cmd/sextant-sidecar-wrapper", filepath.Join(dir, "wrapper")) },
+			func() error { return static("./scripts/images/exit0", filepath.Join(dir, "exit0")) },
+			func() error { return static("./scripts/images/mkimage", filepath.Join(dir, "mkimage")) },
+		} {
+			if sidecarImagesErr = step(); sidecarImagesErr != nil {
+				return
+			}
+		}
+		for _, img := range []struct{ ref, file, path string }{
+			{wrapperImageE2, "wrapper", "/sextant-sidecar-wrapper"},
+			{exitImageE2, "exit0", "/exit0"},
+		} {
+			tar := filepath.Join(dir, img.file+".tar")
+			out, err := exec.Command(filepath.Join(dir, "mkimage"), "--ref", img.ref, "--out", tar,
+				"--file", img.path+"="+filepath.Join(dir, img.file), "--entrypoint", img.path).CombinedOutput()
+			if err != nil {
+				sidecarImagesErr = fmt.Errorf("mkimage %s: %w\n%s", img.ref, err, out)
+				return
+			}
+			out, err = exec.Command("ctr", "--address", sock, "-n", "k8s.io", "images", "import", "--no-unpack=false", tar).CombinedOutput()
+			if err != nil {
+				sidecarImagesErr = fmt.Errorf("import %s: %w\n%s", img.ref, err, out)
+				return
+			}
+		}
+	})
+	if sidecarImagesErr != nil {
+		t.Fatal(sidecarImagesErr)
+	}
+}
+
+// chartRules returns the rules of the ClusterRole named name in a template of the chart,
+// rendered with the chart's defaults: the tests' processes get exactly the chart's RBAC.
+func chartRules(t *testing.T, template, name string) []rbacv1.PolicyRule {
+	t.Helper()
+	cmd := exec.Command("go", "tool", "helm", "template", "sextant", "charts/sextant", "--namespace", "sextant-system",
+		"--show-only", "templates/"+template)
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template %s: %v", template, err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	for {
+		var role rbacv1.ClusterRole
+		if err := dec.Decode(&role); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("decode %s: %v", template, err)
+		}
+		if role.Kind == "ClusterRole" && role.Name == name {
+			return role.Rules
+		}
+	}
+	t.Fatalf("no ClusterRole %s in %s", name, template)
+	return nil
+}
+
+// serviceAccountWithRules makes a service account in ns bound to a ClusterRole with the
+// rules (and a Role with nsRules in ns), and returns a kubeconfig for it.
+func serviceAccountWithRules(t *testing.T, ns, name string, rules, nsRules []rbacv1.PolicyRule) string {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := local.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	roleName := ns + "-" + name
+	subject := []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: ns}}
+	if _, err := local.kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: roleName}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: roleName},
+		RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: roleName}, Subjects: subject}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = local.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), roleName, metav1.DeleteOptions{})
+		_ = local.kube.RbacV1().ClusterRoles().Delete(context.Background(), roleName, metav1.DeleteOptions{})
+	})
+	if len(nsRules) > 0 {
+		if _, err := local.kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: nsRules}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := local.kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef: rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: name}, Subjects: subject}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return serviceAccountKubeconfig(t, ns, name)
+}
+
+// sidecarHarness is one test's namespace, agent and webhook.
+type sidecarHarness struct {
+	t               *testing.T
+	ns              string
+	id              string // the value of sidecarLabel on the test's pods
+	sock            string
+	rt              *cri.Client
+	agentKubeconfig string
+	agent           *process
+	webhook         *process
+}
+
+// newSidecarHarness makes a namespace, starts the webhook (registered for that namespace
+// only, failure policy Fail so a webhook that is not called fails the test) and the
+// agent for the local node.
+func newSidecarHarness(t *testing.T) *sidecarHarness {
+	t.Helper()
+	sock := containerdSocket(t)
+	importSidecarImages(t, sock)
+	ctx := context.Background()
+	ns, err := local.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "sidecar-e2e-"},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = local.kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	})
+	h := &sidecarHarness{t: t, ns: ns.Name, id: ns.Name, sock: sock}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := local.kube.CoreV1().ServiceAccounts(h.ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("namespace %s has no default service account: %v", h.ns, err)
+	}
+	h.rt, err = cri.Dial(sock, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.rt.Close() })
+
+	h.agentKubeconfig = serviceAccountWithRules(t, h.ns, "agent", chartRules(t, "agent-rbac.yaml", "sextant-agent"), nil)
+	h.startAgent()
+	h.startWebhook()
+	return h
+}
+
+func (h *sidecarHarness) startAgent() {
+	h.t.Helper()
+	h.agent = startProcess(h.t, agentBinary(h.t), "run",
+		"--kubeconfig", h.agentKubeconfig, "--node-name", local.nodeName, "--heartbeats=false", "--metrics-addr", "",
+		"--cri-endpoint", "unix://"+h.sock, "--sidecar-pod-selector", sidecarLabel+"="+h.id)
+	waitForOutput(h.t, h.agent, `"msg":"sextant-agent running"`, 30*time.Second)
+}
+
+// killAgent ends the agent with SIGKILL: no chance to finish anything.
+func (h *sidecarHarness) killAgent() {
+	h.t.Helper()
+	_ = h.agent.cmd.Process.Kill()
+	_ = h.agent.cmd.Wait()
+}
+
+func (h *sidecarHarness) startWebhook() {
+	t := h.t
+	t.Helper()
+	ip := nodeInternalIP(t, local.nodeName)
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatalf("find a free port on %s: %v", ip, err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	caPEM, certFile, keyFile := webhookCertificate(t, ip)
+	kubeconfig := serviceAccountWithRules(t, h.ns, "webhook", chartRules(t, "webhook-rbac.yaml", "sextant-webhook"),
+		[]rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update"}}})
+	h.webhook = startProcess(t, rankerBinary(t), "sidecar-webhook", "--kubeconfig", kubeconfig,
+		"--listen-addr", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", exitImageE2,
+		"--pod-selector", sidecarLabel+"="+h.id, "--leader-elect-namespace", h.ns)
+	waitForOutput(t, h.webhook, `"msg":"sidecar webhook serving"`, 30*time.Second)
+
+	scope := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": h.ns}}
+	fail := admissionregistrationv1.Fail
+	none := admissionregistrationv1.SideEffectClassNone
+	url := func(path string) *string { return ptr.To("https://" + addr + path) }
+	ctx := context.Background()
+	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: h.ns},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: "sidecar.e2e.sextant.io", AdmissionReviewVersions: []string{"v1"}, SideEffects: &none, FailurePolicy: &fail,
+			ClientConfig:       admissionregistrationv1.WebhookClientConfig{URL: url(webhook.PathMutate), CABundle: caPEM},
+			Rules:              []admissionregistrationv1.RuleWithOperations{podRule(admissionregistrationv1.Create)},
+			NamespaceSelector:  scope,
+			ReinvocationPolicy: ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+		}},
+	}
+	if _, err := local.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, mutating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	validating := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: h.ns},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: "annotations.e2e.sextant.io", AdmissionReviewVersions: []string{"v1"}, SideEffects: &none, FailurePolicy: &fail,
+			ClientConfig:      admissionregistrationv1.WebhookClientConfig{URL: url(webhook.PathValidate), CABundle: caPEM},
+			Rules:             []admissionregistrationv1.RuleWithOperations{podRule(admissionregistrationv1.Create, admissionregistrationv1.Update)},
+			NamespaceSelector: scope,
+		}},
+	}
+	if _, err := local.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = local.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), h.ns, metav1.DeleteOptions{})
+		_ = local.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), h.ns, metav1.DeleteOptions{})
+	})
+	// The API server may take a moment to load the new configurations: wait until a
+	// dry-run pod comes back mutated.
+	probe := h.jobPodSpec(corev1.RestartPolicyNever, []corev1.Container{h.main("main", "true")}, []corev1.Container{h.sidecar("proxy", "sleep", "1")})
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: h.ns, Labels: map[string]string{sidecarLabel: h.id}}, Spec: probe}
+		out, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err == nil && out.Labels[webhook.LabelPrepared] == "true", nil
+	})
+	if err != nil {
+		t.Fatalf("the webhook at %s is not called: %v", addr, err)
+	}
+}
+
+func podRule(ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
+	return admissionregistrationv1.RuleWithOperations{Operations: ops, Rule: admissionregistrationv1.Rule{
+		APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}
+}
+
+// webhookCertificate makes a CA and a serving certificate for ip, and returns the CA
+// (PEM) and the certificate's and key's files.
+func webhookCertificate(t *testing.T, ip string) ([]byte, string, string) {
+	t.Helper()
+	caKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sidecar-e2e-ca"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: ip},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IPAddresses: []net.IP{net.ParseIP(ip)},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), certFile, keyFile
+}
+
+func waitForOutput(t *testing.T, p *process, want string, timeout time.Duration) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if p.cmd.ProcessState != nil {
+			return false, errors.New("exited")
+		}
+		return strings.Contains(p.output(), want), nil
+	})
+	if err != nil {
+		t.Fatalf("%s did not print %s: %v\n%s", filepath.Base(p.cmd.Path), want, err, lastLines(p.output(), 30))
+	}
+}
+
+func (h *sidecarHarness) main(name string, script string) corev1.Container {
+	return corev1.Container{Name: name, Image: busyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sh", "-c", script}}
+}
+
+// sidecar is a container marked as a sidecar running command.
+func (h *sidecarHarness) sidecar(name string, command ...string) corev1.Container {
+	return corev1.Container{Name: name, Image: busyboxImage, ImagePullPolicy: corev1.PullNever, Command: command,
+		Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}}
+}
+
+func (h *sidecarHarness) jobPodSpec(policy corev1.RestartPolicy, mains, sidecars []corev1.Container) corev1.PodSpec {
+	return corev1.PodSpec{
+		RestartPolicy: policy,
+		NodeSelector:  map[string]string{"sextant.io/local": "true"},
+		// Long enough that a sidecar the agent failed to stop quickly shows in the
+		// timings, short enough that a stuck test cleans up soon.
+		TerminationGracePeriodSeconds: ptr.To[int64](10),
+		Containers:                    append(append([]corev1.Container{}, mains...), sidecars...),
+	}
+}
+
+// job creates a Job of one pod with the given containers.
+func (h *sidecarHarness) job(name string, policy corev1.RestartPolicy, annotations map[string]string, mains, sidecars []corev1.Container) *batchv1.Job {
+	h.t.Helper()
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](0),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{sidecarLabel: h.id}, Annotations: annotations},
+				Spec:       h.jobPodSpec(policy, mains, sidecars),
+			},
+		},
+	}
+	out, err := local.kube.BatchV1().Jobs(h.ns).Create(context.Background(), job, metav1.CreateOptions{})
+	if err != nil {
+		h.t.Fatalf("create job %s: %v", name, err)
+	}
+	return out
+}
+
+// waitJob waits for the Job's Complete or Failed condition and returns which.
+func (h *sidecarHarness) waitJob(name string, timeout time.Duration) batchv1.JobConditionType {
+	h.t.Helper()
+	var got batchv1.JobConditionType
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		job, err := local.kube.BatchV1().Jobs(h.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range job.Status.Conditions {
+			if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+				got = c.Type
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		h.t.Fatalf("job %s neither Complete nor Failed after %v; pods:\n%s", name, timeout, h.describePods(name))
+	}
+	return got
+}
+
+func (h *sidecarHarness) jobPod(name string) *corev1.Pod {
+	h.t.Helper()
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := local.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + name})
+		if err != nil || len(list.Items) == 0 {
+			return false, nil
+		}
+		pod = &list.Items[0]
+		return true, nil
+	})
+	if err != nil {
+		h.t.Fatalf("job %s has no pod", name)
+	}
+	return pod
+}
+
+func (h *sidecarHarness) pod(name string) *corev1.Pod {
+	h.t.Helper()
+	pod, err := local.kube.CoreV1().Pods(h.ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return pod
+}
+
+func (h *sidecarHarness) describePods(job string) string {
+	list, err := local.kube.CoreV1().Pods(h.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, p := range list.Items {
+		fmt.Fprintf(&b, "%s %s\n", p.Name, p.Status.Phase)
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			fmt.Fprintf(&b, "  %s restarts=%d %+v\n", cs.Name, cs.RestartCount, cs.State)
+		}
+	}
+	return b.String()
+}
+
+// stopEvents are the SidecarStopped events of a pod, by container (field path).
+func (h *sidecarHarness) stopEvents(pod *corev1.Pod) map[string]int {
+	h.t.Helper()
+	list, err := local.kube.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)),
+			fields.OneTermEqualSelector("reason", "SidecarStopped")).String(),
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, ev := range list.Items {
+		out[ev.InvolvedObject.FieldPath]++
+	}
+	return out
+}
+
+// containers is the runtime's view of the pod: the latest attempt of each container.
+func (h *sidecarHarness) containers(pod *corev1.Pod) map[string]cri.Container {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := h.rt.PodContainers(ctx, string(pod.UID))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]cri.Container{}
+	for _, c := range list {
+		if cur, ok := out[c.Name]; !ok || c.Attempt > cur.Attempt {
+			out[c.Name] = c
+		}
+	}
+	return out
+}
+
+// stopDelay is how long after the last of mains finished the sidecar did, by the
+// runtime's clock.
+func stopDelay(ctrs map[string]cri.Container, sidecar string, mains ...string) time.Duration {
+	var last time.Time
+	for _, m := range mains {
+		if f := ctrs[m].FinishedAt; f.After(last) {
+			last = f
+		}
+	}
+	return ctrs[sidecar].FinishedAt.Sub(last)
+}
+
+func statusOf(pod *corev1.Pod, name string) *corev1.ContainerStatus {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+func findContainer(list []corev1.Container, name string) *corev1.Container {
+	for i := range list {
+		if list[i].Name == name {
+			return &list[i]
+		}
+	}
+	return nil
+}
+
+// checkStopped asserts that the agent stopped each sidecar once, after the mains
+// finished and within limit of the last one, and that the container ended with 0.
+func (h *sidecarHarness) checkStopped(pod *corev1.Pod, limit time.Duration, mains []string, sidecars ...string) {
+	h.t.Helper()
+	ctrs := h.containers(pod)
+	events := h.stopEvents(pod)
+	for _, sc := range sidecars {
+		c := ctrs[sc]
+		if c.State != cri.StateExited {
+			h.t.Errorf("sidecar %s is %s, want exited", sc, c.State)
+			continue
+		}
+		path := "spec.containers{" + sc + "}"
+		if findContainer(pod.Spec.InitContainers, sc) != nil {
+			path = "spec.initContainers{" + sc + "}"
+		}
+		if n := events[path]; n != 1 {
+			h.t.Errorf("sidecar %s: %d SidecarStopped events, want exactly 1 (events: %v)", sc, n, events)
+		}
+		d := stopDelay(ctrs, sc, mains...)
+		if d < 0 || d > limit {
+			h.t.Errorf("sidecar %s finished %v after the last main container, want within [0, %v]", sc, d, limit)
+		}
+		if c.ExitCode != 0 {
+			h.t.Errorf("sidecar %s exited %d, want 0 (the wrapper's)", sc, c.ExitCode)
+		}
+		h.t.Logf("sidecar %s stopped %v after the last main container finished", sc, d.Round(time.Millisecond))
+	}
+}
+
+// TestSidecarNeverMainSucceeds: restartPolicy Never, the main container exits 0 after 3s,
+// the sidecar is `sleep 3600`, which ignores SIGTERM as PID 1. The Job completes, the
+// sidecar is stopped by the agent, promptly.
+func TestSidecarNeverMainSucceeds(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	h.job("never", corev1.RestartPolicyNever, nil,
+		[]corev1.Container{h.main("main", "sleep 3; exit 0")}, []corev1.Container{h.sidecar("proxy", "sleep", "3600")})
+	if got := h.waitJob("never", 2*time.Minute); got != batchv1.JobComplete {
+		t.Fatalf("job %s, want Complete\n%s", got, h.describePods("never"))
+	}
+	pod := h.jobPod("never")
+	// The webhook made it a native sidecar run by the wrapper, its command in an
+	// annotation the downward API hands back.
+	proxy := findContainer(pod.Spec.InitContainers, "proxy")
+	if proxy == nil || !rules.IsNativeSidecar(proxy) || proxy.Command[0] != webhook.WrapperPath {
+		t.Errorf("sidecar not prepared by the webhook: %+v", proxy)
+	}
+	if got := pod.Annotations[webhook.CommandAnnotation("proxy")]; got != `["sleep","3600"]` {
+		t.Errorf("command annotation = %q", got)
+	}
+	if pod.Status.Phase != corev1.PodSucceeded {
+		t.Errorf("pod phase %s, want Succeeded", pod.Status.Phase)
+	}
+	h.checkStopped(pod, 3*time.Second, []string{"main"}, "proxy")
+}
+
+// TestSidecarExitsNonZeroOnTerm: a sidecar that exits 1 on SIGTERM, as a native sidecar
+// (the default) and as a regular container (sidecar.sextant.io/native: "false", where
+// only the wrapper keeps its exit code from failing the pod). Both Jobs complete.
+func TestSidecarExitsNonZeroOnTerm(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	script := []string{"sh", "-c", "trap 'exit 1' TERM; while true; do sleep 0.2; done"}
+	h.job("native", corev1.RestartPolicyNever, nil,
+		[]corev1.Container{h.main("main", "sleep 3; exit 0")}, []corev1.Container{h.sidecar("proxy", script...)})
+	h.job("regular", corev1.RestartPolicyNever, map[string]string{webhook.AnnotationNative: "false"},
+		[]corev1.Container{h.main("main", "sleep 3; exit 0")}, []corev1.Container{h.sidecar("proxy", script...)})
+	for _, name := range []string{"native", "regular"} {
+		if got := h.waitJob(name, 2*time.Minute); got != batchv1.JobComplete {
+			t.Errorf("job %s: %s, want Complete\n%s", name, got, h.describePods(name))
+			continue
+		}
+		pod := h.jobPod(name)
+		inInit := findContainer(pod.Spec.InitContainers, "proxy") != nil
+		if inInit != (name == "native") {
+			t.Errorf("job %s: sidecar among init containers = %v", name, inInit)
+		}
+		h.checkStopped(pod, 3*time.Second, []string{"main"}, "proxy")
+	}
+}
+
+// TestSidecarNeverMainFails: the main container exits 1, backoffLimit 0: the Job fails,
+// and the sidecars are stopped all the same.
+func TestSidecarNeverMainFails(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	h.job("fails", corev1.RestartPolicyNever, nil, []corev1.Container{h.main("main", "sleep 3; exit 1")},
+		[]corev1.Container{h.sidecar("proxy", "sleep", "3600"), h.sidecar("logs", "sleep", "3600")})
+	if got := h.waitJob("fails", 2*time.Minute); got != batchv1.JobFailed {
+		t.Fatalf("job %s, want Failed", got)
+	}
+	pod := h.jobPod("fails")
+	waitSidecarsExited(t, h, pod, "proxy", "logs")
+	h.checkStopped(pod, 3*time.Second, []string{"main"}, "proxy", "logs")
+	if c := h.containers(pod)["main"]; c.ExitCode != 1 {
+		t.Errorf("main exited %d, want 1", c.ExitCode)
+	}
+}
+
+// waitSidecarsExited waits for the runtime to report the sidecars exited: a Failed Job
+// does not wait for them.
+func waitSidecarsExited(t *testing.T, h *sidecarHarness, pod *corev1.Pod, names ...string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		ctrs := h.containers(pod)
+		for _, n := range names {
+			if ctrs[n].State != cri.StateExited {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("sidecars %v of %s still running", names, pod.Name)
+	}
+}
+
+// TestSidecarOnFailureRetries: restartPolicy OnFailure, the main container fails once
+// and then succeeds. The sidecar keeps running across the restart (same container, no
+// restart), is stopped after the success, and the Job completes.
+func TestSidecarOnFailureRetries(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	main := h.main("main", "if [ -f /data/ran ]; then sleep 4; exit 0; fi; touch /data/ran; sleep 2; exit 1")
+	main.VolumeMounts = []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "onfailure", Namespace: h.ns},
+		Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](3), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{sidecarLabel: h.id}},
+			Spec:       h.jobPodSpec(corev1.RestartPolicyOnFailure, []corev1.Container{main}, []corev1.Container{h.sidecar("proxy", "sleep", "3600")}),
+		}},
+	}
+	job.Spec.Template.Spec.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if _, err := local.kube.BatchV1().Jobs(h.ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := h.jobPod("onfailure")
+	// The first attempt fails: the sidecar must still be running afterwards.
+	var sidecarID string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		ctrs := h.containers(pod)
+		m := ctrs["main"]
+		if m.Attempt == 0 && m.State == cri.StateExited && m.ExitCode == 1 {
+			sidecarID = ctrs["proxy"].ID
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("the main container never failed once:\n%s", h.describePods("onfailure"))
+	}
+	// The kubelet restarts it (at once, or after a back-off); the sidecar runs on, the
+	// same container, while the second attempt works.
+	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		m := h.containers(pod)["main"]
+		return m.Attempt >= 1 && m.State == cri.StateRunning, nil
+	})
+	if err != nil {
+		t.Fatalf("the main container was not restarted:\n%s", h.describePods("onfailure"))
+	}
+	if c := h.containers(pod)["proxy"]; c.State != cri.StateRunning || c.ID != sidecarID {
+		t.Fatalf("while the main container runs again, the sidecar is %s (%s), want still running as %s", c.State, c.ID, sidecarID)
+	}
+	if got := h.waitJob("onfailure", 2*time.Minute); got != batchv1.JobComplete {
+		t.Fatalf("job %s, want Complete\n%s", got, h.describePods("onfailure"))
+	}
+	pod = h.pod(pod.Name)
+	ctrs := h.containers(pod)
+	if ctrs["main"].Attempt < 1 || ctrs["proxy"].ID != sidecarID || ctrs["proxy"].Attempt != 0 {
+		t.Errorf("main attempt %d (want >= 1), sidecar %s attempt %d (want the first one, %s, attempt 0)",
+			ctrs["main"].Attempt, ctrs["proxy"].ID, ctrs["proxy"].Attempt, sidecarID)
+	}
+	h.checkStopped(pod, 3*time.Second, []string{"main"}, "proxy")
+}
+
+// TestSidecarTwoMainsTwoSidecars: both sidecars are stopped once, after the later of the
+// two main containers.
+func TestSidecarTwoMainsTwoSidecars(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	h.job("two", corev1.RestartPolicyNever, nil,
+		[]corev1.Container{h.main("short", "sleep 2; exit 0"), h.main("long", "sleep 6; exit 0")},
+		[]corev1.Container{h.sidecar("proxy", "sleep", "3600"), h.sidecar("logs", "sh", "-c", "while true; do sleep 1; done")})
+	if got := h.waitJob("two", 2*time.Minute); got != batchv1.JobComplete {
+		t.Fatalf("job %s, want Complete\n%s", got, h.describePods("two"))
+	}
+	pod := h.jobPod("two")
+	h.checkStopped(pod, 3*time.Second, []string{"short", "long"}, "proxy", "logs")
+	ctrs := h.containers(pod)
+	if d := ctrs["proxy"].FinishedAt.Sub(ctrs["long"].FinishedAt); d < 0 {
+		t.Errorf("sidecar stopped %v before the longer main container finished", -d)
+	}
+}
+
+// TestSidecarAlwaysPodUntouched: a restartPolicy Always pod with a marked sidecar is left
+// as written by the webhook, and the agent never stops its sidecar, even while its main
+// container exits and restarts.
+func TestSidecarAlwaysPodUntouched(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	spec := h.jobPodSpec(corev1.RestartPolicyAlways, []corev1.Container{h.main("main", "sleep 2; exit 0")},
+		[]corev1.Container{h.sidecar("proxy", "sleep", "3600")})
+	spec.TerminationGracePeriodSeconds = ptr.To[int64](1)
+	pod, err := local.kube.CoreV1().Pods(h.ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "always", Labels: map[string]string{sidecarLabel: h.id}}, Spec: spec,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pod.Spec.InitContainers) != 0 || findContainer(pod.Spec.Containers, "proxy").Command[0] != "sleep" || pod.Labels[webhook.LabelPrepared] != "" {
+		t.Errorf("the webhook changed an Always pod: init %d, containers %+v", len(pod.Spec.InitContainers), pod.Spec.Containers)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		s := statusOf(h.pod("always"), "main")
+		return s != nil && s.RestartCount >= 1, nil
+	})
+	if err != nil {
+		t.Fatal("the main container never exited and restarted")
+	}
+	time.Sleep(3 * time.Second)
+	pod = h.pod("always")
+	if s := statusOf(pod, "proxy"); s == nil || s.State.Running == nil || s.RestartCount != 0 {
+		t.Errorf("sidecar of an Always pod: %+v, want running since its start", s)
+	}
+	if ev := h.stopEvents(pod); len(ev) != 0 {
+		t.Errorf("stop events on an Always pod: %v", ev)
+	}
+}
+
+// TestSidecarUnmarkedJobUntouched: a Job whose sidecar has no marker is left as it is
+// today: not prepared, not stopped, so the Job does not complete.
+func TestSidecarUnmarkedJobUntouched(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	plain := corev1.Container{Name: "proxy", Image: busyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}
+	h.job("plain", corev1.RestartPolicyNever, nil, []corev1.Container{h.main("main", "sleep 2; exit 0")}, []corev1.Container{plain})
+	pod := h.jobPod("plain")
+	if len(pod.Spec.InitContainers) != 0 || findContainer(pod.Spec.Containers, "proxy") == nil || pod.Labels[webhook.LabelPrepared] != "" {
+		t.Errorf("the webhook changed a pod without a marker")
+	}
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		s := statusOf(h.pod(pod.Name), "main")
+		return s != nil && s.State.Terminated != nil, nil
+	})
+	if err != nil {
+		t.Fatal("the main container never finished")
+	}
+	time.Sleep(5 * time.Second)
+	pod = h.pod(pod.Name)
+	if s := statusOf(pod, "proxy"); s == nil || s.State.Running == nil {
+		t.Errorf("unmarked sidecar: %+v, want still running", s)
+	}
+	job, err := local.kube.BatchV1().Jobs(h.ns).Get(context.Background(), "plain", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range job.Status.Conditions {
+		if c.Status == corev1.ConditionTrue && (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) {
+			t.Errorf("job without a marker reached %s", c.Type)
+		}
+	}
+	if ev := h.stopEvents(pod); len(ev) != 0 {
+		t.Errorf("stop events on an unmarked pod: %v", ev)
+	}
+}
+
+// TestSidecarAgentRestart: the agent is killed (SIGKILL) while a stop is due, once before
+// it could act and once in the middle of a stop, and started again: each stop happens
+// once. The sidecars are regular containers here (native: "false"), so that no one but
+// the agent stops them (the kubelet stops native sidecars itself, if slowly), and they
+// log every SIGTERM they get.
+func TestSidecarAgentRestart(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	regular := map[string]string{webhook.AnnotationNative: "false"}
+	// 3 s to act on a SIGTERM: long enough to kill the agent in the middle of the stop.
+	sidecar := h.sidecar("proxy", "sh", "-c", "trap 'echo got TERM; sleep 3; exit 0' TERM; while true; do sleep 0.2; done")
+
+	t.Run("before the stop", func(t *testing.T) {
+		h.killAgent()
+		h.job("before", corev1.RestartPolicyNever, regular, []corev1.Container{h.main("main", "sleep 2; exit 0")}, []corev1.Container{sidecar})
+		pod := h.jobPod("before")
+		err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			return h.containers(pod)["main"].State == cri.StateExited, nil
+		})
+		if err != nil {
+			t.Fatal("the main container never finished")
+		}
+		time.Sleep(3 * time.Second)
+		if c := h.containers(pod)["proxy"]; c.State != cri.StateRunning {
+			t.Fatalf("with no agent, the sidecar is %s, want running", c.State)
+		}
+		h.startAgent()
+		if got := h.waitJob("before", time.Minute); got != batchv1.JobComplete {
+			t.Fatalf("job %s, want Complete", got)
+		}
+		pod = h.pod(pod.Name)
+		h.checkStopped(pod, time.Minute, []string{"main"}, "proxy")
+		checkTermsReceived(t, pod, "proxy", 1)
+	})
+
+	t.Run("during the stop", func(t *testing.T) {
+		h.job("during", corev1.RestartPolicyNever, regular, []corev1.Container{h.main("main", "sleep 3; exit 0")}, []corev1.Container{sidecar})
+		pod := h.jobPod("during")
+		// The agent marks the container before it signals it: kill it right then.
+		err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+			return h.containers(pod)["proxy"].StopMark != "", nil
+		})
+		if err != nil {
+			t.Fatal("the agent never began to stop the sidecar")
+		}
+		h.killAgent()
+		if c := h.containers(pod)["proxy"]; c.State != cri.StateRunning {
+			t.Fatalf("the sidecar is %s right after the stop began; the test needs it still stopping", c.State)
+		}
+		h.startAgent()
+		if got := h.waitJob("during", time.Minute); got != batchv1.JobComplete {
+			t.Fatalf("job %s, want Complete", got)
+		}
+		pod = h.pod(pod.Name)
+		h.checkStopped(pod, 10*time.Second, []string{"main"}, "proxy")
+		checkTermsReceived(t, pod, "proxy", 1)
+		if c := h.containers(pod)["proxy"]; !strings.HasSuffix(c.StopMark, ":recorded") {
+			t.Errorf("stop mark %q, want it recorded", c.StopMark)
+		}
+	})
+}
+
+// checkTermsReceived counts the "got TERM" lines the sidecar logged.
+func checkTermsReceived(t *testing.T, pod *corev1.Pod, container string, want int) {
+	t.Helper()
+	logs, err := local.kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+	if err != nil {
+		t.Fatalf("logs of %s: %v", container, err)
+	}
+	if n := strings.Count(string(logs), "got TERM"); n != want {
+		t.Errorf("sidecar %s got SIGTERM %d times, want %d (logs: %q)", container, n, want, logs)
+	}
+}
+
+// TestSidecarVirtualNode: a pod bound to a virtual-kubelet node, whose container
+// statuses the test writes as virtual-kubelet would. While the main container runs
+// nothing happens; once it has exited 0, the sidecar's image is swapped to the exit
+// image and its command annotation to the exit command.
+func TestSidecarVirtualNode(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	node := readyFakeNode(t, "sidecar-e2e-vk-", map[string]string{virtualnode.NodeTypeLabel: virtualnode.NodeTypeVirtual},
+		corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("10")})
+	spec := h.jobPodSpec(corev1.RestartPolicyNever, []corev1.Container{h.main("main", "sleep 3")}, []corev1.Container{h.sidecar("proxy", "sleep", "3600")})
+	spec.NodeSelector = nil
+	spec.NodeName = node.Name
+	ctx := context.Background()
+	pod, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "virtual", Labels: map[string]string{sidecarLabel: h.id}}, Spec: spec,
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := webhook.CommandAnnotation("proxy")
+	if pod.Annotations[key] != `["sleep","3600"]` {
+		t.Fatalf("the webhook did not rewrite the command into %s: %v", key, pod.Annotations)
+	}
+	now := metav1.Now()
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}
+	setStatus := func(main corev1.ContainerState) {
+		t.Helper()
+		p := h.pod("virtual")
+		p.Status.Phase = corev1.PodRunning
+		p.Status.InitContainerStatuses = []corev1.ContainerStatus{
+			{Name: webhook.InstallContainer, Image: wrapperImageE2, State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: now}}},
+			{Name: "proxy", Image: busyboxImage, State: running, Started: ptr.To(true)},
+		}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", Image: busyboxImage, State: main}}
+		if _, err := local.kube.CoreV1().Pods(h.ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setStatus(running)
+	time.Sleep(2 * time.Second)
+	if img := findContainer(h.pod("virtual").Spec.InitContainers, "proxy").Image; img != busyboxImage {
+		t.Fatalf("swapped to %s while the main container runs", img)
+	}
+	swapAt := time.Now()
+	setStatus(corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: metav1.Now()}})
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return findContainer(h.pod("virtual").Spec.InitContainers, "proxy").Image == exitImageE2, nil
+	})
+	if err != nil {
+		t.Fatalf("sidecar not swapped to %s\n%s", exitImageE2, lastLines(h.webhook.output(), 20))
+	}
+	t.Logf("swapped %v after the status showed the main container done", time.Since(swapAt).Round(time.Millisecond))
+	pod = h.pod("virtual")
+	if got := pod.Annotations[key]; got != `["/exit0"]` {
+		t.Errorf("command annotation %q, want the exit command", got)
+	}
+	if img := findContainer(pod.Spec.Containers, "main").Image; img != busyboxImage {
+		t.Errorf("main container's image changed to %s", img)
+	}
+	// The downward-API env still points at the annotation, so the restarted container
+	// runs the exit command.
+	proxy := findContainer(pod.Spec.InitContainers, "proxy")
+	var ref string
+	for _, e := range proxy.Env {
+		if e.Name == webhook.EnvCommand && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			ref = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if ref != "metadata.annotations['"+key+"']" {
+		t.Errorf("env %s refers to %q", webhook.EnvCommand, ref)
+	}
+	evs, err := local.kube.CoreV1().Events(h.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=SidecarSwapped"})
+	if err != nil || len(evs.Items) != 1 {
+		t.Errorf("SidecarSwapped events: %d (%v), want 1", len(evs.Items), err)
+	}
+}
+
+// TestSidecarWebhookRejectsMalformedAnnotations: the webhook refuses a pod with a
+// malformed sextant annotation, naming it and its accepted form.
+func TestSidecarWebhookRejectsMalformedAnnotations(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	cases := []struct{ key, value, want string }{
+		{"bandwidth.sextant.io/ingress-required", "fast", "bits/s"},
+		{"bandwidth.sextant.io/strategy", "cheapest", "best-fit or most-headroom"},
+		{"numa.sextant.io/policy", "best-effort", "single-numa-node"},
+		{"bandwidth.sextant.io/egress-requierd", "1G", "unknown annotation"},
+	}
+	for i, c := range cases {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("bad-%d", i), Labels: map[string]string{sidecarLabel: h.id},
+				Annotations: map[string]string{c.key: c.value}},
+			Spec: h.jobPodSpec(corev1.RestartPolicyNever, []corev1.Container{h.main("main", "true")}, nil),
+		}
+		_, err := local.kube.CoreV1().Pods(h.ns).Create(context.Background(), pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), c.key) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%s: err %v; want a refusal naming the annotation and %q", c.key, c.value, err, c.want)
+		}
+	}
+	good := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "good", Labels: map[string]string{sidecarLabel: h.id}, Annotations: map[string]string{
+			"bandwidth.sextant.io/ingress-required": "400M", "bandwidth.sextant.io/ingress-expected": "500M", "numa.sextant.io/policy": "single-numa-node"}},
+		Spec: h.jobPodSpec(corev1.RestartPolicyNever, []corev1.Container{h.main("main", "true")}, nil),
+	}
+	if _, err := local.kube.CoreV1().Pods(h.ns).Create(context.Background(), good, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Errorf("well-formed annotations refused: %v", err)
+	}
+}
+
+// TestSidecarBench is `make bench-sidecar`: 20 Jobs at once, each a main container that
+// exits 0 and a `sleep 3600` sidecar; p50 and p99 of (main container finished → sidecar
+// finished), from the runtime's own timestamps. Goal: p99 <= 1 s.
+func TestSidecarBench(t *testing.T) {
+	if os.Getenv("SEXTANT_BENCH_SIDECAR") == "" {
+		t.Skip("a benchmark: run it with `make bench-sidecar`")
+	}
+	const jobs = 20
+	h := newSidecarHarness(t)
+	for i := range jobs {
+		// Staggered ends, so exits arrive both alone and close together.
+		h.job(fmt.Sprintf("bench-%02d", i), corev1.RestartPolicyNever, nil,
+			[]corev1.Container{h.main("main", fmt.Sprintf("sleep %d.%d; exit 0", 4+i%5, i%10))},
+			[]corev1.Container{h.sidecar("proxy", "sleep", "3600")})
+	}
+	var delays []time.Duration
+	for i := range jobs {
+		name := fmt.Sprintf("bench-%02d", i)
+		if got := h.waitJob(name, 5*time.Minute); got != batchv1.JobComplete {
+			t.Fatalf("job %s: %s", name, got)
+		}
+		pod := h.jobPod(name)
+		ctrs := h.containers(pod)
+		if n := h.stopEvents(pod)["spec.initContainers{proxy}"]; n != 1 {
+			t.Errorf("job %s: %d SidecarStopped events, want 1: the sidecar was not stopped by the agent", name, n)
+		}
+		delays = append(delays, stopDelay(ctrs, "proxy", "main"))
+	}
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	pct := func(p float64) time.Duration {
+		// Nearest rank.
+		i := int(float64(len(delays))*p+0.999999) - 1
+		return delays[max(0, min(i, len(delays)-1))]
+	}
+	p50, p99 := pct(0.50), pct(0.99)
+	verdict := "met"
+	if p99 > time.Second {
+		verdict = "MISSED"
+	}
+	fmt.Printf("bench-sidecar: %d Jobs; main container finished -> sidecar finished (runtime timestamps)\n", jobs)
+	fmt.Printf("bench-sidecar: min %v  p50 %v  p99 %v  max %v  (goal p99 <= 1s: %s)\n",
+		delays[0].Round(time.Millisecond), p50.Round(time.Millisecond), p99.Round(time.Millisecond),
+		delays[len(delays)-1].Round(time.Millisecond), verdict)
+}
