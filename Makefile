@@ -75,12 +75,10 @@ demo: cluster-up deploy ## Bring the cluster up, install sextant, and show what 
 
 .PHONY: bench-meter
 bench-meter: ## iperf3 over a veth with and without the eBPF meter; ratio and ns/packet.
-	@[ -x scripts/bench-meter.sh ] || { echo "bench-meter: not implemented yet (issue 3)" >&2; exit 1; }
 	scripts/bench-meter.sh
 
 .PHONY: bench-ranker
 bench-ranker: ## sextant-ranker against vanilla kube-scheduler on 500 and 5000 nodes.
-	@[ -x scripts/bench-ranker.sh ] || { echo "bench-ranker: not implemented yet (issue 5)" >&2; exit 1; }
 	scripts/bench-ranker.sh
 
 .PHONY: bench-sidecar
