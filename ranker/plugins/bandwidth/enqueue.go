@@ -43,9 +43,14 @@ func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.P
 		// Rejected for malformed annotations: a report does not fix those.
 		return fwk.QueueSkip, nil
 	}
-	// Check against the event's object: the heartbeat store may not have it yet.
+	// Check against the event's object: the heartbeat store may not have it yet. And
+	// without the reservations: the ledger releases those this report covers from
+	// another informer's handler, which may not have run yet, and a pod skipped here
+	// waits for the unschedulable flush (minutes). A needless requeue costs one
+	// attempt, in which Filter applies the ledger as usual.
 	pl2 := *pl
 	pl2.reports = singleReport{report}
+	pl2.ledger = NewLedger(pl2.reports)
 	if reason, _ := pl2.check(req, report.Name); reason != "" {
 		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
 		return fwk.QueueSkip, nil
