@@ -201,8 +201,12 @@ func (c *Controller) process(ctx context.Context, key string) error {
 	if err != nil {
 		return err
 	}
+	if len(swapped.skipped) > 0 {
+		c.log.Warn("not swapping sidecars whose command the webhook did not move into an annotation: the exit image lacks it",
+			"pod", key, "containers", swapped.skipped)
+	}
 	if len(swapped.names) == 0 {
-		return nil // swapped already; the node has yet to restart the containers
+		return nil // swapped already (the node has yet to restart them), or none can be
 	}
 	updated, err := c.kube.CoreV1().Pods(pod.Namespace).Update(ctx, swapped.pod, metav1.UpdateOptions{FieldManager: "sextant-sidecar"})
 	if err != nil {
@@ -218,8 +222,9 @@ func (c *Controller) process(ctx context.Context, key string) error {
 }
 
 type swapResult struct {
-	pod   *corev1.Pod
-	names []string
+	pod     *corev1.Pod
+	names   []string
+	skipped []string // sidecars that cannot be swapped safely
 }
 
 // swap returns a copy of pod with the named sidecars swapped to the exit image and
@@ -231,19 +236,30 @@ func swap(pod *corev1.Pod, containers []string, exitImage string, exitCommand []
 	if err != nil {
 		return swapResult{}, err
 	}
-	var names []string
+	var names, skipped []string
 	for _, name := range containers {
 		c := container(out, name)
 		if c == nil || c.Image == exitImage {
 			continue
 		}
+		key := webhook.CommandAnnotation(name)
+		wrapped := out.Annotations[key] != ""
+		if !wrapped && len(c.Command) > 0 {
+			// A command of the pod's own (the webhook could not move it into an
+			// annotation) names a binary the exit image lacks: swapped, the container
+			// would fail to start rather than exit 0. Left for the node's grace period.
+			skipped = append(skipped, name)
+			continue
+		}
+		// Wrapped: the exit command goes in through the annotation. No command at all:
+		// the exit image's own entrypoint runs.
 		c.Image = exitImage
-		if key := webhook.CommandAnnotation(name); out.Annotations[key] != "" {
+		if wrapped {
 			out.Annotations[key] = string(cmd)
 		}
 		names = append(names, name)
 	}
-	return swapResult{pod: out, names: names}, nil
+	return swapResult{pod: out, names: names, skipped: skipped}, nil
 }
 
 func container(pod *corev1.Pod, name string) *corev1.Container {

@@ -96,3 +96,29 @@ func TestSwapOnVirtualNodesOnly(t *testing.T) {
 		t.Errorf("%d events, want one per swapped pod", len(evs.Items))
 	}
 }
+
+func TestSwapOnlyWhatTheExitImageCanRun(t *testing.T) {
+	wrapped := preparedPod("p", "vk", corev1.RestartPolicyNever, ptr.To[int32](0))
+	entrypoint := corev1.Container{Name: "entry", Image: "envoy"}
+	ownCommand := corev1.Container{Name: "own", Image: "busybox", Command: []string{"sleep", "3600"}}
+	wrapped.Spec.InitContainers = append(wrapped.Spec.InitContainers, entrypoint, ownCommand)
+	got, err := swap(wrapped, []string{"proxy", "entry", "own"}, exitImage, []string{"/exit0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := map[string]string{}
+	for _, c := range got.pod.Spec.InitContainers {
+		images[c.Name] = c.Image
+	}
+	for name, want := range map[string]string{"proxy": exitImage, "entry": exitImage, "own": "busybox"} {
+		if images[name] != want {
+			t.Errorf("%s: image %s, want %s", name, images[name], want)
+		}
+	}
+	if len(got.names) != 2 || len(got.skipped) != 1 || got.skipped[0] != "own" {
+		t.Errorf("swapped %v, skipped %v; want proxy and entry swapped, own skipped", got.names, got.skipped)
+	}
+	if wrapped.Spec.InitContainers[0].Image != "busybox" {
+		t.Error("swap changed its input")
+	}
+}
