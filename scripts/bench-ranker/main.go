@@ -128,6 +128,7 @@ type options struct {
 	qps           float64
 	schedulerQPS  int
 	cleanupRun    string
+	cpuProfile    time.Duration
 }
 
 func main() {
@@ -147,6 +148,7 @@ func main() {
 	flag.Float64Var(&o.qps, "qps", 2000, "client QPS (and burst) of the harness")
 	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 100, "clientConnection qps and burst of both schedulers (scheduler_perf uses 5000, which floods a small shared API server)")
+	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir")
 	flag.Parse()
 
 	var err error
@@ -787,6 +789,21 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	res.note = note
 	ready := proc.readyAt
 	logf("%d nodes, %s: scheduler ready; scheduling %d pods", b.size, sched, len(b.workload))
+	if b.o.cpuProfile > 0 {
+		path := filepath.Join(b.o.workDir, fmt.Sprintf("cpu-%s-%d.pprof", sched, b.size))
+		go func() {
+			q := fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(b.o.cpuProfile.Seconds()))
+			prof, err := b.getSecure(ctx, proc.port, q, b.o.cpuProfile+30*time.Second)
+			if err == nil {
+				err = os.WriteFile(path, []byte(prof), 0o644)
+			}
+			if err != nil {
+				logf("%d nodes, %s: WARNING: no CPU profile: %v", b.size, sched, err)
+				return
+			}
+			logf("%d nodes, %s: CPU profile in %s", b.size, sched, path)
+		}()
+	}
 
 	deadline := time.Now().Add(b.o.timeout)
 	var bound, unsched int
@@ -1265,28 +1282,33 @@ profiles:
 // scrapeMetrics reads the scheduler's /metrics as the admin (its delegated
 // authorization lets system:masters in).
 func (b *bench) scrapeMetrics(ctx context.Context, port int) (string, error) {
+	return b.getSecure(ctx, port, "/metrics", 30*time.Second)
+}
+
+// getSecure GETs path from the scheduler's secure port as the admin.
+func (b *bench) getSecure(ctx context.Context, port int, path string, timeout time.Duration) (string, error) {
 	tlsCfg, err := rest.TLSConfigFor(b.cfg)
 	if err != nil {
 		return "", fmt.Errorf("client TLS config: %w", err)
 	}
 	// The scheduler serves a self-signed certificate; only the client side matters.
 	tlsCfg.RootCAs, tlsCfg.InsecureSkipVerify = nil, true
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: tlsCfg}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d%s", port, path), nil)
 	if err != nil {
-		return "", fmt.Errorf("metrics request: %w", err)
+		return "", fmt.Errorf("request %s: %w", path, err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return "", fmt.Errorf("get metrics: %w", err)
+		return "", fmt.Errorf("get %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return "", fmt.Errorf("read metrics: %w", err)
+		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("get metrics: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		return "", fmt.Errorf("get %s: %s: %s", path, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return string(body), nil
 }

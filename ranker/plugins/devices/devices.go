@@ -30,10 +30,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/nodecache"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -58,6 +60,8 @@ type DeviceAware struct {
 	nodeInfos  NodeInfos
 	client     kubernetes.Interface
 	ledger     *ledger
+	// freeCache holds each node's free devices between cycles.
+	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice]
 }
 
 var (
@@ -89,6 +93,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
 			return nil, fmt.Errorf("device plugin: watch pods for reservations: %w", err)
 		}
+		if err := forgetDeletedNodes(f.Core().V1().Nodes().Informer(), pl.freeCache.Forget); err != nil {
+			return nil, fmt.Errorf("device plugin: watch nodes: %w", err)
+		}
 	}
 	return pl, nil
 }
@@ -96,7 +103,8 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
 func NewWith(topologies Topologies, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
 	registerMetrics()
-	return &DeviceAware{topologies: topologies, nodeInfos: nodeInfos, client: client, ledger: newLedger()}
+	return &DeviceAware{topologies: topologies, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
+		freeCache: nodecache.New[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice]()}
 }
 
 // Name returns the plugin's name.
@@ -153,4 +161,19 @@ func readState(state fwk.CycleState) (*cycleState, bool) {
 	}
 	s, ok := d.(*cycleState)
 	return s, ok
+}
+
+// forgetDeletedNodes calls forget with the name of every Node deleted.
+func forgetDeletedNodes(inf cache.SharedIndexInformer, forget func(string)) error {
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if node, ok := obj.(*v1.Node); ok {
+				forget(node.Name)
+			}
+		},
+	})
+	return err
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -448,6 +449,13 @@ func TestReserveUnreserve(t *testing.T) {
 	dp.Unreserve(ctx, r1.state, first, "n") // idempotent
 	if _, st := dp.PreBindPreFlight(ctx, r1.state, first, "n"); st.Code() != fwk.Skip {
 		t.Errorf("PreBindPreFlight after Unreserve = %v, want Skip", st)
+	}
+	if _, held := dp.ledger.get(first.UID, "n"); held {
+		t.Fatal("Unreserve left the reservation in the ledger")
+	}
+	// As the scheduler does right after Unreserve: forget the assumed pod.
+	if err := ni.RemovePod(klog.Background(), on("n", first.DeepCopy())); err != nil {
+		t.Fatal(err)
 	}
 	if st := dp.Filter(ctx, state, third, ni); !st.IsSuccess() {
 		t.Fatalf("after Unreserve: Filter = %v, want success", st)

@@ -42,9 +42,18 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 	return nil
 }
 
+// free is the node's free devices by kind, counting this plugin's reservations for pods
+// whose annotation is not visible yet. The result is shared: do not modify it.
+//
+// It is cached per (NodeInfo generation, NodeTopology object), which covers device
+// health too (it lives in the NodeTopology). The ledger need not be part of the key: it
+// is consulted only for a pod on the node without the annotation, and each change to
+// such an entry comes with a new generation of the node (see NUMAAware's free).
 func (pl *DeviceAware) free(topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
 	node := nodeInfo.Node().Name
-	return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (Allocation, bool) {
-		return pl.ledger.get(p.UID, node)
+	return pl.freeCache.Get(node, nodeInfo.GetGeneration(), topo, func() map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
+		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (Allocation, bool) {
+			return pl.ledger.get(p.UID, node)
+		})
 	})
 }

@@ -60,11 +60,20 @@ func hasNUMA(topo *v1alpha1.NodeTopology) bool {
 }
 
 // free is the node's free capacity per NUMA node, counting this plugin's reservations
-// for pods whose annotation is not visible yet.
+// for pods whose annotation is not visible yet. The result is shared: do not modify it.
+//
+// It is cached per (NodeInfo generation, NodeTopology object). The ledger is not part
+// of the key, and need not be: it is consulted only for a pod on the node without the
+// annotation, and each change to such an entry comes with a new generation of the
+// node: Reserve follows the scheduler's assume of the same pod, Unreserve precedes its
+// forget, a deleted pod leaves the node, and an entry is dropped on the pod's update
+// only once the pod carries the annotation, which then counts instead.
 func (pl *NUMAAware) free(topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) []Free {
 	node := nodeInfo.Node().Name
-	return FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
-		r, ok := pl.ledger.get(p.UID, node)
-		return r.nodes, r.req, ok
+	return pl.freeCache.Get(node, nodeInfo.GetGeneration(), topo, func() []Free {
+		return FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
+			r, ok := pl.ledger.get(p.UID, node)
+			return r.nodes, r.req, ok
+		})
 	})
 }

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -236,6 +237,13 @@ func TestReserveUnreserve(t *testing.T) {
 	}
 	pl.Unreserve(ctx, r2.state, second, "n")
 	pl.Unreserve(ctx, r2.state, second, "n") // idempotent
+	if _, held := pl.ledger.get(second.UID, "n"); held {
+		t.Fatal("Unreserve left the reservation in the ledger")
+	}
+	// As the scheduler does right after Unreserve: forget the assumed pod.
+	if err := ni.RemovePod(klog.Background(), on("n", second.DeepCopy())); err != nil {
+		t.Fatal(err)
+	}
 	if r3 := schedule(t, pl, third, []*framework.NodeInfo{ni}); !r3.filter["n"].IsSuccess() {
 		t.Fatalf("after Unreserve: Filter = %v, want success", r3.filter["n"])
 	}

@@ -1,0 +1,42 @@
+package nodecache
+
+import "testing"
+
+type heartbeat struct{ capacity int }
+
+func TestGetComputesOncePerGenerationAndSource(t *testing.T) {
+	c := New[*heartbeat, int]()
+	calls := 0
+	compute := func(v int) func() int { return func() int { calls++; return v } }
+	a, b := &heartbeat{8}, &heartbeat{8} // equal content, different objects
+
+	steps := []struct {
+		name       string
+		node       string
+		generation int64
+		source     *heartbeat
+		compute    int
+		want       int
+		wantCalls  int
+	}{
+		{"first sight computes", "n1", 1, a, 10, 10, 1},
+		{"same pair is a hit", "n1", 1, a, 99, 10, 1},
+		{"new generation (a pod came or went) recomputes", "n1", 2, a, 20, 20, 2},
+		{"new heartbeat object recomputes", "n1", 2, b, 30, 30, 3},
+		{"another node is its own entry", "n2", 2, b, 40, 40, 4},
+		{"the first node still hits", "n1", 2, b, 99, 30, 4},
+		{"an older generation (a transient clone) recomputes", "n1", 1, b, 50, 50, 5},
+	}
+	for _, s := range steps {
+		if got := c.Get(s.node, s.generation, s.source, compute(s.compute)); got != s.want || calls != s.wantCalls {
+			t.Errorf("%s: got %d after %d computations, want %d after %d", s.name, got, calls, s.want, s.wantCalls)
+		}
+	}
+	c.Forget("n1")
+	if c.Len() != 1 {
+		t.Errorf("after Forget: %d nodes held, want 1", c.Len())
+	}
+	if got := c.Get("n1", 1, b, compute(60)); got != 60 {
+		t.Errorf("a forgotten node must be computed again: got %d", got)
+	}
+}
