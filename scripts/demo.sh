@@ -93,12 +93,22 @@ POD
   sleep 1 # one at a time, so each decision sees the reservations of the ones before
 done
 for _ in $(seq 1 30); do
-  [ -z "$(kubectl -n sextant-demo-pods get pods -o jsonpath='{range .items[?(@.spec.nodeName=="")]}{.metadata.name}{end}')" ] && break
+  [ "$(kubectl -n sextant-demo-pods get pods -o json | jq '[.items[] | select(.spec.nodeName)] | length')" = 6 ] && break
   sleep 1
 done
-paste <(kubectl get nbw -o custom-columns='NODE:.metadata.name,INGRESS REMAINING:.status.total.ingress.remaining,EGRESS REMAINING:.status.total.egress.remaining') \
-  <(kubectl -n sextant-demo-pods get pods -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,NUMA:.metadata.annotations.numa\.sextant\.io/nodes' --sort-by=.metadata.name) |
-  column -t -s $'\t'
+kubectl get nbw
+echo
+echo "Each node's remaining bandwidth and the pods the ranker placed there:"
+pods_json=$(kubectl -n sextant-demo-pods get pods -o json)
+kubectl get nbw -o json | jq -r --argjson pods "$pods_json" '
+  (["NODE", "INGRESS REMAINING", "EGRESS REMAINING", "PODS (NUMA nodes)"] | @tsv),
+  (.items[] | .metadata.name as $n
+   | [$n, (.status.total.ingress.remaining // "unknown"), (.status.total.egress.remaining // "unknown"),
+      ([$pods.items[] | select(.spec.nodeName == $n)
+        | "\(.metadata.name)(\(.metadata.annotations["numa.sextant.io/nodes"] // "-"))"] | join(" ") | if . == "" then "-" else . end)]
+   | @tsv)' | column -t -s $'\t'
+unplaced=$(jq -r '[.items[] | select(.spec.nodeName == null or .spec.nodeName == "") | .metadata.name] | join(" ")' <<<"$pods_json")
+[ -z "$unplaced" ] || echo "Not placed: $unplaced"
 cat <<'EOT'
 
 sextant-demo-1 has less than the required 60M left to receive, so no pod goes there.

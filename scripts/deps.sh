@@ -13,8 +13,8 @@ packages=(
   iptables conntrack socat ethtool iproute2 kmod util-linux
   # Traffic and topology references for tests and benchmarks.
   iperf3 hwloc pciutils
-  # Certificates, readiness probes and JSON in the cluster script.
-  openssl curl jq
+  # Certificates, readiness probes and JSON in the cluster script; column for the demo.
+  openssl curl jq bsdextrautils
 )
 
 missing=()
