@@ -7,7 +7,7 @@
 # publishes the node's NodeBandwidth. iperf3 keeps the links busy:
 #   sextant-demo-1  ingress ~150 Mbit/s              (little left to receive)
 #   sextant-demo-2  ingress ~60 Mbit/s, egress ~120 Mbit/s
-#   sextant-demo-3  idle
+#   sextant-demo-3  ingress ~20 Mbit/s, egress ~40 Mbit/s (light)
 # No traffic leaves the machine.
 #
 #   scripts/demo-nodes.sh up     create it all (idempotent); needs the chart deployed
@@ -19,8 +19,8 @@ repo=$(cd "$here/.." && pwd)
 . "$here/lib.sh"
 
 nodes=(1 2 3)
-ingress_mbit=(150 60 0)
-egress_mbit=(0 120 0)
+ingress_mbit=(150 60 20)
+egress_mbit=(0 120 40)
 
 state_dir() { dirname "$(dirname "$("$here/cluster.sh" kubeconfig)")"; }
 

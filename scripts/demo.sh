@@ -45,18 +45,23 @@ for _ in $(seq 1 30); do
   kubectl get nbw "$node" -o json | jq -e '.status.interfaces[] | select(.name == "sxdemo0")' >/dev/null 2>&1 && break
   sleep 1
 done
-show "idle   "
-ip netns exec sextant-demo true
+echo "(The agent writes NodeBandwidth when remaining moved by more than 5% of capacity, at most"
+echo " every 2 s, and at least every 30 s; each new write is printed.)"
+last=$(show "idle   "); echo "$last"
 iperf3 -c 10.251.0.2 -t 12 >/dev/null 2>&1 &
 traffic=$!
-for i in $(seq 1 6); do sleep 2; show "traffic"; done
+for _ in $(seq 1 24); do
+  sleep 0.5
+  line=$(show "traffic")
+  [ "$(sed 's/^[a-z]* *//' <<<"$line")" = "$(sed 's/^[a-z]* *//' <<<"$last")" ] || { echo "$line"; last=$line; }
+done
 wait "$traffic" || true
 kubectl get nbw
 
 section "Placing pods by measured bandwidth: three more nodes, each NIC with its own real traffic"
 "$here/demo-nodes.sh" up
 echo "Each agent meters its node's eth0 in its own network namespace; iperf3 loads them:"
-echo "  sextant-demo-1 receives ~150 Mbit/s of 200, sextant-demo-2 receives ~60 and sends ~120, sextant-demo-3 idles."
+echo "  sextant-demo-1 receives ~150 Mbit/s of 200, sextant-demo-2 receives ~60 and sends ~120, sextant-demo-3 receives ~20 and sends ~40."
 printf 'Waiting for their NodeBandwidth to show the traffic'
 for _ in $(seq 1 60); do
   ready=$(kubectl get nbw -o json | jq '[.items[] | select(.metadata.name | startswith("sextant-demo-"))] | length')
