@@ -6,7 +6,7 @@
 # prints pods/s, their ratio, bandwidth violations and NUMA spread. Goals at 5000 nodes:
 # ratio >= 0.9, zero bandwidth violations for sextant. See scripts/bench-ranker/main.go.
 #
-#   scripts/bench-ranker.sh [--nodes 500,5000] [--pods 5000] [--schedulers vanilla,sextant]
+#   scripts/bench-ranker.sh [--nodes 500,5000] [--pods 5000] [--schedulers sextant,vanilla]
 #                           [--seed 1] [--timeout 10m] ...   (all flags: --help)
 #
 # Brings the cluster up if it is not (never down: others may share it), applies the
