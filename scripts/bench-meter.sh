@@ -6,13 +6,13 @@
 # per packet from the kernel's BPF statistics (run_time_ns / run_cnt).
 # Goals: ratio >= 0.98, <= 100 ns per packet. Needs root, iperf3, ip, bpftool, jq.
 #
-# Env: ROUNDS (default 5), SECONDS_PER_RUN (default 5), GSO=off to push
+# Env: ROUNDS (default 9), SECONDS_PER_RUN (default 5), GSO=off to push
 # 1500-byte packets instead of 64 KiB GSO packets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-9}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 
 [[ $(id -u) == 0 ]] || die "bench-meter needs root (network namespaces, BPF)"
@@ -90,12 +90,13 @@ go build -o "$work/noopattach" ./agent/bandwidth/internal/noopattach
 # Stats are on for every round, so "without" and "with" differ by the meter
 # alone; their own cost (two clock reads per run) shows in the no-op rounds.
 sysctl -qw kernel.bpf_stats_enabled=1
-without=() with=()
+without=() with=() noop=()
 for round in $(seq "$ROUNDS"); do
   without+=("$(run_iperf)")
   log "round $round without meter: ${without[-1]} Mbit/s"
 
   with_attached sextant_noop "$work/noopattach" --netns "/var/run/netns/$ns_b" --interface vb
+  noop+=("$mbps")
   log "round $round no-op program: $mbps Mbit/s"
 
   with_attached 'sextant_ingress|sextant_egress' "$work/sextant-agent" measure --netns "/var/run/netns/$ns_b" --interface vb \
@@ -109,7 +110,18 @@ m=$(printf '%s\n' "${with[@]}" | median)
 echo "iperf3 TCP over a veth (GSO ${GSO:-on}), median of $ROUNDS x ${SECONDS_PER_RUN}s:"
 echo "  without meter: $w Mbit/s"
 echo "  with meter:    $m Mbit/s"
-awk -v w="$w" -v m="$m" 'BEGIN { printf "  ratio:         %.4f (goal >= 0.98)\n", m / w }'
+awk -v w="$w" -v m="$m" 'BEGIN { printf "  ratio:         %.4f (of the medians; goal >= 0.98)\n", m / w }'
+# Each round's runs are seconds apart, so a per-round ratio cancels the machine's
+# drift; the no-op program's own ratio shows how far noise alone moves it.
+paired=() noise=()
+for i in "${!without[@]}"; do
+  paired+=("$(awk -v w="${without[$i]}" -v m="${with[$i]}" 'BEGIN { printf "%.4f", m / w }')")
+  noise+=("$(awk -v w="${without[$i]}" -v n="${noop[$i]}" 'BEGIN { printf "%.4f", n / w }')")
+done
+echo "  per-round ratios, with / without:  ${paired[*]}"
+echo "    median: $(printf '%s\n' "${paired[@]}" | median)"
+echo "  per-round ratios, no-op / without: ${noise[*]}"
+echo "    median: $(printf '%s\n' "${noise[@]}" | median) (a program that counts nothing: the noise)"
 awk -v mn="${stat_ns[sextant_ingress|sextant_egress]}" -v mc="${stat_cnt[sextant_ingress|sextant_egress]}" \
     -v nn="${stat_ns[sextant_noop]}" -v nc="${stat_cnt[sextant_noop]}" 'BEGIN {
   if (mc == 0 || nc == 0) { print "  no BPF run statistics"; exit }
