@@ -50,7 +50,7 @@ ip -n "$ns_b" link set vb up
 
 ip netns exec "$ns_b" iperf3 -s -B 10.232.0.2 >/dev/null 2>&1 &
 server_pid=$!
-sleep 0.5
+wait_listening "$ns_b" 5201
 
 # run_iperf prints the receiver's throughput in Mbit/s.
 run_iperf() {

@@ -89,7 +89,7 @@ up() {
     for port in 5201 5202; do
       spawn "demo-iperf3-server-$n-$port" ip netns exec "$ns" iperf3 -s -B "10.252.$n.2" -p "$port"
     done
-    sleep 0.3
+    for port in 5201 5202; do wait_listening "$ns" "$port"; done
     # Into the namespace = the node's ingress; -R (the server sends) = its egress.
     [ "${ingress_mbit[$i]}" -gt 0 ] &&
       spawn "demo-iperf3-in-$n" iperf3 -c "10.252.$n.2" -p 5201 -b "${ingress_mbit[$i]}M" -t 86400

@@ -94,7 +94,7 @@ func testAgainstKernel(t *testing.T, mode tc.Mode) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
-	time.Sleep(300 * time.Millisecond)
+	waitListening(t, nsB, 5201)
 
 	for _, dir := range []struct {
 		name    string
@@ -288,6 +288,24 @@ func waitFor(t *testing.T, cond func() bool) {
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatal(errors.New("timed out waiting for the meter's first rate"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitListening waits until a TCP socket listens on port in network namespace ns: a
+// server started moments ago may not have bound yet on a loaded machine, and a client
+// that comes too early is refused.
+func waitListening(t *testing.T, ns string, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
+		if err == nil && len(strings.TrimSpace(string(out))) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on TCP port %d in network namespace %s after 10s", port, ns)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
