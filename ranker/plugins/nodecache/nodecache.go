@@ -12,7 +12,12 @@
 // Those two are the key; a hit returns the value computed for them.
 package nodecache
 
-import "sync"
+import (
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+)
 
 // Cache maps a node name to the value computed for one (NodeInfo generation, heartbeat
 // object) pair of that node. S is the heartbeat's pointer type, compared by identity.
@@ -64,4 +69,20 @@ func (c *Cache[S, V]) Len() int {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return len(c.m)
+}
+
+// ForgetDeletedNodes drops a node's entry when the informer sees the Node deleted, so
+// the cache does not keep nodes a cluster has shed.
+func (c *Cache[S, V]) ForgetDeletedNodes(nodes cache.SharedIndexInformer) error {
+	_, err := nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if node, ok := obj.(*v1.Node); ok {
+				c.Forget(node.Name)
+			}
+		},
+	})
+	return err
 }

@@ -1,6 +1,16 @@
 package nodecache
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+)
 
 type heartbeat struct{ capacity int }
 
@@ -38,5 +48,34 @@ func TestGetComputesOncePerGenerationAndSource(t *testing.T) {
 	}
 	if got := c.Get("n1", 1, b, compute(60)); got != 60 {
 		t.Errorf("a forgotten node must be computed again: got %d", got)
+	}
+}
+
+func TestForgetDeletedNodes(t *testing.T) {
+	kube := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kept"}})
+	factory := informers.NewSharedInformerFactory(kube, 0)
+	c := New[*heartbeat, int]()
+	if err := c.ForgetDeletedNodes(factory.Core().V1().Nodes().Informer()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory.Start(ctx.Done())
+	factory.WaitForCacheSync(ctx.Done())
+	hb := &heartbeat{1}
+	c.Get("gone", 1, hb, func() int { return 1 })
+	c.Get("kept", 1, hb, func() int { return 2 })
+	if err := kube.CoreV1().Nodes().Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return c.Len() == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the deleted Node's entry is still held: %d entries", c.Len())
+	}
+	calls := 0
+	if got := c.Get("kept", 1, hb, func() int { calls++; return 9 }); got != 2 || calls != 0 {
+		t.Errorf("the remaining node's entry: got %d after %d computations, want the cached 2", got, calls)
 	}
 }

@@ -34,7 +34,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
@@ -102,7 +101,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch pods for reservations: %w", err)
 		}
-		if err := forgetDeletedNodes(f.Core().V1().Nodes().Informer(), pl.freeCache.Forget); err != nil {
+		if err := pl.freeCache.ForgetDeletedNodes(f.Core().V1().Nodes().Informer()); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch nodes: %w", err)
 		}
 	}
@@ -183,19 +182,4 @@ func ChosenNUMANodes(state fwk.CycleState, node string) ([]int32, bool) {
 		return nil, false
 	}
 	return ch.Nodes, true
-}
-
-// forgetDeletedNodes calls forget with the name of every Node deleted.
-func forgetDeletedNodes(inf cache.SharedIndexInformer, forget func(string)) error {
-	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if node, ok := obj.(*v1.Node); ok {
-				forget(node.Name)
-			}
-		},
-	})
-	return err
 }
