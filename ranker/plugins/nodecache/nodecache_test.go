@@ -55,20 +55,33 @@ func TestForgetDeletedNodes(t *testing.T) {
 	kube := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kept"}})
 	factory := informers.NewSharedInformerFactory(kube, 0)
 	c := New[*heartbeat, int]()
-	if err := c.ForgetDeletedNodes(factory.Core().V1().Nodes().Informer()); err != nil {
+	inf := factory.Core().V1().Nodes().Informer()
+	if err := c.ForgetDeletedNodes(inf); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	// The fake clientset's watch may start after its list, and drops what happens in
+	// between: wait until the informer hears a new Node, so the watch is live.
+	if _, err := kube.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		_, ok, _ := inf.GetStore().GetByKey("probe")
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatal("the informer never saw the probe Node")
+	}
 	hb := &heartbeat{1}
 	c.Get("gone", 1, hb, func() int { return 1 })
 	c.Get("kept", 1, hb, func() int { return 2 })
 	if err := kube.CoreV1().Nodes().Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		return c.Len() == 1, nil
 	})
 	if err != nil {
