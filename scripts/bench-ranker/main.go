@@ -292,6 +292,10 @@ type result struct {
 	numaMissing int
 	numaSource  string
 	note        string
+	// cpu is the scheduler process's CPU time (user + system) from ready to the end of
+	// the run; cpuPerPod is that over the bound pods.
+	cpu       time.Duration
+	cpuPerPod time.Duration
 	// breakdown says where the scheduler spent its time, from its own metrics.
 	breakdown string
 	measured  bool
@@ -793,6 +797,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	defer proc.stop()
 	res.note = note
 	ready := proc.readyAt
+	cpuAtReady, cpuErr := processCPU(proc.cmd.Process.Pid)
 	logf("%d nodes, %s: scheduler ready; scheduling %d pods", b.size, sched, len(b.workload))
 	if b.o.cpuProfile > 0 {
 		path := filepath.Join(b.o.workDir, fmt.Sprintf("cpu-%s-%d.pprof", sched, b.size))
@@ -856,6 +861,15 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 			logf("%d nodes, %s: %d bound", b.size, sched, n)
 		}
 	}
+	if cpuErr == nil {
+		var cpuAtEnd time.Duration
+		if cpuAtEnd, cpuErr = processCPU(proc.cmd.Process.Pid); cpuErr == nil {
+			res.cpu = cpuAtEnd - cpuAtReady
+		}
+	}
+	if cpuErr != nil {
+		logf("%d nodes, %s: WARNING: no CPU time: %v", b.size, sched, cpuErr)
+	}
 	if text, err := b.scrapeMetrics(ctx, proc.port); err != nil {
 		logf("%d nodes, %s: WARNING: no scheduler metrics: %v", b.size, sched, err)
 	} else {
@@ -872,6 +886,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 		if res.elapsed > 0 {
 			res.podsPerSec = float64(bound) / res.elapsed.Seconds()
 		}
+		res.cpuPerPod = res.cpu / time.Duration(bound)
 	}
 	t.mu.Lock()
 	bindings := append([]binding(nil), t.bindings...)
@@ -1123,6 +1138,42 @@ func (b *bench) cleanup(ctx context.Context) error {
 		logf("%d nodes: removed %d Nodes and heartbeat objects and namespace %s", b.size, len(victims), b.ns)
 	}
 	return errors.Join(errs...)
+}
+
+// clockTicksPerSecond is USER_HZ, the unit of /proc/<pid>/stat's CPU times: 100 on
+// every Linux architecture the project builds for.
+const clockTicksPerSecond = 100
+
+// processCPU returns the CPU time (user + system) the process has used so far.
+func processCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time: %w", err)
+	}
+	return parseStatCPU(string(raw))
+}
+
+// parseStatCPU reads utime and stime (fields 14 and 15) from a /proc/<pid>/stat line.
+// The command name (field 2) may hold spaces and parentheses, so fields are counted
+// from the last ')'.
+func parseStatCPU(stat string) (time.Duration, error) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("parse /proc stat %q: no ')' after the command name", stat)
+	}
+	fields := strings.Fields(stat[i+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("parse /proc stat: %d fields after the command name, want at least 13", len(fields))
+	}
+	var ticks int64
+	for _, f := range fields[11:13] {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc stat: CPU time %q: %w", f, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * time.Second / clockTicksPerSecond, nil
 }
 
 // schedProc is a scheduler process the harness started.
@@ -1478,17 +1529,21 @@ func printResults(w io.Writer, results []result) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %14s %15s %s\n",
-		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "bw-violations", "numa-spread", "note")
+	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %8s %14s %15s %s\n",
+		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "cpu/pod", "bw-violations", "numa-spread", "note")
 	for _, r := range results {
 		spread := fmt.Sprintf("%d/%d %s", r.numaSpread, r.numaPods, map[string]string{"annotation": "ann", "simulated": "sim"}[r.numaSource])
 		note := r.note
 		if r.numaMissing > 0 {
 			note = strings.TrimSpace(fmt.Sprintf("%s %d bound pods lack %s", note, r.numaMissing, annNUMANodes))
 		}
-		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %14s %15s %s\n",
+		cpu := "-"
+		if r.cpuPerPod > 0 {
+			cpu = fmt.Sprintf("%.1fms", float64(r.cpuPerPod)/float64(time.Millisecond))
+		}
+		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %8s %14s %15s %s\n",
 			r.scheduler, r.size, r.pods, r.bound, r.unscheduled, r.elapsed.Round(100*time.Millisecond),
-			r.podsPerSec, fmt.Sprintf("%d/%d", r.bwViolation, r.bwAsked), spread, note)
+			r.podsPerSec, cpu, fmt.Sprintf("%d/%d", r.bwViolation, r.bwAsked), spread, note)
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
@@ -1499,6 +1554,7 @@ func printResults(w io.Writer, results []result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "bw-violations: pods bound where their required bandwidth was no longer left / bound pods requiring bandwidth")
 	fmt.Fprintln(w, "numa-spread: pods on more NUMA nodes than on an empty node / bound pods with CPU or memory (ann: ranker's annotation, sim: kubelet best-effort simulation)")
+	fmt.Fprintln(w, "cpu/pod: the scheduler process's CPU time (user + system) from ready to the last binding, over the bound pods")
 
 	// Goals, per size with both runs: ratio >= 0.9 and zero violations for sextant.
 	sizes := map[int][2]*result{}
@@ -1529,6 +1585,9 @@ func printResults(w io.Writer, results []result) {
 		}
 		line := fmt.Sprintf("%5d nodes: throughput ratio sextant/vanilla %.2f; sextant bandwidth violations %d, NUMA spread %d (vanilla %d, %d)",
 			size, ratio, s.bwViolation, s.numaSpread, v.bwViolation, v.numaSpread)
+		if v.cpuPerPod > 0 && s.cpuPerPod > 0 {
+			line += fmt.Sprintf("\n             CPU per bound pod sextant/vanilla %.2f", float64(s.cpuPerPod)/float64(v.cpuPerPod))
+		}
 		if size == 5000 {
 			line += fmt.Sprintf("\n             goal ratio >= 0.9: %s; goal zero sextant violations: %s",
 				passMiss(ratio >= 0.9), passMiss(s.bwViolation == 0))

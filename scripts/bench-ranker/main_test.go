@@ -1,8 +1,10 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestNUMANeeded(t *testing.T) {
@@ -107,5 +109,24 @@ func TestSummarizeMetrics(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("summary %q lacks %q", got, want)
 		}
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis; utime 1234, stime 66 ticks.
+	stat := "4242 (kube sched)) S 1 4242 4242 0 -1 4194560 9000 0 0 0 1234 66 0 0 20 0 30 0 100 0"
+	got, err := parseStatCPU(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 13 * time.Second; got != want {
+		t.Errorf("parseStatCPU = %s, want %s", got, want)
+	}
+	if _, err := parseStatCPU("4242 (x) S 1 2"); err == nil {
+		t.Error("a short stat line must fail")
+	}
+	// The harness's own process has used some CPU by now.
+	if own, err := processCPU(os.Getpid()); err != nil || own <= 0 {
+		t.Errorf("processCPU(self) = %s, %v; want > 0", own, err)
 	}
 }

@@ -48,23 +48,11 @@ func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.P
 	// another informer's handler, which may not have run yet, and a pod skipped here
 	// waits for the unschedulable flush (minutes). A needless requeue costs one
 	// attempt, in which Filter applies the ledger as usual.
-	pl2 := *pl
-	pl2.reports = singleReport{report}
-	pl2.ledger = NewLedger(pl2.reports)
-	if reason, _ := pl2.check(req, report.Name); reason != "" {
+	if reason, _ := pl.check(req, report, 0, 0, pl.now()); reason != "" {
 		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
-}
-
-type singleReport struct{ nbw *v1alpha1.NodeBandwidth }
-
-func (s singleReport) Bandwidth(node string) *v1alpha1.NodeBandwidth {
-	if s.nbw != nil && s.nbw.Name == node {
-		return s.nbw
-	}
-	return nil
 }
 
 func asNodeBandwidth(obj any) (*v1alpha1.NodeBandwidth, error) {

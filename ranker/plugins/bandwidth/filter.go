@@ -15,15 +15,16 @@ import (
 // fresh NodeBandwidth whose remaining minus the ledger's reservations there is at least
 // the required rate.
 func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
-	req, ok := pl.request(state, pod)
-	if !ok || !req.HasRequired() {
+	s, ok := pl.podState(state, pod)
+	if !ok || !s.req.HasRequired() {
 		return nil
 	}
 	node := nodeInfo.Node()
 	if node == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
-	reason, msg := pl.check(req, node.Name)
+	resIn, resEg := pl.ledger.Reserved(node.Name)
+	reason, msg := pl.check(s.req, pl.reports.Bandwidth(node.Name), resIn, resEg, s.now)
 	if reason == "" {
 		return nil
 	}
@@ -33,18 +34,16 @@ func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v
 	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
 }
 
-// check returns the reason label and message why the node cannot take req, or "" if
-// it can.
-func (pl *BandwidthAware) check(req Request, node string) (reason, msg string) {
-	report := pl.reports.Bandwidth(node)
+// check returns the reason label and message why a node with this report (nil: none)
+// and these reservations cannot take req at now, or "" if it can.
+func (pl *BandwidthAware) check(req Request, report *v1alpha1.NodeBandwidth, resIn, resEg int64, now time.Time) (reason, msg string) {
 	if report == nil {
 		return reasonNoReport, "node has no NodeBandwidth"
 	}
-	if stale, m := pl.stale(report); stale {
+	if stale, m := pl.stale(report, now); stale {
 		return reasonStaleReport, m
 	}
-	resIn, resEg := pl.ledger.Reserved(node)
-	dirs := []struct {
+	dirs := [...]struct {
 		name     string
 		d        Direction
 		reserved int64
@@ -73,12 +72,13 @@ func (pl *BandwidthAware) check(req Request, node string) (reason, msg string) {
 	return "", ""
 }
 
-// stale reports whether the report is too old to trust, with the message saying so.
-func (pl *BandwidthAware) stale(report *v1alpha1.NodeBandwidth) (bool, string) {
+// stale reports whether the report is too old to trust at now, with the message saying
+// so.
+func (pl *BandwidthAware) stale(report *v1alpha1.NodeBandwidth, now time.Time) (bool, string) {
 	if report.Status.SampleTime == nil {
 		return true, "NodeBandwidth has no sampleTime"
 	}
-	age := pl.now().Sub(report.Status.SampleTime.Time)
+	age := now.Sub(report.Status.SampleTime.Time)
 	if age > pl.args.StaleAfter.Duration {
 		return true, fmt.Sprintf("NodeBandwidth is stale (sampled %s ago, stale after %s)",
 			age.Truncate(time.Second), pl.args.StaleAfter.Duration)
@@ -102,23 +102,22 @@ func reportedRemaining(report *v1alpha1.NodeBandwidth, dir string) (int64, bool)
 	return d.Remaining.Value(), true
 }
 
-// available returns the reported remaining minus reservations for a fresh report, and
-// false when the node has no usable report for the direction.
-func (pl *BandwidthAware) available(node, dir string) (int64, bool) {
+// available returns, per direction, the reported remaining minus reservations of a
+// fresh report at now; a direction is not ok when the node has no usable report for it.
+func (pl *BandwidthAware) available(node string, now time.Time) (ingress, egress avail) {
 	report := pl.reports.Bandwidth(node)
 	if report == nil {
-		return 0, false
+		return avail{}, avail{}
 	}
-	if stale, _ := pl.stale(report); stale {
-		return 0, false
-	}
-	rem, ok := reportedRemaining(report, dir)
-	if !ok {
-		return 0, false
+	if stale, _ := pl.stale(report, now); stale {
+		return avail{}, avail{}
 	}
 	in, eg := pl.ledger.Reserved(node)
-	if dir == "egress" {
-		return rem - eg, true
+	if rem, ok := reportedRemaining(report, "ingress"); ok {
+		ingress = avail{bits: rem - in, ok: true}
 	}
-	return rem - in, true
+	if rem, ok := reportedRemaining(report, "egress"); ok {
+		egress = avail{bits: rem - eg, ok: true}
+	}
+	return ingress, egress
 }

@@ -2,6 +2,8 @@ package bandwidth
 
 import (
 	"context"
+	"time"
+
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 )
@@ -12,6 +14,9 @@ const stateKey fwk.StateKey = Name + "/request"
 // so Clone can share it.
 type podState struct {
 	req Request
+	// now is when the cycle began: reports are judged stale against it, so that one
+	// cycle judges every node by the same clock and reads it once, not per node.
+	now time.Time
 }
 
 func (s *podState) Clone() fwk.StateData { return s }
@@ -28,7 +33,7 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 		filterRejections.WithLabelValues(reasonInvalidAnnotation).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	state.Write(stateKey, &podState{req: req})
+	state.Write(stateKey, &podState{req: req, now: pl.now()})
 	if !req.HasRequired() {
 		// Only expected values: nothing to filter, but Score and Reserve still apply.
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -45,19 +50,26 @@ func (pl *BandwidthAware) PreFilterExtensions() fwk.PreFilterExtensions { return
 // (preemption dry runs, tests) did not run PreFilter. ok is false for pods the plugin
 // ignores, including malformed ones (PreFilter already rejected those).
 func (pl *BandwidthAware) request(state fwk.CycleState, pod *v1.Pod) (Request, bool) {
+	s, ok := pl.podState(state, pod)
+	return s.req, ok
+}
+
+// podState returns PreFilter's state, or builds it (parsing the annotations, reading
+// the clock now) when PreFilter did not run on this state.
+func (pl *BandwidthAware) podState(state fwk.CycleState, pod *v1.Pod) (podState, bool) {
 	if state != nil {
 		if d, err := state.Read(stateKey); err == nil {
 			if s, ok := d.(*podState); ok {
-				return s.req, true
+				return *s, true
 			}
 		}
 	}
 	if !HasAnnotations(pod.Annotations) {
-		return Request{}, false
+		return podState{}, false
 	}
 	req, err := ParseAnnotations(pod.Annotations)
 	if err != nil {
-		return Request{}, false
+		return podState{}, false
 	}
-	return req, true
+	return podState{req: req, now: pl.now()}, true
 }

@@ -3,6 +3,7 @@ package bandwidth
 import (
 	"context"
 	"math"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -22,8 +23,8 @@ func (s *scoreState) Clone() fwk.StateData { return s }
 // PreScore scores all feasible nodes, or returns Skip for pods the plugin ignores so
 // that Score has no influence on them.
 func (pl *BandwidthAware) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
-	req, ok := pl.request(state, pod)
-	if !ok || req.Empty() {
+	ps, ok := pl.podState(state, pod)
+	if !ok || ps.req.Empty() {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	names := make([]string, 0, len(nodes))
@@ -32,7 +33,7 @@ func (pl *BandwidthAware) PreScore(_ context.Context, state fwk.CycleState, pod 
 			names = append(names, node.Name)
 		}
 	}
-	scores, ok := pl.scoreNodes(req, names)
+	scores, ok := pl.scoreNodes(ps.req, names, ps.now)
 	if !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
@@ -83,20 +84,21 @@ func (pl *BandwidthAware) NormalizeScore(_ context.Context, _ fwk.CycleState, _ 
 // difference keeps the scale anchored at zero). A node without a usable report scores 0
 // in that direction. Directions combine as a weighted mean with the ingress/egress
 // weights. ok is false when no direction counts (all counted weights are 0).
-func (pl *BandwidthAware) scoreNodes(req Request, nodes []string) (map[string]int64, bool) {
+func (pl *BandwidthAware) scoreNodes(req Request, nodes []string, now time.Time) (map[string]int64, bool) {
 	strategy := req.Strategy
 	if strategy == "" {
 		strategy = pl.args.Strategy
 	}
+	ingress, egress := pl.availableAll(nodes, now)
 	total := make([]float64, len(nodes))
 	var weightSum float64
-	for _, dir := range []struct {
-		name   string
+	for _, dir := range [...]struct {
 		d      Direction
 		weight int64
+		av     []avail
 	}{
-		{"ingress", req.Ingress, pl.args.IngressWeight},
-		{"egress", req.Egress, pl.args.EgressWeight},
+		{req.Ingress, pl.args.IngressWeight, ingress},
+		{req.Egress, pl.args.EgressWeight, egress},
 	} {
 		target, ok := dir.d.Target()
 		if !ok || dir.weight == 0 {
@@ -104,7 +106,7 @@ func (pl *BandwidthAware) scoreNodes(req Request, nodes []string) (map[string]in
 		}
 		w := float64(dir.weight)
 		weightSum += w
-		for i, s := range directionScores(strategy, target, pl.availableAll(nodes, dir.name)) {
+		for i, s := range directionScores(strategy, target, dir.av) {
 			total[i] += w * s
 		}
 	}
@@ -125,12 +127,13 @@ type avail struct {
 	ok   bool
 }
 
-func (pl *BandwidthAware) availableAll(nodes []string, dir string) []avail {
-	out := make([]avail, len(nodes))
+// availableAll reads each node's report and reservations once for both directions.
+func (pl *BandwidthAware) availableAll(nodes []string, now time.Time) (ingress, egress []avail) {
+	ingress, egress = make([]avail, len(nodes)), make([]avail, len(nodes))
 	for i, n := range nodes {
-		out[i].bits, out[i].ok = pl.available(n, dir)
+		ingress[i], egress[i] = pl.available(n, now)
 	}
-	return out
+	return ingress, egress
 }
 
 // directionScores scores each node in [0, 1] for one direction.

@@ -237,7 +237,7 @@ func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
 	if r.selected != "node-1" {
 		t.Fatalf("not scheduled: %v", r.filter)
 	}
-	cpus, ok := numa.ChosenNUMANodes(r.state, "node-1")
+	cpus, ok := numa.ReservedNUMANodes(r.state, "node-1")
 	if !ok || numa.FormatNodes(cpus) != "1" {
 		t.Fatalf("NUMAAware chose %v, want NUMA node 1", cpus)
 	}

@@ -32,7 +32,7 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 		return fwk.AsStatus(fmt.Errorf("device reserve: look up node %s: %w", nodeName, err))
 	}
 	free := pl.free(topo, nodeInfo)
-	alloc, ok := Pick(free, s.req, preferredNUMA(state, nodeName, free, s.req))
+	alloc, ok := Pick(free, s.req, preferredNUMA(state, nodeInfo, free, s.req))
 	if !ok {
 		kind, _ := Shortfall(free, s.req)
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()

@@ -37,7 +37,7 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 		return 0, nil
 	}
 	free := pl.free(topo, nodeInfo)
-	preferred := preferredNUMA(state, node.Name, free, s.req)
+	preferred := preferredNUMA(state, nodeInfo, free, s.req)
 	return fwk.MaxNodeScore * FromPreferred(free, s.req, preferred) / s.req.Total(), nil
 }
 
@@ -46,8 +46,8 @@ func (pl *DeviceAware) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // preferredNUMA is NUMAAware's choice for the pod on node, else the NUMA node holding
 // the most of the requested devices (none if no free device has a known NUMA node).
-func preferredNUMA(state fwk.CycleState, node string, free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) []int32 {
-	if chosen, ok := numa.ChosenNUMANodes(state, node); ok {
+func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) []int32 {
+	if chosen, ok := numa.ChosenNUMANodes(state, nodeInfo); ok {
 		return chosen
 	}
 	if best, ok := BestNUMANode(free, req); ok {

@@ -53,7 +53,7 @@ func TestConcurrentFilterAndReserve(t *testing.T) {
 	}
 	wg.Wait()
 	for _, ni := range infos {
-		if nodes, ok := ChosenNUMANodes(state, ni.Node().Name); !ok || len(nodes) != 2 {
+		if nodes, ok := ChosenNUMANodes(state, ni); !ok || len(nodes) != 2 {
 			t.Errorf("%s: chosen %v, want two NUMA nodes", ni.Node().Name, nodes)
 		}
 	}

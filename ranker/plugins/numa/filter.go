@@ -2,6 +2,7 @@ package numa
 
 import (
 	"context"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -18,8 +19,7 @@ const (
 )
 
 // Filter drops a node whose NUMA nodes together cannot give the pod its CPU and memory
-// and, under single-numa-node, one whose best choice needs more than one NUMA node. It
-// records the chosen NUMA nodes for Score, Reserve, PreBind and DeviceAware.
+// and, under single-numa-node, one whose best choice needs more than one NUMA node.
 //
 // A node without NodeTopology passes (NUMA is unknown there, NodeResourcesFit still
 // applies) unless the pod's policy is single-numa-node: a hard requirement cannot be
@@ -40,23 +40,66 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 			filterRejections.WithLabelValues(reasonNoTopology).Inc()
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
 		}
+		s.markUneven()
 		return nil
 	}
-	ch, fits := BestChoice(topo, pl.free(topo, nodeInfo), s.req)
+	ch, fits := pl.choose(topo, nodeInfo, s.req)
 	if !fits {
 		filterRejections.WithLabelValues(reasonNoFit).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgNoFit)
 	}
-	if s.policy == PolicySingleNUMANode && len(ch.Nodes) > 1 {
-		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
-		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode)
+	if len(ch.Nodes) > 1 {
+		if s.policy == PolicySingleNUMANode {
+			filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
+			return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode)
+		}
+		s.markUneven()
 	}
-	s.choices.set(node.Name, ch)
 	return nil
+}
+
+// markUneven sets uneven, reading first: Filter runs for hundreds of nodes at once, and
+// writing a shared flag from each of them would contend for its cache line.
+func (s *cycleState) markUneven() {
+	if !s.uneven.Load() {
+		s.uneven.Store(true)
+	}
 }
 
 func hasNUMA(topo *v1alpha1.NodeTopology) bool {
 	return topo != nil && len(topo.Status.NUMANodes) > 0
+}
+
+// nodeFree is one node's free capacity per NUMA node, in NUMA node ID order, and the
+// last choice made from it. Filter, Score, DeviceAware and Reserve each ask for the same
+// pod's choice on the same node; the memo answers all but the first without recomputing
+// it or keeping a per-cycle map of every node.
+type nodeFree struct {
+	free []Free
+	last atomic.Pointer[choiceMemo]
+}
+
+type choiceMemo struct {
+	req    Request
+	choice Choice
+	fits   bool
+}
+
+// choose returns the best choice for req on the node (BestChoice over its free
+// capacity). The memo needs no other key: a nodeFree is only ever reached for one
+// (NodeInfo generation, NodeTopology object), and BestChoice depends on nothing else.
+func (pl *NUMAAware) choose(topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo, req Request) (Choice, bool) {
+	nf := pl.free(topo, nodeInfo)
+	// The common case, one NUMA node, is cheaper found again than remembered.
+	if ch, ok := singleChoice(nf.free, req); ok {
+		return ch, true
+	}
+	if m := nf.last.Load(); m != nil && m.req == req {
+		return m.choice, m.fits
+	}
+	ch, fits := BestChoice(topo, nf.free, req)
+	nf.last.Store(&choiceMemo{req: req, choice: ch, fits: fits})
+	return ch, fits
 }
 
 // free is the node's free capacity per NUMA node, counting this plugin's reservations
@@ -68,12 +111,12 @@ func hasNUMA(topo *v1alpha1.NodeTopology) bool {
 // node: Reserve follows the scheduler's assume of the same pod, Unreserve precedes its
 // forget, a deleted pod leaves the node, and an entry is dropped on the pod's update
 // only once the pod carries the annotation, which then counts instead.
-func (pl *NUMAAware) free(topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) []Free {
+func (pl *NUMAAware) free(topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *nodeFree {
 	node := nodeInfo.Node().Name
-	return pl.freeCache.Get(node, nodeInfo.GetGeneration(), topo, func() []Free {
-		return FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
+	return pl.freeCache.Get(node, nodeInfo.GetGeneration(), topo, func() *nodeFree {
+		return &nodeFree{free: FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
 			r, ok := pl.ledger.get(p.UID, node)
 			return r.nodes, r.req, ok
-		})
+		})}
 	})
 }

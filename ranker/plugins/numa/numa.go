@@ -24,12 +24,14 @@
 //     cover the request, ties by the smallest sum of pairwise SLIT distances, then lowest
 //     IDs. Every subset is tried up to 12 NUMA nodes; beyond, a greedy choice is used.
 //   - Nominated pods (preemption in progress) carry no annotation and are not counted.
+//   - When every node that passed Filter fits the pod in one NUMA node, Score is skipped:
+//     the scores would all be equal and rank nothing. Most pods are such pods.
 package numa
 
 import (
 	"context"
 	"fmt"
-	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -69,7 +71,7 @@ type NUMAAware struct {
 	client     kubernetes.Interface
 	ledger     *ledger
 	// freeCache holds each node's free capacity per NUMA node between cycles.
-	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, []Free]
+	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, *nodeFree]
 }
 
 var (
@@ -112,7 +114,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 func NewWith(topologies Topologies, client kubernetes.Interface, nodeInfos NodeInfos) *NUMAAware {
 	registerMetrics()
 	return &NUMAAware{topologies: topologies, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
-		freeCache: nodecache.New[*v1alpha1.NodeTopology, []Free]()}
+		freeCache: nodecache.New[*v1alpha1.NodeTopology, *nodeFree]()}
 }
 
 // Name returns the plugin's name.
@@ -123,38 +125,30 @@ func isAnnotated(pod *v1.Pod) bool {
 	return ok && pod.Spec.NodeName != ""
 }
 
-// stateKey is where the plugin keeps the pod's requests and its per-node choices.
+// stateKey is where the plugin keeps the pod's request, policy and reserved choice.
 const stateKey fwk.StateKey = Name
 
-// cycleState is the plugin's CycleState entry for one pod.
+// cycleState is the plugin's CycleState entry for one pod. Clones share it: nothing in
+// it depends on which clone reads it, and reserved is written once, by Reserve.
 type cycleState struct {
 	req    Request
 	policy Policy
-	// choices is shared by clones on purpose: Filter runs on clones during preemption
-	// dry-runs and nominated-pod evaluation, and copying a map of every node per clone
-	// would cost O(nodes) each time. A later Filter on the real state overwrites, and
-	// Reserve recomputes when a node has no entry.
-	choices *choiceMap
+	// pl lets ChosenNUMANodes, called by DeviceAware, compute the choice.
+	pl       *NUMAAware
+	reserved atomic.Pointer[reservedChoice]
+	// uneven is set by Filter when a node it passes would not score as "one NUMA node,
+	// distance 0": a choice of more NUMA nodes, or a node without NodeTopology. While it
+	// is unset every feasible node scores the same, which ranks nothing, and PreScore
+	// skips Score.
+	uneven atomic.Bool
 }
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
-type choiceMap struct {
-	mu sync.RWMutex
-	m  map[string]Choice
-}
-
-func (c *choiceMap) get(node string) (Choice, bool) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	ch, ok := c.m[node]
-	return ch, ok
-}
-
-func (c *choiceMap) set(node string, ch Choice) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[node] = ch
+// reservedChoice is what Reserve took for the pod.
+type reservedChoice struct {
+	node   string
+	choice Choice
 }
 
 func readState(state fwk.CycleState) (*cycleState, bool) {
@@ -169,17 +163,43 @@ func readState(state fwk.CycleState) (*cycleState, bool) {
 	return s, ok
 }
 
-// ChosenNUMANodes returns the NUMA node IDs NUMAAware chose for the pod on node in this
-// scheduling cycle, if it chose any (the pod asked for CPU or memory and the node has a
-// NodeTopology the request fits). DeviceAware uses it to prefer devices on those nodes.
-func ChosenNUMANodes(state fwk.CycleState, node string) ([]int32, bool) {
+// ChosenNUMANodes returns the NUMA node IDs NUMAAware chooses for the pod on the node in
+// this scheduling cycle, if it chooses any (the pod asks for CPU or memory and the node
+// has a NodeTopology the request fits): what Reserve took once it ran, else the choice
+// Filter and Score make from nodeInfo. DeviceAware uses it to prefer devices on those
+// NUMA nodes. The result is shared: do not modify it.
+func ChosenNUMANodes(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool) {
 	s, ok := readState(state)
 	if !ok || s.req.IsZero() {
 		return nil, false
 	}
-	ch, ok := s.choices.get(node)
+	node := nodeInfo.Node()
+	if node == nil {
+		return nil, false
+	}
+	if r := s.reserved.Load(); r != nil && r.node == node.Name {
+		return r.choice.Nodes, true
+	}
+	topo := s.pl.topologies.Topology(node.Name)
+	if !hasNUMA(topo) {
+		return nil, false
+	}
+	ch, ok := s.pl.choose(topo, nodeInfo, s.req)
+	if !ok || s.policy == PolicySingleNUMANode && len(ch.Nodes) > 1 {
+		return nil, false // Filter rejects the node: there is no choice on it
+	}
+	return ch.Nodes, true
+}
+
+// ReservedNUMANodes returns the NUMA node IDs Reserve took for the pod on node, if it
+// took any.
+func ReservedNUMANodes(state fwk.CycleState, node string) ([]int32, bool) {
+	s, ok := readState(state)
 	if !ok {
 		return nil, false
 	}
-	return ch.Nodes, true
+	if r := s.reserved.Load(); r != nil && r.node == node {
+		return r.choice.Nodes, true
+	}
+	return nil, false
 }

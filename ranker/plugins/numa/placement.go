@@ -178,7 +178,7 @@ func FreeCapacity(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func
 
 // Choice is a set of NUMA nodes chosen for a pod on one node.
 type Choice struct {
-	// Nodes are the NUMA node IDs, ascending.
+	// Nodes are the NUMA node IDs, ascending. They may be shared: do not modify them.
 	Nodes []int32
 	// Distance is the sum of the pairwise NUMA distances of Nodes (0 for one node).
 	Distance int64
@@ -199,17 +199,20 @@ func BestChoice(topo *v1alpha1.NodeTopology, free []Free, req Request) (Choice, 
 	if n > maxExhaustiveNUMANodes {
 		return greedyChoice(free, distances(topo, free), req)
 	}
-	var dist [][]int64 // built on first need: most pods fit one NUMA node
+	if ch, ok := singleChoice(free, req); ok {
+		return ch, true
+	}
+	var dist [][]int64 // built on first need
 	// Upper bounds per set size, to skip sizes that cannot possibly fit.
-	cpus := make([]int64, n)
-	mems := make([]int64, n)
+	var cpuBuf, memBuf [maxExhaustiveNUMANodes]int64
+	cpus, mems := cpuBuf[:n], memBuf[:n]
 	for i, f := range free {
 		cpus[i], mems[i] = f.MilliCPU, f.Memory
 	}
 	slices.SortFunc(cpus, func(a, b int64) int { return cmp.Compare(b, a) })
 	slices.SortFunc(mems, func(a, b int64) int { return cmp.Compare(b, a) })
-	var topCPU, topMem int64
-	for k := 1; k <= n; k++ {
+	topCPU, topMem := cpus[0], mems[0]
+	for k := 2; k <= n; k++ {
 		topCPU += cpus[k-1]
 		topMem += mems[k-1]
 		if topCPU < req.MilliCPU || topMem < req.Memory {
@@ -241,6 +244,39 @@ func BestChoice(topo *v1alpha1.NodeTopology, free []Free, req Request) (Choice, 
 		}
 	}
 	return Choice{}, false
+}
+
+// singleChoice is BestChoice when one NUMA node covers req: every single NUMA node has
+// distance 0, so the first that fits is the answer (the lowest ID: FreeCapacity returns
+// them in ID order), found without building sets. Most pods fit one NUMA node. ok is
+// false when none does, or when there are more NUMA nodes than the exhaustive search
+// covers (BestChoice is greedy there).
+func singleChoice(free []Free, req Request) (Choice, bool) {
+	if len(free) > maxExhaustiveNUMANodes {
+		return Choice{}, false
+	}
+	for _, f := range free {
+		if f.MilliCPU >= req.MilliCPU && f.Memory >= req.Memory {
+			return Choice{Nodes: oneNUMANode(f.ID)}, true
+		}
+	}
+	return Choice{}, false
+}
+
+// oneNUMANodeIDs are the one-element ID lists of single-NUMA-node choices, shared so
+// that the common choice allocates nothing: Choice.Nodes is read-only everywhere.
+var oneNUMANodeIDs = func() (ids [64][1]int32) {
+	for i := range ids {
+		ids[i][0] = int32(i)
+	}
+	return ids
+}()
+
+func oneNUMANode(id int32) []int32 {
+	if id >= 0 && int(id) < len(oneNUMANodeIDs) {
+		return oneNUMANodeIDs[id][:]
+	}
+	return []int32{id}
 }
 
 // greedyChoice takes NUMA nodes by most free CPU, then memory, until req is covered.

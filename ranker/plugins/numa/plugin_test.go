@@ -34,11 +34,11 @@ func TestSeedExample(t *testing.T) {
 	if r.scores["node-1"] != fwk.MaxNodeScore {
 		t.Errorf("node-1 score = %d, want %d", r.scores["node-1"], fwk.MaxNodeScore)
 	}
-	nodes, ok := ChosenNUMANodes(r.state, "node-1")
+	nodes, ok := ChosenNUMANodes(r.state, infos[0])
 	if !ok || len(nodes) != 1 {
 		t.Fatalf("chosen NUMA nodes on node-1 = %v, %v; want exactly one", nodes, ok)
 	}
-	if n2, _ := ChosenNUMANodes(r.state, "node-2"); len(n2) != 2 {
+	if n2, _ := ChosenNUMANodes(r.state, infos[1]); len(n2) != 2 {
 		t.Errorf("node-2 would need %v, want two NUMA nodes", n2)
 	}
 	ctx := context.Background()
@@ -138,7 +138,7 @@ func TestFilter(t *testing.T) {
 			if tc.wantReason != "" && !strings.Contains(st.Message(), tc.wantReason) {
 				t.Errorf("Filter message %q, want it to mention %q", st.Message(), tc.wantReason)
 			}
-			nodes, ok := ChosenNUMANodes(state, "n")
+			nodes, ok := ChosenNUMANodes(state, ni)
 			if got := FormatNodes(nodes); ok && got != tc.wantNodes || !ok && tc.wantNodes != "" {
 				t.Errorf("chosen = %q (%v), want %q", got, ok, tc.wantNodes)
 			}
@@ -223,7 +223,7 @@ func TestReserveUnreserve(t *testing.T) {
 
 	second := pod("second", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"})
 	r2 := schedule(t, pl, second, []*framework.NodeInfo{ni})
-	if nodes, _ := ChosenNUMANodes(r2.state, "n"); FormatNodes(nodes) != "1" {
+	if nodes, _ := ChosenNUMANodes(r2.state, ni); FormatNodes(nodes) != "1" {
 		t.Fatalf("second pod got NUMA nodes %v, want 1 (0 is reserved)", nodes)
 	}
 	if st := pl.Reserve(ctx, r2.state, second, "n"); !st.IsSuccess() {
@@ -266,7 +266,7 @@ func TestReserveWithoutFilter(t *testing.T) {
 	if st := pl.Reserve(ctx, state, p, "n"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if nodes, _ := ChosenNUMANodes(state, "n"); FormatNodes(nodes) != "1" {
+	if nodes, _ := ReservedNUMANodes(state, "n"); FormatNodes(nodes) != "1" {
 		t.Errorf("chosen %v, want 1", nodes)
 	}
 	// No topology for "missing": nothing to reserve, which is success.
@@ -339,6 +339,79 @@ func TestPreBind(t *testing.T) {
 			v, has := got.Annotations[NodesAnnotation]
 			if v != tc.wantValue || has != (tc.wantValue != "") || got.Annotations["keep"] != "me" {
 				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, NodesAnnotation, tc.wantValue)
+			}
+		})
+	}
+}
+
+// The choice remembered with a node's free capacity belongs to one request: another
+// pod's cycle on the same, unchanged node must get its own.
+func TestChoiceMemoIsPerRequest(t *testing.T) {
+	ni := nodeInfo("n", on("n", pod("a", "1", gi, map[string]string{NodesAnnotation: "0"})))
+	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, uniform("n", 2, 2, 4*gi))
+	ctx := context.Background()
+	for _, tc := range []struct {
+		pod  *v1.Pod
+		want string
+	}{
+		{pod("small", "1", gi, nil), "0"},     // fits beside "a"
+		{pod("medium", "2", 2*gi, nil), "1"},  // only NUMA node 1 has 2 CPUs free
+		{pod("large", "3", 4*gi, nil), "0,1"}, // needs both
+		{pod("small-again", "1", gi, nil), "0"},
+	} {
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(ctx, state, tc.pod, nil); !st.IsSuccess() {
+			t.Fatalf("%s: PreFilter: %v", tc.pod.Name, st)
+		}
+		if st := pl.Filter(ctx, state, tc.pod, ni); !st.IsSuccess() {
+			t.Fatalf("%s: Filter: %v", tc.pod.Name, st)
+		}
+		if nodes, _ := ChosenNUMANodes(state, ni); FormatNodes(nodes) != tc.want {
+			t.Errorf("%s: chosen %v, want %s", tc.pod.Name, nodes, tc.want)
+		}
+	}
+	if pl.freeCache.Len() != 1 {
+		t.Errorf("free capacity cached for %d nodes, want 1 (one unchanged node)", pl.freeCache.Len())
+	}
+}
+
+// PreScore skips Score only when every node Filter passed fits the pod in one NUMA node,
+// where all scores would be equal.
+func TestPreScoreSkipsEqualScores(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		topos    []*v1alpha1.NodeTopology
+		nodes    []string
+		pod      *v1.Pod
+		wantSkip bool
+	}{
+		{name: "one NUMA node everywhere", topos: []*v1alpha1.NodeTopology{uniform("a", 2, 4, 8*gi), uniform("b", 4, 2, 4*gi)},
+			nodes: []string{"a", "b"}, pod: pod("p", "2", 2*gi, nil), wantSkip: true},
+		{name: "one node needs two", topos: []*v1alpha1.NodeTopology{uniform("a", 2, 4, 8*gi), uniform("b", 4, 2, 4*gi)},
+			nodes: []string{"a", "b"}, pod: pod("p", "3", 2*gi, nil)},
+		{name: "a node without topology", topos: []*v1alpha1.NodeTopology{uniform("a", 2, 4, 8*gi)},
+			nodes: []string{"a", "bare"}, pod: pod("p", "1", gi, nil)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var infos []*framework.NodeInfo
+			for _, n := range tc.nodes {
+				infos = append(infos, nodeInfo(n))
+			}
+			pl, _ := newPlugin(t, infos, tc.topos...)
+			ctx := context.Background()
+			state := framework.NewCycleState()
+			if _, st := pl.PreFilter(ctx, state, tc.pod, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			var feasible []fwk.NodeInfo
+			for _, ni := range infos {
+				if st := pl.Filter(ctx, state, tc.pod, ni); !st.IsSuccess() {
+					t.Fatalf("Filter(%s): %v", ni.Node().Name, st)
+				}
+				feasible = append(feasible, ni)
+			}
+			if st := pl.PreScore(ctx, state, tc.pod, feasible); (st.Code() == fwk.Skip) != tc.wantSkip {
+				t.Errorf("PreScore = %v, want skip %v", st, tc.wantSkip)
 			}
 		})
 	}

@@ -20,7 +20,7 @@ import (
 // go. Its patch touches only its own annotation, so it may run in parallel with other
 // PreBinds.
 func (pl *NUMAAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	nodes, chosen := ChosenNUMANodes(state, nodeName)
+	nodes, chosen := ReservedNUMANodes(state, nodeName)
 	if chosen && binder.Carries(state, NodesAnnotation, FormatNodes(nodes)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -37,7 +37,7 @@ func (pl *NUMAAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p
 // counted against NUMA nodes of the wrong node.
 func (pl *NUMAAware) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	var value *string
-	if nodes, ok := ChosenNUMANodes(state, nodeName); ok {
+	if nodes, ok := ReservedNUMANodes(state, nodeName); ok {
 		v := FormatNodes(nodes)
 		value = &v
 	} else if _, stale := pod.Annotations[NodesAnnotation]; !stale {

@@ -17,7 +17,7 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 		filterRejections.WithLabelValues(reasonMalformedPolicy).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	s := &cycleState{req: PodRequest(pod), policy: policy, choices: &choiceMap{m: map[string]Choice{}}}
+	s := &cycleState{req: PodRequest(pod), policy: policy, pl: pl}
 	state.Write(stateKey, s)
 	if s.req.IsZero() {
 		return nil, fwk.NewStatus(fwk.Skip)

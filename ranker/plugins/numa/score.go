@@ -22,10 +22,12 @@ func decode(raw int64) (count, distance int64) {
 	return raw >> countShift, raw & math.MaxUint32
 }
 
-// PreScore skips scoring for pods that ask for neither CPU nor memory.
+// PreScore skips scoring for pods that ask for neither CPU nor memory, and when every
+// node that passed Filter fits the pod in one NUMA node: all would score the same, and
+// a score added equally to every node changes no ranking.
 func (pl *NUMAAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.IsZero() {
+	if !ok || s.req.IsZero() || !s.uneven.Load() {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -42,16 +44,13 @@ func (pl *NUMAAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, n
 	if node == nil {
 		return 0, nil
 	}
-	ch, ok := s.choices.get(node.Name)
+	topo := pl.topologies.Topology(node.Name)
+	if !hasNUMA(topo) {
+		return 0, nil
+	}
+	ch, ok := pl.choose(topo, nodeInfo, s.req)
 	if !ok {
-		topo := pl.topologies.Topology(node.Name)
-		if !hasNUMA(topo) {
-			return 0, nil
-		}
-		if ch, ok = BestChoice(topo, pl.free(topo, nodeInfo), s.req); !ok {
-			return 0, nil
-		}
-		s.choices.set(node.Name, ch)
+		return 0, nil
 	}
 	return encode(ch), nil
 }
