@@ -125,8 +125,19 @@ func TestParseStatCPU(t *testing.T) {
 	if _, err := parseStatCPU("4242 (x) S 1 2"); err == nil {
 		t.Error("a short stat line must fail")
 	}
-	// The harness's own process has used some CPU by now.
-	if own, err := processCPU(os.Getpid()); err != nil || own <= 0 {
-		t.Errorf("processCPU(self) = %s, %v; want > 0", own, err)
+	// The kernel counts CPU time in 10 ms ticks: spin until this process has used some
+	// (a few ticks at most), and it must be read back as more than zero.
+	var own time.Duration
+	sum := 0
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		for i := range 1_000_000 {
+			sum += i
+		}
+		if own, err = processCPU(os.Getpid()); err != nil || own > 0 {
+			break
+		}
+	}
+	if err != nil || own <= 0 {
+		t.Errorf("processCPU(self) = %s, %v after spinning (sum %d); want > 0", own, err, sum)
 	}
 }
