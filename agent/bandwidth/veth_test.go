@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"sextant.io/sextant/agent/bandwidth/tc"
+	"sextant.io/sextant/internal/netnstest"
 )
 
 const shapedRate = 200e6 // bits/s, the tbf rate on both veth ends
@@ -94,7 +95,7 @@ func testAgainstKernel(t *testing.T, mode tc.Mode) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
-	waitListening(t, nsB, 5201)
+	netnstest.WaitListening(t, nsB, 5201)
 
 	for _, dir := range []struct {
 		name    string
@@ -288,24 +289,6 @@ func waitFor(t *testing.T, cond func() bool) {
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatal(errors.New("timed out waiting for the meter's first rate"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// waitListening waits until a TCP socket listens on port in network namespace ns: a
-// server started moments ago may not have bound yet on a loaded machine, and a client
-// that comes too early is refused.
-func waitListening(t *testing.T, ns string, port int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
-		if err == nil && len(strings.TrimSpace(string(out))) > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on TCP port %d in network namespace %s after 10s", port, ns)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

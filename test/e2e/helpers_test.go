@@ -26,6 +26,7 @@ import (
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/internal/fakenode"
+	"sextant.io/sextant/internal/netnstest"
 )
 
 const releaseNamespace = "sextant-system"
@@ -279,7 +280,7 @@ func newVethPair(t *testing.T, n int, rate string) *vethPair {
 	}
 	// An iperf3 server in B for the test's traffic.
 	startProcess(t, "ip", "netns", "exec", v.nsB, "iperf3", "-s", "-B", v.ipB)
-	waitListening(t, v.nsB, 5201)
+	netnstest.WaitListening(t, v.nsB, 5201)
 	return v
 }
 
@@ -321,23 +322,5 @@ func requireRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: network namespaces and eBPF")
-	}
-}
-
-// waitListening waits until a TCP socket listens on port in network namespace ns: a
-// server started moments ago may not have bound yet on a loaded machine, and a client
-// that comes too early is refused.
-func waitListening(t *testing.T, ns string, port int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Hltn", fmt.Sprintf("sport = :%d", port)).Output()
-		if err == nil && len(strings.TrimSpace(string(out))) > 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on TCP port %d in network namespace %s after 10s", port, ns)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
