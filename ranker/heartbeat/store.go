@@ -19,11 +19,15 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 )
 
-// Store holds the latest NodeBandwidth and NodeTopology of every node.
+// Store holds the latest NodeBandwidth and NodeTopology of every node, as one Node
+// record per node.
 type Store struct {
 	factory   dynamicinformer.DynamicSharedInformerFactory
 	bandwidth cache.SharedIndexInformer
 	topology  cache.SharedIndexInformer
+	nodes     *index
+	// synced reports whether the records hold what the informers listed at start.
+	synced []cache.InformerSynced
 }
 
 // New returns a Store fed by watches through client. Call Start, then WaitForSync.
@@ -33,11 +37,50 @@ func New(client dynamic.Interface, resync time.Duration) *Store {
 		factory:   f,
 		bandwidth: f.ForResource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Informer(),
 		topology:  f.ForResource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Informer(),
+		nodes:     newIndex(),
 	}
 	// Decode once, when the object arrives, not on every lookup.
 	_ = s.bandwidth.SetTransform(decode(func() runtime.Object { return &v1alpha1.NodeBandwidth{} }))
 	_ = s.topology.SetTransform(decode(func() runtime.Object { return &v1alpha1.NodeTopology{} }))
+	for _, inf := range []cache.SharedIndexInformer{s.bandwidth, s.topology} {
+		// The handlers are registered before the informers start, which cannot fail.
+		reg, _ := inf.AddEventHandler(s.recordHandler())
+		if reg != nil {
+			s.synced = append(s.synced, reg.HasSynced)
+		}
+	}
 	return s
+}
+
+// recordHandler keeps the Node records in step with both informers.
+func (s *Store) recordHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    s.put,
+		UpdateFunc: func(_, obj any) { s.put(obj) },
+		DeleteFunc: s.remove,
+	}
+}
+
+func (s *Store) put(obj any) {
+	switch o := obj.(type) {
+	case *v1alpha1.NodeBandwidth:
+		b := ParseBandwidth(o)
+		s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(b) })
+	case *v1alpha1.NodeTopology:
+		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(o) })
+	}
+}
+
+func (s *Store) remove(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	switch o := obj.(type) {
+	case *v1alpha1.NodeBandwidth:
+		s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(nil) })
+	case *v1alpha1.NodeTopology:
+		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
+	}
 }
 
 func decode(newObj func() runtime.Object) cache.TransformFunc {
@@ -57,35 +100,36 @@ func decode(newObj func() runtime.Object) cache.TransformFunc {
 // Start starts the watches; they stop when ctx ends.
 func (s *Store) Start(ctx context.Context) { s.factory.Start(ctx.Done()) }
 
-// WaitForSync waits until both watches have listed what exists.
+// WaitForSync waits until both watches have listed what exists and the records hold
+// it.
 func (s *Store) WaitForSync(ctx context.Context) error {
-	if !cache.WaitForCacheSync(ctx.Done(), s.bandwidth.HasSynced, s.topology.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{s.bandwidth.HasSynced, s.topology.HasSynced}, s.synced...)...) {
 		return fmt.Errorf("heartbeat caches did not sync: %w", ctx.Err())
 	}
 	return nil
 }
 
+// Node returns the node's record, nil when it has neither heartbeat object. It takes no
+// lock: Filter calls it for every node of every pod.
+func (s *Store) Node(name string) *Node { return s.nodes.get(name) }
+
 // Bandwidth returns the node's NodeBandwidth, or nil if it has none. The result is
 // shared: do not modify it.
 func (s *Store) Bandwidth(node string) *v1alpha1.NodeBandwidth {
-	obj, ok, err := s.bandwidth.GetStore().GetByKey(node)
-	if err != nil || !ok {
-		return nil
+	if b := s.Node(node).Bandwidth(); b != nil {
+		return b.Object
 	}
-	nbw, _ := obj.(*v1alpha1.NodeBandwidth)
-	return nbw
+	return nil
 }
 
 // Topology returns the node's NodeTopology, or nil if it has none. The result is
 // shared: do not modify it.
 func (s *Store) Topology(node string) *v1alpha1.NodeTopology {
-	obj, ok, err := s.topology.GetStore().GetByKey(node)
-	if err != nil || !ok {
-		return nil
-	}
-	nt, _ := obj.(*v1alpha1.NodeTopology)
-	return nt
+	return s.Node(node).Topology()
 }
+
+// Len is the number of nodes with a heartbeat object.
+func (s *Store) Len() int { return s.nodes.len() }
 
 // AddBandwidthHandler registers h for NodeBandwidth changes (e.g. to let the reservation
 // ledger drop reservations a newer report covers).
@@ -124,19 +168,39 @@ func Shared(ctx context.Context, cfg *rest.Config) (*Store, error) {
 }
 
 // NewFromObjects returns a Store holding the given objects and nothing else, for tests
-// of code that reads a Store.
+// of code that reads a Store. Put adds or replaces more.
 func NewFromObjects(objs ...runtime.Object) *Store {
 	s := &Store{
 		bandwidth: cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1alpha1.NodeBandwidth{}, 0, cache.Indexers{}),
 		topology:  cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1alpha1.NodeTopology{}, 0, cache.Indexers{}),
+		nodes:     newIndex(),
 	}
 	for _, o := range objs {
-		switch o := o.(type) {
-		case *v1alpha1.NodeBandwidth:
-			_ = s.bandwidth.GetStore().Add(o)
-		case *v1alpha1.NodeTopology:
-			_ = s.topology.GetStore().Add(o)
-		}
+		s.Put(o)
 	}
 	return s
+}
+
+// Put adds or replaces a heartbeat object of a Store made by NewFromObjects, as an
+// informer update would.
+func (s *Store) Put(obj runtime.Object) {
+	switch o := obj.(type) {
+	case *v1alpha1.NodeBandwidth:
+		_ = s.bandwidth.GetStore().Update(o)
+	case *v1alpha1.NodeTopology:
+		_ = s.topology.GetStore().Update(o)
+	}
+	s.put(obj)
+}
+
+// Delete removes a heartbeat object from a Store made by NewFromObjects, as an informer
+// delete would.
+func (s *Store) Delete(obj runtime.Object) {
+	switch o := obj.(type) {
+	case *v1alpha1.NodeBandwidth:
+		_ = s.bandwidth.GetStore().Delete(o)
+	case *v1alpha1.NodeTopology:
+		_ = s.topology.GetStore().Delete(o)
+	}
+	s.remove(obj)
 }

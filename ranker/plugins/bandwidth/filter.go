@@ -8,7 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 // Filter drops the node unless, for every direction the pod requires, the node has a
@@ -23,8 +23,13 @@ func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v
 	if node == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
-	resIn, resEg := pl.ledger.Reserved(node.Name)
-	reason, msg := pl.check(s.req, pl.reports.Bandwidth(node.Name), resIn, resEg, s.now)
+	rec := pl.reports.Node(node.Name)
+	report := rec.Bandwidth()
+	var resIn, resEg int64
+	if report != nil {
+		resIn, resEg = pl.ledger.reservedOn(rec)
+	}
+	reason, msg := pl.check(s.req, report, resIn, resEg, s.now)
 	if reason == "" {
 		return nil
 	}
@@ -36,7 +41,7 @@ func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v
 
 // check returns the reason label and message why a node with this report (nil: none)
 // and these reservations cannot take req at now, or "" if it can.
-func (pl *BandwidthAware) check(req Request, report *v1alpha1.NodeBandwidth, resIn, resEg int64, now time.Time) (reason, msg string) {
+func (pl *BandwidthAware) check(req Request, report *heartbeat.Bandwidth, resIn, resEg int64, now time.Time) (reason, msg string) {
 	if report == nil {
 		return reasonNoReport, "node has no NodeBandwidth"
 	}
@@ -46,25 +51,26 @@ func (pl *BandwidthAware) check(req Request, report *v1alpha1.NodeBandwidth, res
 	dirs := [...]struct {
 		name     string
 		d        Direction
+		reported int64
+		known    bool
 		reserved int64
 		reason   string
 	}{
-		{"ingress", req.Ingress, resIn, reasonIngress},
-		{"egress", req.Egress, resEg, reasonEgress},
+		{"ingress", req.Ingress, report.IngressRemaining, report.IngressKnown, resIn, reasonIngress},
+		{"egress", req.Egress, report.EgressRemaining, report.EgressKnown, resEg, reasonEgress},
 	}
 	for _, dir := range dirs {
 		if !dir.d.HasRequired {
 			continue
 		}
-		reported, known := reportedRemaining(report, dir.name)
-		if !known {
+		if !dir.known {
 			return reasonUnknownCapacity, fmt.Sprintf("NodeBandwidth has no %s remaining (capacity unknown)", dir.name)
 		}
-		if avail := reported - dir.reserved; avail < dir.d.Required {
+		if avail := dir.reported - dir.reserved; avail < dir.d.Required {
 			if dir.reserved > 0 {
 				// Reservations can exceed what was reported (expected > required); say 0.
 				return dir.reason, fmt.Sprintf("%s remaining %s (%s reported - %s reserved) < required %s",
-					dir.name, formatRate(max(avail, 0)), formatRate(reported), formatRate(dir.reserved), formatRate(dir.d.Required))
+					dir.name, formatRate(max(avail, 0)), formatRate(dir.reported), formatRate(dir.reserved), formatRate(dir.d.Required))
 			}
 			return dir.reason, fmt.Sprintf("%s remaining %s < required %s", dir.name, formatRate(avail), formatRate(dir.d.Required))
 		}
@@ -74,11 +80,11 @@ func (pl *BandwidthAware) check(req Request, report *v1alpha1.NodeBandwidth, res
 
 // stale reports whether the report is too old to trust at now, with the message saying
 // so.
-func (pl *BandwidthAware) stale(report *v1alpha1.NodeBandwidth, now time.Time) (bool, string) {
-	if report.Status.SampleTime == nil {
+func (pl *BandwidthAware) stale(report *heartbeat.Bandwidth, now time.Time) (bool, string) {
+	if report.SampleTime.IsZero() {
 		return true, "NodeBandwidth has no sampleTime"
 	}
-	age := now.Sub(report.Status.SampleTime.Time)
+	age := now.Sub(report.SampleTime)
 	if age > pl.args.StaleAfter.Duration {
 		return true, fmt.Sprintf("NodeBandwidth is stale (sampled %s ago, stale after %s)",
 			age.Truncate(time.Second), pl.args.StaleAfter.Duration)
@@ -86,38 +92,23 @@ func (pl *BandwidthAware) stale(report *v1alpha1.NodeBandwidth, now time.Time) (
 	return false, ""
 }
 
-// reportedRemaining returns the node's total remaining rate in bits/s for the
-// direction, and false when the capacity, and so the remaining, is unknown.
-func reportedRemaining(report *v1alpha1.NodeBandwidth, dir string) (int64, bool) {
-	if report.Status.Total == nil {
-		return 0, false
-	}
-	d := report.Status.Total.Ingress
-	if dir == "egress" {
-		d = report.Status.Total.Egress
-	}
-	if d.Remaining == nil {
-		return 0, false
-	}
-	return d.Remaining.Value(), true
-}
-
-// available returns, per direction, the reported remaining minus reservations of a
-// fresh report at now; a direction is not ok when the node has no usable report for it.
-func (pl *BandwidthAware) available(node string, now time.Time) (ingress, egress avail) {
-	report := pl.reports.Bandwidth(node)
+// available returns, per direction, the reported remaining minus reservations of the
+// node's fresh report at now; a direction is not ok when the node has no usable report
+// for it.
+func (pl *BandwidthAware) available(rec *heartbeat.Node, now time.Time) (ingress, egress avail) {
+	report := rec.Bandwidth()
 	if report == nil {
 		return avail{}, avail{}
 	}
 	if stale, _ := pl.stale(report, now); stale {
 		return avail{}, avail{}
 	}
-	in, eg := pl.ledger.Reserved(node)
-	if rem, ok := reportedRemaining(report, "ingress"); ok {
-		ingress = avail{bits: rem - in, ok: true}
+	in, eg := pl.ledger.reservedOn(rec)
+	if report.IngressKnown {
+		ingress = avail{bits: report.IngressRemaining - in, ok: true}
 	}
-	if rem, ok := reportedRemaining(report, "egress"); ok {
-		egress = avail{bits: rem - eg, ok: true}
+	if report.EgressKnown {
+		egress = avail{bits: report.EgressRemaining - eg, ok: true}
 	}
 	return ingress, egress
 }

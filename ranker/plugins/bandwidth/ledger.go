@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -10,11 +11,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
-// reportSource is what the plugin reads heartbeats from; *heartbeat.Store is one.
-type reportSource interface {
-	Bandwidth(node string) *v1alpha1.NodeBandwidth
+// Nodes gives a node's heartbeat record, nil when it has none: what the plugin reads
+// reports from. *heartbeat.Store implements it.
+type Nodes interface {
+	Node(name string) *heartbeat.Node
 }
 
 // defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s).
@@ -42,7 +45,7 @@ const defaultWindow = 60 * time.Second
 // (source=observed). On a leader change the new leader's informers list all pods, which
 // rebuilds the ledger; pods bound by another scheduler are counted the same way.
 type Ledger struct {
-	reports reportSource
+	reports Nodes
 
 	mu     sync.RWMutex
 	byPod  map[types.UID]*reservation
@@ -50,6 +53,9 @@ type Ledger struct {
 	// covered remembers pods released because a report covered them, so a later status
 	// update of the pod does not reserve it again (e.g. if its node's report vanished).
 	covered map[types.UID]struct{}
+	// none stands in a node's record for "no reservations here", so that a node
+	// without any is not looked up under the lock again in every cycle.
+	none *nodeReservations
 }
 
 type reservation struct {
@@ -62,29 +68,67 @@ type reservation struct {
 	runningSince time.Time
 }
 
+// nodeReservations are the reservations on one node. The totals are written under the
+// ledger's lock and read without it, from the node's heartbeat record (see reservedOn).
 type nodeReservations struct {
-	ingress, egress int64
+	ledger          *Ledger
+	ingress, egress atomic.Int64
 	pods            map[types.UID]*reservation
 }
 
 // NewLedger returns an empty ledger that checks coverage against reports.
-func NewLedger(reports reportSource) *Ledger {
-	return &Ledger{
+func NewLedger(reports Nodes) *Ledger {
+	l := &Ledger{
 		reports: reports,
 		byPod:   map[types.UID]*reservation{},
 		byNode:  map[string]*nodeReservations{},
 		covered: map[types.UID]struct{}{},
 	}
+	l.none = &nodeReservations{ledger: l}
+	return l
 }
 
 // Reserved returns the rates reserved on node, in bits/s.
 func (l *Ledger) Reserved(node string) (ingress, egress int64) {
+	if rec := l.reports.Node(node); rec != nil {
+		return l.reservedOn(rec)
+	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if n := l.byNode[node]; n != nil {
-		return n.ingress, n.egress
+		return n.ingress.Load(), n.egress.Load()
 	}
 	return 0, 0
+}
+
+// reservedOn is Reserved for the node of record rec, without the lock once the record
+// holds this ledger's entry for it: Filter asks for every node of every pod.
+//
+// The record holds the node's current entry, or none: every entry is put there when
+// it is created and replaced by none when it is dropped, both under the lock and into
+// the record Node(name) returns then, which is the one readers find. A record created
+// later starts empty and is filled here, under the read lock, so no entry can be
+// created in between.
+func (l *Ledger) reservedOn(rec *heartbeat.Node) (ingress, egress int64) {
+	slot := rec.Slot(heartbeat.SlotBandwidthReserved)
+	if n, ok := slot.Load().(*nodeReservations); ok && n.ledger == l {
+		return n.ingress.Load(), n.egress.Load()
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n := l.byNode[rec.Name()]
+	if n == nil {
+		n = l.none
+	}
+	slot.Store(n)
+	return n.ingress.Load(), n.egress.Load()
+}
+
+// publishLocked puts n (an entry or none) into the node's record, if it has one.
+func (l *Ledger) publishLocked(node string, n *nodeReservations) {
+	if rec := l.reports.Node(node); rec != nil {
+		rec.Slot(heartbeat.SlotBandwidthReserved).Store(n)
+	}
 }
 
 // Len returns how many pods hold a reservation.
@@ -128,12 +172,13 @@ func (l *Ledger) addLocked(uid types.UID, r *reservation) {
 	l.removeLocked(uid, "")
 	n := l.byNode[r.node]
 	if n == nil {
-		n = &nodeReservations{pods: map[types.UID]*reservation{}}
+		n = &nodeReservations{ledger: l, pods: map[types.UID]*reservation{}}
 		l.byNode[r.node] = n
+		l.publishLocked(r.node, n)
 	}
 	n.pods[uid] = r
-	n.ingress += r.ingress
-	n.egress += r.egress
+	n.ingress.Add(r.ingress)
+	n.egress.Add(r.egress)
 	l.byPod[uid] = r
 	reservationsGauge.Inc()
 	reservedBytes.WithLabelValues("ingress").Add(float64(r.ingress) / 8)
@@ -150,10 +195,11 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 	delete(l.byPod, uid)
 	if n := l.byNode[r.node]; n != nil {
 		delete(n.pods, uid)
-		n.ingress -= r.ingress
-		n.egress -= r.egress
+		n.ingress.Add(-r.ingress)
+		n.egress.Add(-r.egress)
 		if len(n.pods) == 0 {
 			delete(l.byNode, r.node)
+			l.publishLocked(r.node, l.none)
 		}
 	}
 	reservationsGauge.Dec()
@@ -166,15 +212,15 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 
 // coveredBy reports whether report was measured entirely while a pod running since
 // runningSince ran.
-func coveredBy(runningSince time.Time, report *v1alpha1.NodeBandwidth) bool {
-	if runningSince.IsZero() || report == nil || report.Status.SampleTime == nil {
+func coveredBy(runningSince time.Time, report *heartbeat.Bandwidth) bool {
+	if runningSince.IsZero() || report == nil || report.SampleTime.IsZero() {
 		return false
 	}
 	window := defaultWindow
-	if w := report.Status.Window; w != nil && w.Duration > 0 {
-		window = w.Duration
+	if report.Window > 0 {
+		window = report.Window
 	}
-	return !report.Status.SampleTime.Time.Before(runningSince.Add(window))
+	return !report.SampleTime.Before(runningSince.Add(window))
 }
 
 // runningSince returns when every container of the pod had started, or zero if the pod
@@ -232,7 +278,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		if err != nil || req.Empty() {
 			return
 		}
-		if coveredBy(since, l.reports.Bandwidth(pod.Spec.NodeName)) {
+		if coveredBy(since, l.reports.Node(pod.Spec.NodeName).Bandwidth()) {
 			// Long-running pod seen at startup: its node's report already reflects it.
 			l.covered[pod.UID] = struct{}{}
 			return
@@ -246,7 +292,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 	if r.runningSince.IsZero() && !since.IsZero() {
 		r.runningSince = since
 	}
-	if coveredBy(r.runningSince, l.reports.Bandwidth(r.node)) {
+	if coveredBy(r.runningSince, l.reports.Node(r.node).Bandwidth()) {
 		l.removeLocked(pod.UID, releaseCovered)
 		l.covered[pod.UID] = struct{}{}
 	}
@@ -265,6 +311,7 @@ func (l *Ledger) ObserveReport(report *v1alpha1.NodeBandwidth) {
 	if report == nil {
 		return
 	}
+	parsed := heartbeat.ParseBandwidth(report)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := l.byNode[report.Name]
@@ -272,7 +319,7 @@ func (l *Ledger) ObserveReport(report *v1alpha1.NodeBandwidth) {
 		return
 	}
 	for uid, r := range n.pods {
-		if coveredBy(r.runningSince, report) {
+		if coveredBy(r.runningSince, parsed) {
 			l.removeLocked(uid, releaseCovered)
 			l.covered[uid] = struct{}{}
 		}

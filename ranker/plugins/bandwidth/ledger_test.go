@@ -12,6 +12,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 func gauge(t *testing.T) float64 {
@@ -268,4 +269,49 @@ func TestReserveSkipsPodsWithoutRates(t *testing.T) {
 	if pl.Ledger().Len() != 0 {
 		t.Error("pods without rates must not reserve")
 	}
+}
+
+// Filter reads a node's reserved totals from its heartbeat record without the ledger's
+// lock. Whatever order reservations, releases and the record's coming and going take,
+// that read must equal the ledger's own books, and two ledgers sharing a Store (two
+// profiles) must each read their own.
+func TestReservedOnMatchesTheBooks(t *testing.T) {
+	store := heartbeat.NewFromObjects(report("with-report", "10G", "10G", now))
+	l, other := NewLedger(store), NewLedger(store)
+	req := Request{Ingress: Direction{Required: 100, HasRequired: true}, Egress: Direction{Required: 30, HasRequired: true}}
+	a, b := testPod(nil), testPod(nil)
+	check := func(step, node string, wantIn, wantEg int64) {
+		t.Helper()
+		if in, eg := l.Reserved(node); in != wantIn || eg != wantEg {
+			t.Errorf("%s: Reserved(%s) = %d/%d, want %d/%d", step, node, in, eg, wantIn, wantEg)
+		}
+		if rec := store.Node(node); rec != nil {
+			if in, eg := l.reservedOn(rec); in != wantIn || eg != wantEg {
+				t.Errorf("%s: reservedOn(%s) = %d/%d, want %d/%d", step, node, in, eg, wantIn, wantEg)
+			}
+			if in, eg := other.reservedOn(rec); in != 0 || eg != 0 {
+				t.Errorf("%s: the other ledger reads %d/%d on %s, want its own 0/0", step, in, eg, node)
+			}
+		}
+	}
+	check("empty", "with-report", 0, 0)
+	l.Reserve(a, "with-report", req)
+	check("one reservation", "with-report", 100, 30)
+	l.Reserve(b, "with-report", req)
+	check("two reservations", "with-report", 200, 60)
+	l.Unreserve(a.UID)
+	l.Unreserve(b.UID)
+	check("all released", "with-report", 0, 0)
+	l.Reserve(a, "with-report", req)
+	check("reserved again after the node's entry was dropped", "with-report", 100, 30)
+
+	// A reservation on a node whose report comes later (an expected-only pod went there).
+	l.Reserve(b, "late-report", req)
+	check("no record yet", "late-report", 100, 30)
+	store.Put(report("late-report", "10G", "10G", now))
+	check("the record came after the reservation", "late-report", 100, 30)
+	store.Delete(report("late-report", "10G", "10G", now))
+	l.Unreserve(b.UID)
+	store.Put(report("late-report", "10G", "10G", now))
+	check("released while the record was gone, then the record came back", "late-report", 0, 0)
 }

@@ -18,7 +18,7 @@ const Name = "BandwidthAware"
 // BandwidthAware is the plugin.
 type BandwidthAware struct {
 	args    Args
-	reports reportSource
+	reports Nodes
 	ledger  *Ledger
 	now     func() time.Time
 }
@@ -63,8 +63,18 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 var sharedStore = heartbeat.Shared
 
 // newPlugin builds the plugin without a framework handle, for New and for tests.
-func newPlugin(args Args, reports reportSource, now func() time.Time) *BandwidthAware {
+func newPlugin(args Args, reports Nodes, now func() time.Time) *BandwidthAware {
 	return &BandwidthAware{args: args, reports: reports, ledger: NewLedger(reports), now: now}
+}
+
+// NewWith builds the plugin from its parts, without a framework Handle (benchmarks,
+// embedding): args (validated here), the heartbeat records, and the clock. Its ledger
+// is not fed from the cluster's pods: only Reserve and Unreserve change it.
+func NewWith(args Args, nodes Nodes, now func() time.Time) (*BandwidthAware, error) {
+	if err := args.Validate(); err != nil {
+		return nil, err
+	}
+	return newPlugin(args, nodes, now), nil
 }
 
 // Name implements fwk.Plugin.

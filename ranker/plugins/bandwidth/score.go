@@ -131,7 +131,7 @@ type avail struct {
 func (pl *BandwidthAware) availableAll(nodes []string, now time.Time) (ingress, egress []avail) {
 	ingress, egress = make([]avail, len(nodes)), make([]avail, len(nodes))
 	for i, n := range nodes {
-		ingress[i], egress[i] = pl.available(n, now)
+		ingress[i], egress[i] = pl.available(pl.reports.Node(n), now)
 	}
 	return ingress, egress
 }

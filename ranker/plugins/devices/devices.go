@@ -44,10 +44,10 @@ const Name = "DeviceAware"
 // addresses given to the pod, e.g. {"sextant.io/gpu":["0000:3b:00.0"]}.
 const AllocatedAnnotation = "devices.sextant.io/allocated"
 
-// Topologies gives the latest NodeTopology of a node, or nil if it has none.
-// *heartbeat.Store implements it.
-type Topologies interface {
-	Topology(node string) *v1alpha1.NodeTopology
+// Nodes gives a node's heartbeat record, nil when it has none. *heartbeat.Store
+// implements it.
+type Nodes interface {
+	Node(name string) *heartbeat.Node
 }
 
 // NodeInfos looks up the scheduler's snapshot of a node, for Reserve.
@@ -55,10 +55,10 @@ type NodeInfos func(node string) (fwk.NodeInfo, error)
 
 // DeviceAware is the plugin.
 type DeviceAware struct {
-	topologies Topologies
-	nodeInfos  NodeInfos
-	client     kubernetes.Interface
-	ledger     *ledger
+	nodes     Nodes
+	nodeInfos NodeInfos
+	client    kubernetes.Interface
+	ledger    *ledger
 	// freeCache holds each node's free devices between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice]
 }
@@ -92,18 +92,15 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
 			return nil, fmt.Errorf("device plugin: watch pods for reservations: %w", err)
 		}
-		if err := pl.freeCache.ForgetDeletedNodes(f.Core().V1().Nodes().Informer()); err != nil {
-			return nil, fmt.Errorf("device plugin: watch nodes: %w", err)
-		}
 	}
 	return pl, nil
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
-func NewWith(topologies Topologies, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
+func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
 	registerMetrics()
-	return &DeviceAware{topologies: topologies, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
-		freeCache: nodecache.New[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice]()}
+	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
+		freeCache: nodecache.New[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice](heartbeat.SlotDeviceFree)}
 }
 
 // Name returns the plugin's name.

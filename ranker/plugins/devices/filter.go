@@ -7,6 +7,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 // msgNoTopology is fixed so FailedScheduling events aggregate over nodes.
@@ -30,12 +31,13 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		filterRejections.WithLabelValues(reasonNodeNotFound).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
-	topo := pl.topologies.Topology(node.Name)
+	rec := pl.nodes.Node(node.Name)
+	topo := rec.Topology()
 	if topo == nil {
 		filterRejections.WithLabelValues(reasonNoTopology).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
 	}
-	if kind, short := Shortfall(pl.free(topo, nodeInfo), s.req); short {
+	if kind, short := Shortfall(pl.free(rec, topo, nodeInfo), s.req); short {
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}
@@ -49,9 +51,9 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 // health too (it lives in the NodeTopology). The ledger need not be part of the key: it
 // is consulted only for a pod on the node without the annotation, and each change to
 // such an entry comes with a new generation of the node (see NUMAAware's free).
-func (pl *DeviceAware) free(topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
-	node := nodeInfo.Node().Name
-	return pl.freeCache.Get(node, nodeInfo.GetGeneration(), topo, func() map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
+func (pl *DeviceAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
+	node := rec.Name()
+	return *pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
 		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (Allocation, bool) {
 			return pl.ledger.get(p.UID, node)
 		})

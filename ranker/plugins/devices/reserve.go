@@ -19,7 +19,8 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	if !ok || s.req.Total() == 0 {
 		return nil
 	}
-	topo := pl.topologies.Topology(nodeName)
+	rec := pl.nodes.Node(nodeName)
+	topo := rec.Topology()
 	if topo == nil {
 		filterRejections.WithLabelValues(reasonNoTopology).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
@@ -31,7 +32,7 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("device reserve: look up node %s: %w", nodeName, err))
 	}
-	free := pl.free(topo, nodeInfo)
+	free := pl.free(rec, topo, nodeInfo)
 	alloc, ok := Pick(free, s.req, preferredNUMA(state, nodeInfo, free, s.req))
 	if !ok {
 		kind, _ := Shortfall(free, s.req)

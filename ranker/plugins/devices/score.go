@@ -32,11 +32,12 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 	if node == nil {
 		return 0, nil
 	}
-	topo := pl.topologies.Topology(node.Name)
+	rec := pl.nodes.Node(node.Name)
+	topo := rec.Topology()
 	if topo == nil {
 		return 0, nil
 	}
-	free := pl.free(topo, nodeInfo)
+	free := pl.free(rec, topo, nodeInfo)
 	preferred := preferredNUMA(state, nodeInfo, free, s.req)
 	return fwk.MaxNodeScore * FromPreferred(free, s.req, preferred) / s.req.Total(), nil
 }

@@ -1,30 +1,30 @@
 package nodecache
 
 import (
-	"context"
 	"testing"
-	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
+
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
-type heartbeat struct{ capacity int }
+func topology(name string) *v1alpha1.NodeTopology {
+	return &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
 
 func TestGetComputesOncePerGenerationAndSource(t *testing.T) {
-	c := New[*heartbeat, int]()
+	store := heartbeat.NewFromObjects(topology("n1"), topology("n2"))
+	c := New[*v1alpha1.NodeTopology, int](heartbeat.SlotNUMAFree)
 	calls := 0
 	compute := func(v int) func() int { return func() int { calls++; return v } }
-	a, b := &heartbeat{8}, &heartbeat{8} // equal content, different objects
+	a, b := topology("n1"), topology("n1") // equal content, different objects
 
 	steps := []struct {
 		name       string
 		node       string
 		generation int64
-		source     *heartbeat
+		source     *v1alpha1.NodeTopology
 		compute    int
 		want       int
 		wantCalls  int
@@ -38,57 +38,46 @@ func TestGetComputesOncePerGenerationAndSource(t *testing.T) {
 		{"an older generation (a transient clone) recomputes", "n1", 1, b, 50, 50, 5},
 	}
 	for _, s := range steps {
-		if got := c.Get(s.node, s.generation, s.source, compute(s.compute)); got != s.want || calls != s.wantCalls {
+		if got := *c.Get(store.Node(s.node), s.generation, s.source, compute(s.compute)); got != s.want || calls != s.wantCalls {
 			t.Errorf("%s: got %d after %d computations, want %d after %d", s.name, got, calls, s.want, s.wantCalls)
 		}
 	}
-	c.Forget("n1")
-	if c.Len() != 1 {
-		t.Errorf("after Forget: %d nodes held, want 1", c.Len())
+}
+
+// Two plugin instances (two profiles) share a Store and so a slot: neither may answer
+// from the other's value, which was computed with the other's reservations.
+func TestCachesSharingASlotDoNotMix(t *testing.T) {
+	store := heartbeat.NewFromObjects(topology("n1"))
+	n := store.Node("n1")
+	src := n.Topology()
+	c1 := New[*v1alpha1.NodeTopology, int](heartbeat.SlotNUMAFree)
+	c2 := New[*v1alpha1.NodeTopology, int](heartbeat.SlotNUMAFree)
+	if got := *c1.Get(n, 1, src, func() int { return 1 }); got != 1 {
+		t.Fatalf("c1 first: %d", got)
 	}
-	if got := c.Get("n1", 1, b, compute(60)); got != 60 {
-		t.Errorf("a forgotten node must be computed again: got %d", got)
+	if got := *c2.Get(n, 1, src, func() int { return 2 }); got != 2 {
+		t.Errorf("c2 read c1's value: got %d, want its own 2", got)
+	}
+	if got := *c1.Get(n, 1, src, func() int { return 3 }); got != 3 {
+		t.Errorf("c1 after c2 took the slot: got %d, want a recomputed 3", got)
 	}
 }
 
-func TestForgetDeletedNodes(t *testing.T) {
-	kube := fake.NewClientset(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gone"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "kept"}})
-	factory := informers.NewSharedInformerFactory(kube, 0)
-	c := New[*heartbeat, int]()
-	inf := factory.Core().V1().Nodes().Informer()
-	if err := c.ForgetDeletedNodes(inf); err != nil {
-		t.Fatal(err)
+// A node whose heartbeat objects went and came back gets nothing computed from the old
+// objects, whether its record was kept for readers still holding it or made anew.
+func TestValueGoesWithTheRecord(t *testing.T) {
+	old := topology("n1")
+	store := heartbeat.NewFromObjects(old)
+	c := New[*v1alpha1.NodeTopology, int](heartbeat.SlotNUMAFree)
+	c.Get(store.Node("n1"), 1, old, func() int { return 1 })
+	store.Delete(old)
+	if store.Node("n1").Topology() != nil {
+		t.Fatal("the deleted topology is still visible")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-	// The fake clientset's watch may start after its list, and drops what happens in
-	// between: wait until the informer hears a new Node, so the watch is live.
-	if _, err := kube.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		_, ok, _ := inf.GetStore().GetByKey("probe")
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatal("the informer never saw the probe Node")
-	}
-	hb := &heartbeat{1}
-	c.Get("gone", 1, hb, func() int { return 1 })
-	c.Get("kept", 1, hb, func() int { return 2 })
-	if err := kube.CoreV1().Nodes().Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return c.Len() == 1, nil
-	})
-	if err != nil {
-		t.Fatalf("the deleted Node's entry is still held: %d entries", c.Len())
-	}
+	fresh := topology("n1")
+	store.Put(fresh)
 	calls := 0
-	if got := c.Get("kept", 1, hb, func() int { calls++; return 9 }); got != 2 || calls != 0 {
-		t.Errorf("the remaining node's entry: got %d after %d computations, want the cached 2", got, calls)
+	if got := *c.Get(store.Node("n1"), 1, fresh, func() int { calls++; return 2 }); got != 2 || calls != 1 {
+		t.Errorf("after the node's topology was replaced: got %d after %d computations, want 2 after 1", got, calls)
 	}
 }

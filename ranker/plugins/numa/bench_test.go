@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 // BenchmarkFilterScore is one node's Filter and Score for a pod on an 8-NUMA-node node
@@ -19,7 +21,7 @@ func BenchmarkFilterScore(b *testing.B) {
 		pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "1", gi, map[string]string{NodesAnnotation: fmt.Sprint(i % 8)})))
 	}
 	ni := nodeInfo("n", pods...)
-	pl := NewWith(topoStore{uniform("n", 8, 8, 32*gi)}, nil, nil)
+	pl := NewWith(heartbeat.NewFromObjects(uniform("n", 8, 8, 32*gi)), nil, nil)
 	p := pod("new", "12", 40*gi, nil) // needs two NUMA nodes
 	ctx := context.Background()
 	state := framework.NewCycleState()

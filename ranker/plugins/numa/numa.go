@@ -53,10 +53,10 @@ const (
 	NodesAnnotation = "numa.sextant.io/nodes"
 )
 
-// Topologies gives the latest NodeTopology of a node, or nil if it has none.
-// *heartbeat.Store implements it.
-type Topologies interface {
-	Topology(node string) *v1alpha1.NodeTopology
+// Nodes gives a node's heartbeat record, nil when it has none. *heartbeat.Store
+// implements it.
+type Nodes interface {
+	Node(name string) *heartbeat.Node
 }
 
 // NodeInfos looks up the scheduler's snapshot of a node; Reserve uses it when Filter and
@@ -66,12 +66,12 @@ type NodeInfos func(node string) (fwk.NodeInfo, error)
 
 // NUMAAware is the plugin.
 type NUMAAware struct {
-	topologies Topologies
-	nodeInfos  NodeInfos
-	client     kubernetes.Interface
-	ledger     *ledger
+	nodes     Nodes
+	nodeInfos NodeInfos
+	client    kubernetes.Interface
+	ledger    *ledger
 	// freeCache holds each node's free capacity per NUMA node between cycles.
-	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, *nodeFree]
+	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, nodeFree]
 }
 
 var (
@@ -103,18 +103,15 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch pods for reservations: %w", err)
 		}
-		if err := pl.freeCache.ForgetDeletedNodes(f.Core().V1().Nodes().Informer()); err != nil {
-			return nil, fmt.Errorf("numa plugin: watch nodes: %w", err)
-		}
 	}
 	return pl, nil
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
-func NewWith(topologies Topologies, client kubernetes.Interface, nodeInfos NodeInfos) *NUMAAware {
+func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *NUMAAware {
 	registerMetrics()
-	return &NUMAAware{topologies: topologies, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
-		freeCache: nodecache.New[*v1alpha1.NodeTopology, *nodeFree]()}
+	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
+		freeCache: nodecache.New[*v1alpha1.NodeTopology, nodeFree](heartbeat.SlotNUMAFree)}
 }
 
 // Name returns the plugin's name.
@@ -180,11 +177,11 @@ func ChosenNUMANodes(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool
 	if r := s.reserved.Load(); r != nil && r.node == node.Name {
 		return r.choice.Nodes, true
 	}
-	topo := s.pl.topologies.Topology(node.Name)
-	if !hasNUMA(topo) {
+	nf, topo, ok := s.pl.numaFree(node.Name, nodeInfo)
+	if !ok {
 		return nil, false
 	}
-	ch, ok := s.pl.choose(topo, nodeInfo, s.req)
+	ch, ok := nf.choose(topo, s.req)
 	if !ok || s.policy == PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		return nil, false // Filter rejects the node: there is no choice on it
 	}

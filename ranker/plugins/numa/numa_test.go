@@ -163,13 +163,3 @@ func schedule(t *testing.T, pl *NUMAAware, p *v1.Pod, infos []*framework.NodeInf
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
-
-// topoStore is a Topologies of one object without the informer machinery.
-type topoStore struct{ nt *v1alpha1.NodeTopology }
-
-func (s topoStore) Topology(node string) *v1alpha1.NodeTopology {
-	if s.nt != nil && s.nt.Name == node {
-		return s.nt
-	}
-	return nil
-}

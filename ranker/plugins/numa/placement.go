@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -192,12 +193,37 @@ const maxExhaustiveNUMANodes = 12
 // cover req, ties broken by the smallest sum of pairwise distances, then by the lowest
 // IDs. ok is false when even all NUMA nodes together do not cover req.
 func BestChoice(topo *v1alpha1.NodeTopology, free []Free, req Request) (Choice, bool) {
+	return bestChoice(free, req, lazyDistances{topo: topo})
+}
+
+// lazyDistances is the distance matrix of a node's NUMA nodes (indexed like its free
+// capacity), built on first need and, with a cache, kept: most choices never need it,
+// and one node's matrix serves every pod until the node changes.
+type lazyDistances struct {
+	topo  *v1alpha1.NodeTopology
+	cache *atomic.Pointer[[][]int64]
+}
+
+func (l lazyDistances) get(free []Free) [][]int64 {
+	if l.cache != nil {
+		if d := l.cache.Load(); d != nil {
+			return *d
+		}
+	}
+	d := distances(l.topo, free)
+	if l.cache != nil {
+		l.cache.Store(&d)
+	}
+	return d
+}
+
+func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 	n := len(free)
 	if n == 0 {
 		return Choice{}, false
 	}
 	if n > maxExhaustiveNUMANodes {
-		return greedyChoice(free, distances(topo, free), req)
+		return greedyChoice(free, dists.get(free), req)
 	}
 	if ch, ok := singleChoice(free, req); ok {
 		return ch, true
@@ -231,7 +257,7 @@ func BestChoice(topo *v1alpha1.NodeTopology, free []Free, req Request) (Choice, 
 			var d int64
 			if len(set) > 1 {
 				if dist == nil {
-					dist = distances(topo, free)
+					dist = dists.get(free)
 				}
 				d = setDistance(dist, set)
 			}

@@ -19,7 +19,8 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 	if !ok || s.req.IsZero() {
 		return nil
 	}
-	topo := pl.topologies.Topology(nodeName)
+	rec := pl.nodes.Node(nodeName)
+	topo := rec.Topology()
 	if !hasNUMA(topo) {
 		return nil // nothing to reserve or write: NUMA is unknown on this node
 	}
@@ -30,7 +31,7 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("numa reserve: look up node %s: %w", nodeName, err))
 	}
-	ch, ok := pl.choose(topo, nodeInfo, s.req)
+	ch, ok := pl.free(rec, topo, nodeInfo).choose(topo, s.req)
 	if !ok {
 		filterRejections.WithLabelValues(reasonNoFit).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgNoFit)

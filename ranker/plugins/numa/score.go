@@ -44,11 +44,11 @@ func (pl *NUMAAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, n
 	if node == nil {
 		return 0, nil
 	}
-	topo := pl.topologies.Topology(node.Name)
-	if !hasNUMA(topo) {
+	nf, topo, ok := pl.numaFree(node.Name, nodeInfo)
+	if !ok {
 		return 0, nil
 	}
-	ch, ok := pl.choose(topo, nodeInfo, s.req)
+	ch, ok := nf.choose(topo, s.req)
 	if !ok {
 		return 0, nil
 	}

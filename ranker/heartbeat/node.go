@@ -1,0 +1,224 @@
+package heartbeat
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// Node is one node's heartbeat, as the plugins read it in a scheduling cycle: the latest
+// NodeBandwidth (parsed), the latest NodeTopology, and the values plugins derive from
+// them, all reached with one lookup by node name and read without locks.
+//
+// Why one record rather than a lookup per informer and per plugin cache: Filter visits
+// hundreds of nodes per pod, a different stretch of the cluster for each pod, so every
+// map bucket, key and object it touches is a cache miss. At 5000 nodes, five such
+// lookups per node were a fifth of the ranker's CPU and slowed the default plugins
+// beside them by evicting their data (see README, "Measured").
+type Node struct {
+	name      string
+	bandwidth atomic.Pointer[Bandwidth]
+	topology  atomic.Pointer[v1alpha1.NodeTopology]
+	slots     [slotCount]atomic.Value
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.name }
+
+// Bandwidth is the node's latest NodeBandwidth, nil if it has none. Shared: do not
+// modify it.
+func (n *Node) Bandwidth() *Bandwidth {
+	if n == nil {
+		return nil
+	}
+	return n.bandwidth.Load()
+}
+
+// Topology is the node's latest NodeTopology, nil if it has none. Shared: do not modify
+// it. A new object replaces it on every update, so its identity tells versions apart.
+func (n *Node) Topology() *v1alpha1.NodeTopology {
+	if n == nil {
+		return nil
+	}
+	return n.topology.Load()
+}
+
+// Slot names a place in every Node where one plugin keeps a value it derives from that
+// node (package nodecache, the bandwidth ledger). Each slot holds values of one type.
+type Slot int
+
+const (
+	// SlotNUMAFree holds NUMAAware's free capacity per NUMA node.
+	SlotNUMAFree Slot = iota
+	// SlotDeviceFree holds DeviceAware's free devices.
+	SlotDeviceFree
+	// SlotBandwidthReserved holds the bandwidth ledger's reserved totals.
+	SlotBandwidthReserved
+	slotCount
+)
+
+// Slot returns the node's place for s. The value is the caller's to define; whoever
+// stores must check on load that the value is its own (several plugin instances may
+// share a Store).
+func (n *Node) Slot(s Slot) *atomic.Value { return &n.slots[s] }
+
+// Bandwidth is a NodeBandwidth with what Filter and Score read from it parsed once, when
+// the object arrives, rather than chased through its pointers and Quantities per node
+// and per pod.
+type Bandwidth struct {
+	Object *v1alpha1.NodeBandwidth
+	// SampleTime is status.sampleTime; zero when the report has none.
+	SampleTime time.Time
+	// Window is status.window; zero when absent.
+	Window time.Duration
+	// IngressRemaining and EgressRemaining are status.total.<direction>.remaining in
+	// bits/s, valid when the matching Known is true (the capacity is known).
+	IngressRemaining, EgressRemaining int64
+	IngressKnown, EgressKnown         bool
+}
+
+// ParseBandwidth returns nbw's parsed form; nil for nil.
+func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
+	if nbw == nil {
+		return nil
+	}
+	b := &Bandwidth{Object: nbw}
+	st := nbw.Status
+	if st.SampleTime != nil {
+		b.SampleTime = st.SampleTime.Time
+	}
+	if st.Window != nil {
+		b.Window = st.Window.Duration
+	}
+	if st.Total != nil {
+		if r := st.Total.Ingress.Remaining; r != nil {
+			b.IngressRemaining, b.IngressKnown = r.Value(), true
+		}
+		if r := st.Total.Egress.Remaining; r != nil {
+			b.EgressRemaining, b.EgressKnown = r.Value(), true
+		}
+	}
+	return b
+}
+
+// index maps node names to their records. Readers look in an immutable table without
+// locking; writers change the authoritative map under a mutex and the readers' table is
+// replaced by a new one once enough lookups have missed it (as sync.Map once did).
+// Names are added and removed only when heartbeat objects appear and go, so after
+// startup nearly every lookup is lock-free; a record's contents change through its
+// atomics without touching the maps.
+type index struct {
+	read atomic.Pointer[table]
+	// dirty is set while all has names read lacks or read has names all dropped.
+	dirty atomic.Bool
+
+	mu     sync.Mutex
+	all    map[string]*Node
+	misses int
+}
+
+// table is an open-addressing hash table of records, built once and then only read.
+// Why not a Go map: Filter looks up a different stretch of the cluster for each pod, so
+// every lookup misses the CPU's caches, and a map touches a control word, a slot group
+// and the key's bytes before it reaches the record. Here the slots (hash, record) sit
+// in one flat array a few hundred KiB long, which stays cached between pods, and only
+// the record and its name are read beyond it.
+type table struct {
+	mask  uint64
+	slots []tableSlot
+}
+
+type tableSlot struct {
+	hash uint64
+	node *Node
+}
+
+var hashSeed = maphash.MakeSeed()
+
+func newTable(nodes map[string]*Node) *table {
+	size := uint64(16)
+	for size < uint64(len(nodes))*4/3+1 {
+		size *= 2
+	}
+	t := &table{mask: size - 1, slots: make([]tableSlot, size)}
+	for name, n := range nodes {
+		h := maphash.String(hashSeed, name)
+		i := h & t.mask
+		for t.slots[i].node != nil {
+			i = (i + 1) & t.mask
+		}
+		t.slots[i] = tableSlot{hash: h, node: n}
+	}
+	return t
+}
+
+func (t *table) get(name string) (*Node, bool) {
+	h := maphash.String(hashSeed, name)
+	for i := h & t.mask; ; i = (i + 1) & t.mask {
+		s := &t.slots[i]
+		if s.node == nil {
+			return nil, false
+		}
+		if s.hash == h && s.node.name == name {
+			return s.node, true
+		}
+	}
+}
+
+func newIndex() *index {
+	x := &index{all: map[string]*Node{}}
+	x.read.Store(newTable(nil))
+	return x
+}
+
+// get returns the node's record, nil if it has none.
+func (x *index) get(name string) *Node {
+	if n, ok := x.read.Load().get(name); ok || !x.dirty.Load() {
+		return n
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := x.all[name]
+	x.misses++
+	if x.misses > len(x.all)/8 {
+		x.publishLocked()
+	}
+	return n
+}
+
+func (x *index) publishLocked() {
+	x.read.Store(newTable(x.all))
+	x.dirty.Store(false)
+	x.misses = 0
+}
+
+// update applies change to the node's record, creating it if needed, and drops the
+// record when change leaves it without heartbeat objects.
+func (x *index) update(name string, change func(*Node)) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := x.all[name]
+	if n == nil {
+		// A record dropped but still in the readers' map is revived, not replaced:
+		// readers must never hold a record that no longer gets updates.
+		if n, _ = x.read.Load().get(name); n == nil {
+			n = &Node{name: name}
+		}
+		x.all[name] = n
+		x.dirty.Store(true)
+	}
+	change(n)
+	if n.bandwidth.Load() == nil && n.topology.Load() == nil {
+		delete(x.all, name)
+		x.dirty.Store(true)
+	}
+}
+
+func (x *index) len() int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.all)
+}
