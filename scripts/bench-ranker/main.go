@@ -157,7 +157,7 @@ func main() {
 	flag.Float64Var(&o.qps, "qps", 2000, "client QPS (and burst) of the harness")
 	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 300, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (scheduler_perf uses 5000, which floods a small shared API server)")
-	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir")
+	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof")
 	flag.Parse()
 
 	var err error
@@ -873,6 +873,20 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	}
 	if cpuErr != nil {
 		logf("%d nodes, %s: WARNING: no CPU time: %v", b.size, sched, cpuErr)
+	}
+	if b.o.cpuProfile > 0 {
+		// The live heap after the run: what the scheduler keeps per node and pod. After
+		// the CPU time is read: the profile forces a garbage collection.
+		path := filepath.Join(b.o.workDir, fmt.Sprintf("heap-%s-%d.pprof", sched, b.size))
+		prof, err := b.getSecure(ctx, proc.port, "/debug/pprof/heap?gc=1", time.Minute)
+		if err == nil {
+			err = os.WriteFile(path, []byte(prof), 0o644)
+		}
+		if err != nil {
+			logf("%d nodes, %s: WARNING: no heap profile: %v", b.size, sched, err)
+		} else {
+			logf("%d nodes, %s: heap profile in %s", b.size, sched, path)
+		}
 	}
 	if text, err := b.scrapeMetrics(ctx, proc.port); err != nil {
 		logf("%d nodes, %s: WARNING: no scheduler metrics: %v", b.size, sched, err)
