@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -82,11 +83,88 @@ func TestRecordLifecycle(t *testing.T) {
 	}
 }
 
+func nodeObject(name string) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// NodeOf answers as Node(name) does for every Node object, across a Node object being
+// replaced, the record being dropped, revived and (once the readers' table forgot it)
+// replaced by a new one.
+func TestNodeOfFollowsRecords(t *testing.T) {
+	s := NewFromObjects(topo("n"))
+	obj := nodeObject("n")
+	rec := s.NodeOf(obj)
+	if rec == nil || rec != s.Node("n") || s.NodeOf(obj) != rec {
+		t.Fatal("NodeOf does not find the record Node finds")
+	}
+	newer := nodeObject("n") // the informer replaced the Node object
+	if s.NodeOf(newer) != rec || s.NodeOf(obj) != rec {
+		t.Fatal("a new Node object of the same node finds another record")
+	}
+	if s.NodeOf(nodeObject("other")) != nil {
+		t.Fatal("a node without heartbeat objects has a record")
+	}
+
+	// Dropped while still in the readers' table, then revived: the same record.
+	s.Delete(topo("n"))
+	if got := s.NodeOf(newer); got.Topology() != nil {
+		t.Fatal("a dropped record still shows its topology")
+	}
+	revived := topo("n")
+	s.Put(revived)
+	if got := s.NodeOf(newer); got != rec || got.Topology() != revived {
+		t.Fatal("the revived record is not the one found")
+	}
+
+	// Dropped and forgotten by the readers' table: the next record is a new one, and a
+	// Node object cached with the old one must not lead to it.
+	s.Delete(topo("n"))
+	s.nodes.mu.Lock()
+	s.nodes.publishLocked()
+	s.nodes.mu.Unlock()
+	replacement := topo("n")
+	s.Put(replacement)
+	got := s.NodeOf(newer)
+	if got == rec || got != s.Node("n") || got.Topology() != replacement {
+		t.Fatalf("NodeOf found the forgotten record (topology %v), want the new one", got.Topology())
+	}
+}
+
+// Node objects of many names share the pointer cache's slots; every lookup still finds
+// its own node's record.
+func TestNodeOfCollisions(t *testing.T) {
+	s := NewFromObjects()
+	const names = 300
+	objs := make([]*v1.Node, 0, 3*names)
+	for i := range names {
+		s.Put(topo(fmt.Sprint("node-", i)))
+	}
+	for range 3 { // three Node objects per node, as after two informer updates
+		for i := range names {
+			objs = append(objs, nodeObject(fmt.Sprint("node-", i)))
+		}
+	}
+	for range 3 {
+		for _, o := range objs {
+			if n := s.NodeOf(o); n == nil || n.Name() != o.Name {
+				t.Fatalf("NodeOf(%s) returned %v", o.Name, n)
+			}
+		}
+	}
+	if c := s.nodes.byObject.Load(); len(c.slots) < 2*names {
+		t.Errorf("pointer cache has %d slots for %d records; it grows with the table", len(c.slots), names)
+	}
+}
+
 // Lookups of names added after the readers' map was published find them (first under
 // the lock, then lock-free once the map is republished), also while writers run.
 func TestConcurrentLookupsAndUpdates(t *testing.T) {
 	s := NewFromObjects()
 	const nodes = 200
+	objs := make([]*v1.Node, nodes)
+	for i := range objs {
+		objs[i] = nodeObject(fmt.Sprint("node-", i))
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -104,8 +182,13 @@ func TestConcurrentLookupsAndUpdates(t *testing.T) {
 			defer wg.Done()
 			for range 20 {
 				for i := range nodes {
-					if n := s.Node(fmt.Sprint("node-", i)); n != nil && n.Name() != fmt.Sprint("node-", i) {
+					name := fmt.Sprint("node-", i)
+					if n := s.Node(name); n != nil && n.Name() != name {
 						t.Errorf("lookup of node-%d returned %s", i, n.Name())
+						return
+					}
+					if n := s.NodeOf(objs[i]); n != nil && n.Name() != name {
+						t.Errorf("NodeOf node-%d returned %s", i, n.Name())
 						return
 					}
 				}
@@ -140,6 +223,26 @@ func TestConcurrentLookupsAndUpdates(t *testing.T) {
 }
 
 // BenchmarkNode is one lookup of a node's record among 5000, as Filter makes per node.
+func BenchmarkNodeOf(b *testing.B) {
+	s := NewFromObjects()
+	objs := make([]*v1.Node, 5000)
+	for i := range objs {
+		objs[i] = nodeObject(fmt.Sprintf("bench-node-%05d", i))
+		s.Put(topo(objs[i].Name))
+	}
+	for _, o := range objs {
+		s.Node(o.Name) // publish the readers' map
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if s.NodeOf(objs[i%len(objs)]) == nil {
+			b.Fatal("missing")
+		}
+		i += 97
+	}
+}
+
 func BenchmarkNode(b *testing.B) {
 	s := NewFromObjects()
 	names := make([]string, 5000)

@@ -23,7 +23,7 @@ func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v
 	if node == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
-	rec := pl.reports.Node(node.Name)
+	rec := pl.reports.NodeOf(node)
 	report := rec.Bandwidth()
 	var resIn, resEg int64
 	if report != nil {

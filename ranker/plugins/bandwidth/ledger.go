@@ -18,6 +18,8 @@ import (
 // reports from. *heartbeat.Store implements it.
 type Nodes interface {
 	Node(name string) *heartbeat.Node
+	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
+	NodeOf(node *v1.Node) *heartbeat.Node
 }
 
 // defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s).

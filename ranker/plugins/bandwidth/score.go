@@ -15,7 +15,22 @@ const scoreKey fwk.StateKey = Name + "/scores"
 // node's score depends on the other nodes (each direction is scaled by the worst or best
 // node). Read-only afterwards, so Score may read it from parallel goroutines.
 type scoreState struct {
-	scores map[string]int64
+	// scores is keyed by the snapshot's Node objects, which kube-scheduler hands to
+	// Score again: hashing an address reads no memory, hashing a name reads its bytes.
+	scores map[*v1.Node]int64
+}
+
+// score is the node's score; a Node object PreScore was not given is found by name.
+func (s *scoreState) score(node *v1.Node) int64 {
+	if v, ok := s.scores[node]; ok {
+		return v
+	}
+	for n, v := range s.scores {
+		if n.Name == node.Name {
+			return v
+		}
+	}
+	return 0
 }
 
 func (s *scoreState) Clone() fwk.StateData { return s }
@@ -27,13 +42,13 @@ func (pl *BandwidthAware) PreScore(_ context.Context, state fwk.CycleState, pod 
 	if !ok || ps.req.Empty() {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	names := make([]string, 0, len(nodes))
+	objs := make([]*v1.Node, 0, len(nodes))
 	for _, n := range nodes {
 		if node := n.Node(); node != nil {
-			names = append(names, node.Name)
+			objs = append(objs, node)
 		}
 	}
-	scores, ok := pl.scoreNodes(ps.req, names, ps.now)
+	scores, ok := pl.scoreNodes(ps.req, objs, ps.now)
 	if !ok {
 		return fwk.NewStatus(fwk.Skip)
 	}
@@ -51,7 +66,7 @@ func (pl *BandwidthAware) Score(_ context.Context, state fwk.CycleState, _ *v1.P
 	if !ok || nodeInfo.Node() == nil {
 		return 0, nil
 	}
-	return s.scores[nodeInfo.Node().Name], nil
+	return s.score(nodeInfo.Node()), nil
 }
 
 // ScoreExtensions implements fwk.ScorePlugin.
@@ -84,7 +99,7 @@ func (pl *BandwidthAware) NormalizeScore(_ context.Context, _ fwk.CycleState, _ 
 // difference keeps the scale anchored at zero). A node without a usable report scores 0
 // in that direction. Directions combine as a weighted mean with the ingress/egress
 // weights. ok is false when no direction counts (all counted weights are 0).
-func (pl *BandwidthAware) scoreNodes(req Request, nodes []string, now time.Time) (map[string]int64, bool) {
+func (pl *BandwidthAware) scoreNodes(req Request, nodes []*v1.Node, now time.Time) (map[*v1.Node]int64, bool) {
 	strategy := req.Strategy
 	if strategy == "" {
 		strategy = pl.args.Strategy
@@ -113,7 +128,7 @@ func (pl *BandwidthAware) scoreNodes(req Request, nodes []string, now time.Time)
 	if weightSum == 0 {
 		return nil, false
 	}
-	out := make(map[string]int64, len(nodes))
+	out := make(map[*v1.Node]int64, len(nodes))
 	for i, n := range nodes {
 		out[n] = int64(math.Round(total[i] / weightSum * float64(fwk.MaxNodeScore)))
 	}
@@ -128,10 +143,10 @@ type avail struct {
 }
 
 // availableAll reads each node's report and reservations once for both directions.
-func (pl *BandwidthAware) availableAll(nodes []string, now time.Time) (ingress, egress []avail) {
+func (pl *BandwidthAware) availableAll(nodes []*v1.Node, now time.Time) (ingress, egress []avail) {
 	ingress, egress = make([]avail, len(nodes)), make([]avail, len(nodes))
 	for i, n := range nodes {
-		ingress[i], egress[i] = pl.available(pl.reports.Node(n), now)
+		ingress[i], egress[i] = pl.available(pl.reports.NodeOf(n), now)
 	}
 	return ingress, egress
 }

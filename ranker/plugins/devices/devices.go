@@ -48,6 +48,8 @@ const AllocatedAnnotation = "devices.sextant.io/allocated"
 // implements it.
 type Nodes interface {
 	Node(name string) *heartbeat.Node
+	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
+	NodeOf(node *v1.Node) *heartbeat.Node
 }
 
 // NodeInfos looks up the scheduler's snapshot of a node, for Reserve.

@@ -31,7 +31,7 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		filterRejections.WithLabelValues(reasonNodeNotFound).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
-	rec := pl.nodes.Node(node.Name)
+	rec := pl.nodes.NodeOf(node)
 	topo := rec.Topology()
 	if topo == nil {
 		filterRejections.WithLabelValues(reasonNoTopology).Inc()

@@ -32,7 +32,7 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 	if node == nil {
 		return 0, nil
 	}
-	rec := pl.nodes.Node(node.Name)
+	rec := pl.nodes.NodeOf(node)
 	topo := rec.Topology()
 	if topo == nil {
 		return 0, nil

@@ -35,7 +35,7 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		filterRejections.WithLabelValues(reasonNodeNotFound).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
-	nf, topo, ok := pl.numaFree(node.Name, nodeInfo)
+	nf, topo, ok := pl.numaFree(node, nodeInfo)
 	if !ok {
 		if s.policy == PolicySingleNUMANode {
 			filterRejections.WithLabelValues(reasonNoTopology).Inc()
@@ -128,8 +128,8 @@ func (pl *NUMAAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, node
 // false when it has no NodeTopology or one without NUMA nodes. On a cache hit it does
 // not read the NodeTopology object itself: in Filter, at 5000 nodes, that object is a
 // cache miss of the CPU for every node, and the cached value says as much.
-func (pl *NUMAAware) numaFree(node string, nodeInfo fwk.NodeInfo) (nf *nodeFree, topo *v1alpha1.NodeTopology, ok bool) {
-	rec := pl.nodes.Node(node)
+func (pl *NUMAAware) numaFree(node *v1.Node, nodeInfo fwk.NodeInfo) (nf *nodeFree, topo *v1alpha1.NodeTopology, ok bool) {
+	rec := pl.nodes.NodeOf(node)
 	if topo = rec.Topology(); topo == nil {
 		return nil, nil, false
 	}

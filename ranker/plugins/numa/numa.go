@@ -57,6 +57,8 @@ const (
 // implements it.
 type Nodes interface {
 	Node(name string) *heartbeat.Node
+	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
+	NodeOf(node *v1.Node) *heartbeat.Node
 }
 
 // NodeInfos looks up the scheduler's snapshot of a node; Reserve uses it when Filter and
@@ -177,7 +179,7 @@ func ChosenNUMANodes(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool
 	if r := s.reserved.Load(); r != nil && r.node == node.Name {
 		return r.choice.Nodes, true
 	}
-	nf, topo, ok := s.pl.numaFree(node.Name, nodeInfo)
+	nf, topo, ok := s.pl.numaFree(node, nodeInfo)
 	if !ok {
 		return nil, false
 	}

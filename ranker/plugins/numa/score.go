@@ -44,7 +44,7 @@ func (pl *NUMAAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, n
 	if node == nil {
 		return 0, nil
 	}
-	nf, topo, ok := pl.numaFree(node.Name, nodeInfo)
+	nf, topo, ok := pl.numaFree(node, nodeInfo)
 	if !ok {
 		return 0, nil
 	}
