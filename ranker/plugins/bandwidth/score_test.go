@@ -158,16 +158,28 @@ func TestScoreExpectedOnlyNodesWithoutReportScoreZero(t *testing.T) {
 	}
 }
 
-func TestNormalizeScore(t *testing.T) {
-	pl := testPlugin(t, testArgs(nil))
+func TestStretch(t *testing.T) {
 	list := fwk.NodeScoreList{{Name: "a", Score: 40}, {Name: "b", Score: 20}, {Name: "c", Score: 0}}
-	pl.NormalizeScore(context.Background(), nil, nil, list)
+	stretch(list)
 	if list[0].Score != 100 || list[1].Score != 50 || list[2].Score != 0 {
 		t.Errorf("got %v", list)
 	}
 	zero := fwk.NodeScoreList{{Name: "a"}, {Name: "b"}}
-	pl.NormalizeScore(context.Background(), nil, nil, zero)
+	stretch(zero)
 	if zero[0].Score != 0 || zero[1].Score != 0 {
 		t.Errorf("all-zero scores must stay zero: %v", zero)
+	}
+}
+
+// Without PreScore's state (the pod was skipped) NormalizeScore prefers no node, whatever
+// Score returned.
+func TestNormalizeScoreWithoutPreScore(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil))
+	list := fwk.NodeScoreList{{Name: "a", Score: 3}, {Name: "b", Score: 0}}
+	if st := pl.NormalizeScore(context.Background(), framework.NewCycleState(), nil, list); !st.IsSuccess() {
+		t.Fatalf("NormalizeScore: %v", st)
+	}
+	if list[0].Score != 0 || list[1].Score != 0 {
+		t.Errorf("got %v, want all 0", list)
 	}
 }
