@@ -14,7 +14,8 @@ import (
 
 // Node is one node's heartbeat, as the plugins read it in a scheduling cycle: the latest
 // NodeBandwidth (parsed), the latest NodeTopology, and the values plugins derive from
-// them, all reached with one lookup by node name and read without locks.
+// them, all reached with one lookup (by name, or by the Node object: Store.NodeOf) and
+// read without locks.
 //
 // Why one record rather than a lookup per informer and per plugin cache: Filter visits
 // hundreds of nodes per pod, a different stretch of the cluster for each pod, so every
