@@ -49,7 +49,7 @@ func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.P
 	// another informer's handler, which may not have run yet, and a pod skipped here
 	// waits for the unschedulable flush (minutes). A needless requeue costs one
 	// attempt, in which Filter applies the ledger as usual.
-	if reason, _ := pl.check(req, heartbeat.ParseBandwidth(report), 0, 0, pl.now()); reason != "" {
+	if reason, _ := pl.check(req, heartbeat.ParseBandwidth(report), 0, 0, pl.now(), false); reason != "" {
 		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
 		return fwk.QueueSkip, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/ranker/heartbeat"
@@ -14,7 +15,12 @@ import (
 // Filter drops the node unless, for every direction the pod requires, the node has a
 // fresh NodeBandwidth whose remaining minus the ledger's reservations there is at least
 // the required rate.
-func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+//
+// The status message is fixed per reason (see message): kube-scheduler's
+// FailedScheduling event counts nodes per distinct message, so figures in it would make
+// one line per node at 5000 nodes, and formatting them for every rejected node cost the
+// ranker hundreds of allocations per pod. The node's figures are logged at V(5).
+func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := pl.podState(state, pod)
 	if !ok || !s.req.HasRequired() {
 		return nil
@@ -29,24 +35,66 @@ func (pl *BandwidthAware) Filter(_ context.Context, state fwk.CycleState, pod *v
 	if report != nil {
 		resIn, resEg = pl.ledger.reservedOn(rec)
 	}
-	reason, msg := pl.check(s.req, report, resIn, resEg, s.now)
+	reason, _ := pl.check(s.req, report, resIn, resEg, s.now, false)
 	if reason == "" {
 		return nil
 	}
 	filterRejections.WithLabelValues(reason).Inc()
+	if v := klog.FromContext(ctx).V(5); v.Enabled() {
+		_, detail := pl.check(s.req, report, resIn, resEg, s.now, true)
+		v.Info("BandwidthAware rejected the node", "pod", klog.KObj(pod), "node", node.Name, "reason", reason, "detail", detail)
+	}
 	// Unresolvable: preempting pods does not change what the node measured, so
 	// preemption must not evict anything on the node's behalf.
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, pl.message(reason))
 }
 
-// check returns the reason label and message why a node with this report (nil: none)
-// and these reservations cannot take req at now, or "" if it can.
-func (pl *BandwidthAware) check(req Request, report *heartbeat.Bandwidth, resIn, resEg int64, now time.Time) (reason, msg string) {
+// Rejection messages, one per reason (see Filter); the stale one is per plugin, as it
+// names the plugin's stale-after.
+const (
+	msgNoReport        = "node(s) had no NodeBandwidth"
+	msgUnknownCapacity = "node(s) reported no remaining bandwidth (capacity unknown) in a direction the pod requires"
+	msgIngress         = "node(s) didn't have the pod's required ingress bandwidth remaining"
+	msgEgress          = "node(s) didn't have the pod's required egress bandwidth remaining"
+)
+
+// message is Filter's status message for reason.
+func (pl *BandwidthAware) message(reason string) string {
+	switch reason {
+	case reasonNoReport:
+		return msgNoReport
+	case reasonStaleReport:
+		return pl.msgStale
+	case reasonUnknownCapacity:
+		return msgUnknownCapacity
+	case reasonIngress:
+		return msgIngress
+	case reasonEgress:
+		return msgEgress
+	}
+	return reason
+}
+
+func staleMessage(staleAfter time.Duration) string {
+	return fmt.Sprintf("node(s) had no fresh NodeBandwidth (none sampled within stale-after %s)", staleAfter)
+}
+
+// check returns the reason why a node with this report (nil: none) and these
+// reservations cannot take req at now, or "" if it can; with detail, also a message
+// with the node's figures (for logs and tests: building it allocates).
+func (pl *BandwidthAware) check(req Request, report *heartbeat.Bandwidth, resIn, resEg int64, now time.Time, detail bool) (reason, msg string) {
 	if report == nil {
 		return reasonNoReport, "node has no NodeBandwidth"
 	}
-	if stale, m := pl.stale(report, now); stale {
-		return reasonStaleReport, m
+	if pl.stale(report, now) {
+		if !detail {
+			return reasonStaleReport, ""
+		}
+		if report.SampleTime.IsZero() {
+			return reasonStaleReport, "NodeBandwidth has no sampleTime"
+		}
+		return reasonStaleReport, fmt.Sprintf("NodeBandwidth is stale (sampled %s ago, stale after %s)",
+			now.Sub(report.SampleTime).Truncate(time.Second), pl.args.StaleAfter.Duration)
 	}
 	dirs := [...]struct {
 		name     string
@@ -64,32 +112,32 @@ func (pl *BandwidthAware) check(req Request, report *heartbeat.Bandwidth, resIn,
 			continue
 		}
 		if !dir.known {
+			if !detail {
+				return reasonUnknownCapacity, ""
+			}
 			return reasonUnknownCapacity, fmt.Sprintf("NodeBandwidth has no %s remaining (capacity unknown)", dir.name)
 		}
-		if avail := dir.reported - dir.reserved; avail < dir.d.Required {
-			if dir.reserved > 0 {
-				// Reservations can exceed what was reported (expected > required); say 0.
-				return dir.reason, fmt.Sprintf("%s remaining %s (%s reported - %s reserved) < required %s",
-					dir.name, formatRate(max(avail, 0)), formatRate(dir.reported), formatRate(dir.reserved), formatRate(dir.d.Required))
-			}
+		avail := dir.reported - dir.reserved
+		if avail >= dir.d.Required {
+			continue
+		}
+		switch {
+		case !detail:
+			return dir.reason, ""
+		case dir.reserved > 0:
+			// Reservations can exceed what was reported (expected > required); say 0.
+			return dir.reason, fmt.Sprintf("%s remaining %s (%s reported - %s reserved) < required %s",
+				dir.name, formatRate(max(avail, 0)), formatRate(dir.reported), formatRate(dir.reserved), formatRate(dir.d.Required))
+		default:
 			return dir.reason, fmt.Sprintf("%s remaining %s < required %s", dir.name, formatRate(avail), formatRate(dir.d.Required))
 		}
 	}
 	return "", ""
 }
 
-// stale reports whether the report is too old to trust at now, with the message saying
-// so.
-func (pl *BandwidthAware) stale(report *heartbeat.Bandwidth, now time.Time) (bool, string) {
-	if report.SampleTime.IsZero() {
-		return true, "NodeBandwidth has no sampleTime"
-	}
-	age := now.Sub(report.SampleTime)
-	if age > pl.args.StaleAfter.Duration {
-		return true, fmt.Sprintf("NodeBandwidth is stale (sampled %s ago, stale after %s)",
-			age.Truncate(time.Second), pl.args.StaleAfter.Duration)
-	}
-	return false, ""
+// stale reports whether the report is too old to trust at now (or has no sample time).
+func (pl *BandwidthAware) stale(report *heartbeat.Bandwidth, now time.Time) bool {
+	return report.SampleTime.IsZero() || now.Sub(report.SampleTime) > pl.args.StaleAfter.Duration
 }
 
 // available returns, per direction, the reported remaining minus reservations of the
@@ -100,7 +148,7 @@ func (pl *BandwidthAware) available(rec *heartbeat.Node, now time.Time) (ingress
 	if report == nil {
 		return avail{}, avail{}
 	}
-	if stale, _ := pl.stale(report, now); stale {
+	if pl.stale(report, now) {
 		return avail{}, avail{}
 	}
 	in, eg := pl.ledger.reservedOn(rec)

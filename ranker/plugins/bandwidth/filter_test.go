@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/component-base/metrics/testutil"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -47,17 +48,24 @@ func TestFilter(t *testing.T) {
 		node        string
 		wantCode    fwk.Code
 		wantReason  string // metric reason label
-		wantMsg     string
+		wantMsg     string // the status message, fixed per reason
+		wantDetail  string // what check says with the node's figures (logged at V(5))
 	}{
 		{name: "plenty", annotations: ingress400, node: "plenty", wantCode: fwk.Success},
 		{name: "exactly the floor passes", annotations: ingress400, node: "exact", wantCode: fwk.Success},
-		{name: "below the floor", annotations: ingress400, node: "tight", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonIngress, wantMsg: "ingress remaining 300M < required 400M"},
-		{name: "missing report", annotations: ingress400, node: "unknown-node", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonNoReport, wantMsg: "node has no NodeBandwidth"},
-		{name: "stale report", annotations: ingress400, node: "stale", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport, wantMsg: "NodeBandwidth is stale (sampled 2m0s ago, stale after 1m0s)"},
-		{name: "report without sampleTime", annotations: ingress400, node: "no-sample-time", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport, wantMsg: "no sampleTime"},
-		{name: "unknown capacity", annotations: ingress400, node: "no-capacity", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonUnknownCapacity, wantMsg: "NodeBandwidth has no ingress remaining (capacity unknown)"},
+		{name: "below the floor", annotations: ingress400, node: "tight", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonIngress,
+			wantMsg: msgIngress, wantDetail: "ingress remaining 300M < required 400M"},
+		{name: "missing report", annotations: ingress400, node: "unknown-node", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonNoReport,
+			wantMsg: msgNoReport, wantDetail: "node has no NodeBandwidth"},
+		{name: "stale report", annotations: ingress400, node: "stale", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport,
+			wantMsg: "node(s) had no fresh NodeBandwidth (none sampled within stale-after 1m0s)", wantDetail: "NodeBandwidth is stale (sampled 2m0s ago, stale after 1m0s)"},
+		{name: "report without sampleTime", annotations: ingress400, node: "no-sample-time", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport,
+			wantMsg: "node(s) had no fresh NodeBandwidth (none sampled within stale-after 1m0s)", wantDetail: "NodeBandwidth has no sampleTime"},
+		{name: "unknown capacity", annotations: ingress400, node: "no-capacity", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonUnknownCapacity,
+			wantMsg: msgUnknownCapacity, wantDetail: "NodeBandwidth has no ingress remaining (capacity unknown)"},
 		{name: "unknown capacity in a direction not required", annotations: map[string]string{AnnotationEgressRequired: "1G"}, node: "no-capacity", wantCode: fwk.Success},
-		{name: "egress floor", annotations: map[string]string{AnnotationIngressRequired: "1G", AnnotationEgressRequired: "200M"}, node: "egress-poor", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonEgress, wantMsg: "egress remaining 100M < required 200M"},
+		{name: "egress floor", annotations: map[string]string{AnnotationIngressRequired: "1G", AnnotationEgressRequired: "200M"}, node: "egress-poor", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonEgress,
+			wantMsg: msgEgress, wantDetail: "egress remaining 100M < required 200M"},
 		{name: "expected only does not filter", annotations: map[string]string{AnnotationIngressExpected: "20G"}, node: "unknown-node", wantCode: fwk.Success},
 		{name: "no annotations does not filter", annotations: nil, node: "unknown-node", wantCode: fwk.Success},
 	}
@@ -85,8 +93,11 @@ func TestFilter(t *testing.T) {
 			if st.Code() != tc.wantCode {
 				t.Fatalf("got %v, want %v", st, tc.wantCode)
 			}
-			if tc.wantMsg != "" && !strings.Contains(st.Message(), tc.wantMsg) {
-				t.Errorf("message %q, want it to contain %q", st.Message(), tc.wantMsg)
+			if st.Message() != tc.wantMsg {
+				t.Errorf("message %q, want %q", st.Message(), tc.wantMsg)
+			}
+			if detail := checkDetail(pl, pod, tc.node); detail != tc.wantDetail {
+				t.Errorf("detail %q, want %q", detail, tc.wantDetail)
 			}
 			if tc.wantReason != "" {
 				after, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues(tc.wantReason))
@@ -106,8 +117,11 @@ func TestFilterSeedExample(t *testing.T) {
 		if len(c.filtered) != 1 || c.filtered["node-4"] == nil {
 			t.Fatalf("%s: want only node-4 filtered, got %v", strategy, c.filtered)
 		}
-		if msg := c.filtered["node-4"].Message(); msg != "ingress remaining 300M < required 400M" {
+		if msg := c.filtered["node-4"].Message(); msg != msgIngress {
 			t.Errorf("node-4 reason %q", msg)
+		}
+		if detail := checkDetail(pl, pod, "node-4"); detail != "ingress remaining 300M < required 400M" {
+			t.Errorf("node-4 detail %q", detail)
 		}
 	}
 }
@@ -118,10 +132,30 @@ func TestFilterSubtractsReservations(t *testing.T) {
 	pl.Ledger().Reserve(first, "n", mustParse(t, first))
 	second := testPod(map[string]string{AnnotationIngressRequired: "400M"})
 	st := pl.Filter(context.Background(), nil, second, nodeInfo("n"))
-	want := "ingress remaining 300M (1G reported - 700M reserved) < required 400M"
-	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != want {
-		t.Fatalf("got %v, want %q", st, want)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != msgIngress {
+		t.Fatalf("got %v, want %q", st, msgIngress)
 	}
+	want := "ingress remaining 300M (1G reported - 700M reserved) < required 400M"
+	if detail := checkDetail(pl, second, "n"); detail != want {
+		t.Errorf("detail %q, want %q", detail, want)
+	}
+}
+
+// checkDetail is what Filter logs at V(5) for pod on node: check's message with the
+// node's figures, from the same report and reservations Filter reads.
+func checkDetail(pl *BandwidthAware, pod *v1.Pod, node string) string {
+	s, ok := pl.podState(nil, pod)
+	if !ok {
+		return ""
+	}
+	rec := pl.reports.NodeOf(nodeInfo(node).Node())
+	report := rec.Bandwidth()
+	var resIn, resEg int64
+	if report != nil {
+		resIn, resEg = pl.ledger.reservedOn(rec)
+	}
+	_, detail := pl.check(s.req, report, resIn, resEg, s.now, true)
+	return detail
 }
 
 func mustParse(t *testing.T, pod interface{ GetAnnotations() map[string]string }) Request {

@@ -21,6 +21,8 @@ type BandwidthAware struct {
 	reports Nodes
 	ledger  *Ledger
 	now     func() time.Time
+	// msgStale is Filter's message for a stale report; it names args.StaleAfter.
+	msgStale string
 }
 
 var (
@@ -64,7 +66,8 @@ var sharedStore = heartbeat.Shared
 
 // newPlugin builds the plugin without a framework handle, for New and for tests.
 func newPlugin(args Args, reports Nodes, now func() time.Time) *BandwidthAware {
-	return &BandwidthAware{args: args, reports: reports, ledger: NewLedger(reports), now: now}
+	return &BandwidthAware{args: args, reports: reports, ledger: NewLedger(reports), now: now,
+		msgStale: staleMessage(args.StaleAfter.Duration)}
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (benchmarks,
