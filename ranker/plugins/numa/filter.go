@@ -71,10 +71,11 @@ func hasNUMA(topo *v1alpha1.NodeTopology) bool {
 	return topo != nil && len(topo.Status.NUMANodes) > 0
 }
 
-// nodeFree is one node's free capacity per NUMA node, in NUMA node ID order, and the
-// last choice made from it. Filter, Score, DeviceAware and Reserve each ask for the same
-// pod's choice on the same node; the memo answers all but the first without recomputing
-// it or keeping a per-cycle map of every node.
+// nodeFree is one node's free capacity per NUMA node, in NUMA node ID order, and, on
+// nodes of more than memoFromNUMANodes NUMA nodes, the last choice made from it.
+// Filter, Score, DeviceAware and Reserve each ask for the same pod's choice on the same
+// node; the memo answers all but the first without repeating a search of up to 4095
+// sets or keeping a per-cycle map of every node.
 type nodeFree struct {
 	free []Free
 	last atomic.Pointer[choiceMemo]
@@ -97,6 +98,11 @@ func (nf *nodeFree) choose(topo *v1alpha1.NodeTopology, req Request) (Choice, bo
 	if ch, ok := singleChoice(nf.free, req); ok {
 		return ch, true
 	}
+	if len(nf.free) <= memoFromNUMANodes {
+		// A few subsets, searched without allocating, cost less than a memo allocated
+		// for every node a large pod is checked on.
+		return bestChoice(nf.free, req, lazyDistances{topo: topo, cache: &nf.dist})
+	}
 	if m := nf.last.Load(); m != nil && m.req == req {
 		return m.choice, m.fits
 	}
@@ -104,6 +110,10 @@ func (nf *nodeFree) choose(topo *v1alpha1.NodeTopology, req Request) (Choice, bo
 	nf.last.Store(&choiceMemo{req: req, choice: ch, fits: fits})
 	return ch, fits
 }
+
+// memoFromNUMANodes is the NUMA node count above which choose keeps its last choice: up
+// to 4 NUMA nodes a search tries at most 11 sets of two or more.
+const memoFromNUMANodes = 4
 
 // free is the node's free capacity per NUMA node, counting this plugin's reservations
 // for pods whose annotation is not visible yet. The result is shared: do not modify it.

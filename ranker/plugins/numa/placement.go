@@ -244,29 +244,31 @@ func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 		if topCPU < req.MilliCPU || topMem < req.Memory {
 			continue
 		}
-		best, found := Choice{}, false
-		forEachSubset(n, k, func(set []int) {
+		// The subset search allocates nothing: the current and the best set live on the
+		// stack, and the IDs are built once, for the winner.
+		var setBuf, bestBuf [maxExhaustiveNUMANodes]int
+		set, bestSet := firstSubset(setBuf[:k]), bestBuf[:k]
+		var bestDist int64
+		found := false
+		for ok := true; ok; ok = nextSubset(set, n) {
 			var c, m int64
 			for _, i := range set {
 				c += free[i].MilliCPU
 				m += free[i].Memory
 			}
 			if c < req.MilliCPU || m < req.Memory {
-				return
+				continue
 			}
-			var d int64
-			if len(set) > 1 {
-				if dist == nil {
-					dist = dists.get(free)
-				}
-				d = setDistance(dist, set)
+			if dist == nil {
+				dist = dists.get(free)
 			}
-			if !found || d < best.Distance {
-				best, found = Choice{Nodes: ids(free, set), Distance: d}, true
+			if d := setDistance(dist, set); !found || d < bestDist {
+				bestDist, found = d, true
+				copy(bestSet, set)
 			}
-		})
+		}
 		if found {
-			return best, true
+			return Choice{Nodes: ids(free, bestSet), Distance: bestDist}, true
 		}
 	}
 	return Choice{}, false
@@ -370,6 +372,18 @@ func setDistance(dist [][]int64, set []int) int64 {
 }
 
 func ids(free []Free, set []int) []int32 {
+	var mask uint
+	for _, s := range set {
+		id := free[s].ID
+		if id < 0 || int(id) >= sharedSetIDs {
+			mask = 0
+			break
+		}
+		mask |= 1 << id
+	}
+	if mask != 0 {
+		return numaNodeSets[mask]
+	}
 	out := make([]int32, len(set))
 	for i, s := range set {
 		out[i] = free[s].ID
@@ -377,25 +391,46 @@ func ids(free []Free, set []int) []int32 {
 	return out
 }
 
-// forEachSubset calls fn with every k-subset of [0,n) in lexicographic order. fn must
-// not keep the slice.
-func forEachSubset(n, k int, fn func([]int)) {
-	set := make([]int, k)
+// sharedSetIDs bounds the NUMA node IDs whose sets are shared: every set of IDs below it
+// has one read-only ID list (numaNodeSets, by bit mask), so a choice of several NUMA
+// nodes, which Filter makes for every node a large pod is checked on, allocates nothing.
+const sharedSetIDs = 8
+
+var numaNodeSets = func() (sets [1 << sharedSetIDs][]int32) {
+	for mask := 1; mask < len(sets); mask++ {
+		for id := range sharedSetIDs {
+			if mask&(1<<id) != 0 {
+				sets[mask] = append(sets[mask], int32(id))
+			}
+		}
+		sets[mask] = slices.Clip(sets[mask])
+	}
+	return sets
+}()
+
+// firstSubset sets set to the first k-subset of [0,n) in lexicographic order, k =
+// len(set), and returns it.
+func firstSubset(set []int) []int {
 	for i := range set {
 		set[i] = i
 	}
-	for {
-		fn(set)
-		i := k - 1
-		for i >= 0 && set[i] == n-k+i {
-			i--
-		}
-		if i < 0 {
-			return
-		}
-		set[i]++
-		for j := i + 1; j < k; j++ {
-			set[j] = set[j-1] + 1
-		}
+	return set
+}
+
+// nextSubset advances set to the next k-subset of [0,n) in lexicographic order; false
+// when set was the last.
+func nextSubset(set []int, n int) bool {
+	k := len(set)
+	i := k - 1
+	for i >= 0 && set[i] == n-k+i {
+		i--
 	}
+	if i < 0 {
+		return false
+	}
+	set[i]++
+	for j := i + 1; j < k; j++ {
+		set[j] = set[j-1] + 1
+	}
+	return true
 }

@@ -3,10 +3,13 @@ package numa
 import (
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
 )
 
 func TestParsePolicy(t *testing.T) {
@@ -109,6 +112,34 @@ func TestBestChoice(t *testing.T) {
 	}
 }
 
+// TestBestChoiceIDs covers the two ways a multi-NUMA choice gets its IDs: shared lists
+// for IDs below sharedSetIDs, which must not allocate (Filter makes such a choice on
+// every node a large pod is checked on), and fresh ones above.
+func TestBestChoiceIDs(t *testing.T) {
+	low := []Free{{1, 1000, gi}, {3, 1000, gi}, {6, 1000, gi}}
+	high := []Free{{7, 1000, gi}, {8, 1000, gi}, {12, 1000, gi}}
+	// No distances: every pair ties, and the first in ID order wins.
+	nt := &v1alpha1.NodeTopology{}
+	for _, tc := range []struct {
+		name string
+		free []Free
+		want []int32
+	}{
+		{"shared", low, []int32{1, 3}},
+		{"beyond the shared IDs", high, []int32{7, 8}},
+	} {
+		got, ok := bestChoice(tc.free, Request{2000, gi}, lazyDistances{topo: nt})
+		if !ok || !slices.Equal(got.Nodes, tc.want) {
+			t.Errorf("%s: bestChoice = %v, %v; want %v", tc.name, got.Nodes, ok, tc.want)
+		}
+	}
+	dist := lazyDistances{topo: nt, cache: new(atomic.Pointer[[][]int64])}
+	bestChoice(low, Request{2000, gi}, dist)
+	if n := testing.AllocsPerRun(100, func() { bestChoice(low, Request{2000, gi}, dist) }); n != 0 {
+		t.Errorf("a two-NUMA-node choice of low IDs allocates %v times, want 0", n)
+	}
+}
+
 func TestBestChoiceGreedyBeyondCap(t *testing.T) {
 	nt := uniform("n", maxExhaustiveNUMANodes+4, 1, gi)
 	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil), Request{3000, gi})
@@ -141,5 +172,39 @@ func TestFreeCapacity(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("FreeCapacity = %+v\nwant %+v", got, want)
+	}
+}
+
+// TestChooseMemo: on a node of few NUMA nodes a multi-NUMA choice is searched again
+// each time, without allocating; beyond memoFromNUMANodes the first search is kept and
+// answers the same request again.
+func TestChooseMemo(t *testing.T) {
+	for _, tc := range []struct {
+		numaNodes int
+		wantMemo  bool
+	}{
+		{numaNodes: 2, wantMemo: false},
+		{numaNodes: memoFromNUMANodes, wantMemo: false},
+		{numaNodes: memoFromNUMANodes + 2, wantMemo: true},
+	} {
+		topo := uniform("n", tc.numaNodes, 2, 4*gi)
+		nf := &nodeFree{free: FreeCapacity(topo, nil, nil)}
+		req := Request{3000, 4 * gi} // two NUMA nodes
+		first, ok := nf.choose(topo, req)
+		if !ok || len(first.Nodes) != 2 {
+			t.Fatalf("%d NUMA nodes: choose = %v, %v; want two NUMA nodes", tc.numaNodes, first.Nodes, ok)
+		}
+		if got := nf.last.Load() != nil; got != tc.wantMemo {
+			t.Errorf("%d NUMA nodes: memo kept %v, want %v", tc.numaNodes, got, tc.wantMemo)
+		}
+		again, _ := nf.choose(topo, req)
+		if !slices.Equal(again.Nodes, first.Nodes) || again.Distance != first.Distance {
+			t.Errorf("%d NUMA nodes: second choice %+v, first %+v", tc.numaNodes, again, first)
+		}
+		if !tc.wantMemo {
+			if n := testing.AllocsPerRun(100, func() { nf.choose(topo, req) }); n != 0 {
+				t.Errorf("%d NUMA nodes: choose allocates %v times, want 0", tc.numaNodes, n)
+			}
+		}
 	}
 }
