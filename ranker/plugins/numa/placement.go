@@ -3,6 +3,7 @@ package numa
 import (
 	"cmp"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sort"
 	"strconv"
@@ -381,7 +382,8 @@ func ids(free []Free, set []int) []int32 {
 		}
 		mask |= 1 << id
 	}
-	if mask != 0 {
+	// A malformed NodeTopology may list an ID twice; its sets keep their length.
+	if mask != 0 && bits.OnesCount(mask) == len(set) {
 		return numaNodeSets[mask]
 	}
 	out := make([]int32, len(set))

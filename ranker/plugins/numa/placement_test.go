@@ -127,6 +127,7 @@ func TestBestChoiceIDs(t *testing.T) {
 	}{
 		{"shared", low, []int32{1, 3}},
 		{"beyond the shared IDs", high, []int32{7, 8}},
+		{"an ID listed twice", []Free{{2, 1000, gi}, {2, 1000, gi}}, []int32{2, 2}},
 	} {
 		got, ok := bestChoice(tc.free, Request{2000, gi}, lazyDistances{topo: nt})
 		if !ok || !slices.Equal(got.Nodes, tc.want) {
