@@ -134,6 +134,28 @@ func (s *Store) Topology(node string) *v1alpha1.NodeTopology {
 	return s.Node(node).Topology()
 }
 
+// Advance makes nbw its node's report if the record holds none or one sampled earlier,
+// and reports whether it did. It is for BandwidthAware's queueing hint, which runs on
+// kube-scheduler's own informer of NodeBandwidth: that informer can deliver a report
+// before the Store's does, and the pod the hint requeues for the report must be
+// checked against it, or it fails again on the older report and waits for the next
+// event. The Store's informer still delivers every version and replaces what Advance
+// put; Advance never goes back to an earlier sample.
+func (s *Store) Advance(nbw *v1alpha1.NodeBandwidth) bool {
+	b := ParseBandwidth(nbw)
+	if b == nil || b.SampleTime.IsZero() {
+		return false
+	}
+	advanced := false
+	s.nodes.update(nbw.Name, func(n *Node) {
+		if cur := n.bandwidth.Load(); cur == nil || b.SampleTime.After(cur.SampleTime) {
+			n.bandwidth.Store(b)
+			advanced = true
+		}
+	})
+	return advanced
+}
+
 // Len is the number of nodes with a heartbeat object.
 func (s *Store) Len() int { return s.nodes.len() }
 

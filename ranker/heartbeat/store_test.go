@@ -262,3 +262,38 @@ func BenchmarkNode(b *testing.B) {
 		i += 97 // stride through the cluster, as Filter's window does
 	}
 }
+
+func TestAdvance(t *testing.T) {
+	at := func(sec int, remaining string) *v1alpha1.NodeBandwidth {
+		b := bw("n")
+		ts := metav1.NewTime(time.Date(2026, 11, 23, 0, 0, sec, 0, time.UTC))
+		q := resource.MustParse(remaining)
+		b.Status = v1alpha1.NodeBandwidthStatus{SampleTime: &ts, Total: &v1alpha1.Bandwidth{Ingress: v1alpha1.DirectionBandwidth{Remaining: &q}}}
+		return b
+	}
+	s := NewFromObjects()
+	for _, step := range []struct {
+		name   string
+		report *v1alpha1.NodeBandwidth
+		want   bool
+		held   int64
+	}{
+		{"first report", at(10, "1G"), true, 1e9},
+		{"later sample", at(20, "2G"), true, 2e9},
+		{"same sample", at(20, "3G"), false, 2e9},
+		{"earlier sample", at(15, "4G"), false, 2e9},
+		{"no sample time", bw("n"), false, 2e9},
+	} {
+		if got := s.Advance(step.report); got != step.want {
+			t.Errorf("%s: Advance = %v, want %v", step.name, got, step.want)
+		}
+		if got := s.Node("n").Bandwidth().IngressRemaining; got != step.held {
+			t.Errorf("%s: holds %d, want %d", step.name, got, step.held)
+		}
+	}
+	// The informer's delivery is authoritative, even of an earlier sample.
+	s.Put(at(5, "5G"))
+	if got := s.Node("n").Bandwidth().IngressRemaining; got != 5e9 {
+		t.Errorf("after the informer's update: %d, want 5G", got)
+	}
+}

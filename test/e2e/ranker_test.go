@@ -293,6 +293,47 @@ func TestRankerStaleReportExcludesNode(t *testing.T) {
 	}
 }
 
+// TestRankerQueuesPodOnNewReport: a pod no node has the bandwidth for waits; the
+// node's next report, with room for it, gets it placed at once. Without the queueing
+// hint on NodeBandwidth (run on kube-scheduler's own informer, which the ranker trims
+// to what the hint reads) the pod would wait for the unschedulable flush, 5 minutes.
+func TestRankerQueuesPodOnNewReport(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	prefix := "requeue" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{{name: "node-1", ingressRemaining: "100M"}})
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10371})
+	if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, "p", prefix, map[string]string{
+		"bandwidth.sextant.io/ingress-required": "1G",
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		evs, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=p,reason=FailedScheduling"})
+		return err == nil && len(evs.Items) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the pod was not found unschedulable first; events: %s", podEvents(ns, "p"))
+	}
+	node, err := local.kube.CoreV1().Nodes().Get(ctx, nodes["node-1"], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported := time.Now()
+	publishBandwidth(t, node, rankerNode{name: "node-1", ingressRemaining: "2G"})
+	// Far inside the 5-minute flush, with room for the ranker's backoff (1 s, doubling).
+	// The pod may be in an attempt when the report comes; the hint makes that
+	// attempt's retry see it (TestQueueingHintAdvancesStore): before that, 4 of 11
+	// runs here waited from 6 s to over 45 s for an unrelated event.
+	pod := waitScheduled(t, ns, "p", 15*time.Second)
+	if pod.Spec.NodeName != nodes["node-1"] {
+		t.Errorf("pod on %s, want %s", pod.Spec.NodeName, nodes["node-1"])
+	}
+	t.Logf("placed %.1fs after the report", time.Since(reported).Seconds())
+}
+
 // TestRankerBurstDoesNotOverfill: 20 pods requiring 100M each, created at once, onto
 // nodes whose reports predate them: no node gets more than its remaining allows.
 func TestRankerBurstDoesNotOverfill(t *testing.T) {

@@ -28,13 +28,12 @@ import (
 )
 
 func main() {
-	command := app.NewSchedulerCommand(
+	command := newSchedulerCommand(
 		app.WithPlugin(bandwidth.Name, bandwidth.New),
 		app.WithPlugin(numa.Name, numa.New),
 		app.WithPlugin(devices.Name, devices.New),
 		app.WithPlugin(binder.Name, binder.New),
 	)
-	command.Use = "sextant-ranker"
 	// The admission webhook and the virtual-node sidecar controller run from the same
 	// image as their own Deployment: `sextant-ranker sidecar-webhook`.
 	command.AddCommand(newSidecarWebhookCommand())

@@ -16,17 +16,14 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
-// nodeBandwidthEvent names NodeBandwidth in the <plural>.<version>.<group> form that
-// makes the scheduler watch it through a dynamic informer.
-// The ranker needs RBAC list/watch on nodebandwidths for it.
-const nodeBandwidthEvent fwk.EventResource = "nodebandwidths.v1alpha1.sextant.io"
-
 // EventsToRegister lists the events that can make a pod this plugin rejected
 // schedulable: a node's new report, a node joining, a bandwidth pod going away (its
-// reservation is released), and the pod's own annotations being fixed.
+// reservation is released), and the pod's own annotations being fixed. For the reports
+// kube-scheduler watches NodeBandwidths itself (the ranker needs RBAC list/watch on
+// them), trimmed to what isSchedulableAfterReport reads (heartbeat.EventTransform).
 func (pl *BandwidthAware) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: nodeBandwidthEvent, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterReport},
+		{Event: fwk.ClusterEvent{Resource: heartbeat.BandwidthEvent, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterReport},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: isSchedulableAfterPodDeleted},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: isSchedulableAfterPodUpdated},
@@ -44,15 +41,19 @@ func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.P
 		// Rejected for malformed annotations: a report does not fix those.
 		return fwk.QueueSkip, nil
 	}
-	// Check against the event's object: the heartbeat store may not have it yet. And
-	// without the reservations: the ledger releases those this report covers from
-	// another informer's handler, which may not have run yet, and a pod skipped here
-	// waits for the unschedulable flush (minutes). A needless requeue costs one
-	// attempt, in which Filter applies the ledger as usual.
+	// Check against the event's object, without the reservations: a pod skipped here
+	// waits for the next event, and reservations also end without one (Unreserve). A
+	// needless requeue costs one attempt, in which Filter applies the ledger as usual.
 	if reason, _ := pl.check(req, heartbeat.ParseBandwidth(report), 0, 0, pl.now(), false); reason != "" {
 		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
 		return fwk.QueueSkip, nil
 	}
+	// The pod is retried right away, and that attempt must see this report: the store
+	// and the ledger are fed by another informer, whose handlers may not have run yet.
+	// Without this the attempt could fail on the older report and the pod wait for
+	// the node's next report, or for the unschedulable flush (5 minutes).
+	pl.reports.Advance(report)
+	pl.ledger.ObserveReport(report)
 	return fwk.Queue, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 func TestEventsToRegister(t *testing.T) {
@@ -43,6 +44,15 @@ func TestQueueingHintReport(t *testing.T) {
 		}
 		return &unstructured.Unstructured{Object: m}
 	}
+	// What kube-scheduler's own informer hands the hint (see heartbeat.EventTransform).
+	_, trim, _ := heartbeat.EventTransform(heartbeat.BandwidthEvent)
+	trimmed := func(t *testing.T, obj runtime.Object) any {
+		out, err := trim(toUnstructured(t, obj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
 	for _, tc := range []struct {
 		name string
 		obj  any
@@ -52,6 +62,9 @@ func TestQueueingHintReport(t *testing.T) {
 		{"still too little", toUnstructured(t, report("n", "300M", "1G", now)), fwk.QueueSkip},
 		{"stale", toUnstructured(t, report("n", "5G", "5G", now.Add(-time.Hour))), fwk.QueueSkip},
 		{"typed object", report("n", "500M", "1G", now), fwk.Queue},
+		{"trimmed, enough now", trimmed(t, report("n", "500M", "1G", now)), fwk.Queue},
+		{"trimmed, still too little", trimmed(t, report("n", "300M", "1G", now)), fwk.QueueSkip},
+		{"trimmed, stale", trimmed(t, report("n", "5G", "5G", now.Add(-time.Hour))), fwk.QueueSkip},
 	} {
 		got, err := pl.isSchedulableAfterReport(logger, pod, nil, tc.obj)
 		if err != nil || got != tc.want {
@@ -129,5 +142,41 @@ func TestSignPod(t *testing.T) {
 	}
 	if sign(a) == sign(c) {
 		t.Error("pods with different bandwidth annotations must sign differently")
+	}
+}
+
+// The pod a report requeues is retried at once, possibly before the heartbeat store's
+// own informer delivered that report: the hint brings the store and the ledger up to
+// it, so that Filter in that attempt passes the node.
+func TestQueueingHintAdvancesStore(t *testing.T) {
+	logger := klog.Background()
+	old := report("n", "100M", "1G", now.Add(-10*time.Second))
+	pl := testPlugin(t, testArgs(nil), old)
+	pod := testPod(map[string]string{AnnotationIngressRequired: "400M"})
+	// A pod on n that started 65s ago: the old report's 60s window began before it
+	// ran, the new one's after.
+	held := testPod(map[string]string{AnnotationIngressRequired: "300M"})
+	pl.Ledger().ObservePod(runningPod(held, "n", now.Add(-65*time.Second)))
+	if pl.Ledger().Len() != 1 {
+		t.Fatal("setup: the running pod holds no reservation")
+	}
+	ni := nodeInfo("n")
+	if st := pl.Filter(context.Background(), nil, pod, ni); st.IsSuccess() {
+		t.Fatal("setup: the node passes on the old report")
+	}
+	fresh := report("n", "500M", "1G", now)
+	if got, err := pl.isSchedulableAfterReport(logger, pod, old, fresh); err != nil || got != fwk.Queue {
+		t.Fatalf("hint: %v, %v; want Queue", got, err)
+	}
+	if st := pl.Filter(context.Background(), nil, pod, ni); !st.IsSuccess() {
+		t.Errorf("the attempt after the hint fails on the node: %v", st)
+	}
+	if pl.Ledger().Len() != 0 {
+		t.Error("the report covers the running pod, but the hint left its reservation")
+	}
+	// An older report arriving late through the hint does not undo a newer one.
+	pl.isSchedulableAfterReport(logger, pod, nil, report("n", "900M", "1G", now.Add(-5*time.Second)))
+	if got := pl.reports.Node("n").Bandwidth().IngressRemaining; got != 500e6 {
+		t.Errorf("remaining %d after a late older report, want the newer 500M", got)
 	}
 }

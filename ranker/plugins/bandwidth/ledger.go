@@ -20,6 +20,9 @@ type Nodes interface {
 	Node(name string) *heartbeat.Node
 	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
 	NodeOf(node *v1.Node) *heartbeat.Node
+	// Advance makes a report the node's latest unless a later sample is held already
+	// (see isSchedulableAfterReport).
+	Advance(nbw *v1alpha1.NodeBandwidth) bool
 }
 
 // defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s).

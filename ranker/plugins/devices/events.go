@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
@@ -17,7 +18,7 @@ func (pl *DeviceAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWith
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: numa.PodUpdateHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}},
-		{Event: fwk.ClusterEvent{Resource: numa.NodeTopologyEvent, ActionType: fwk.All}},
+		{Event: fwk.ClusterEvent{Resource: heartbeat.TopologyEvent, ActionType: fwk.All}},
 	}, nil
 }
 

@@ -6,11 +6,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-)
 
-// NodeTopologyEvent is the NodeTopology resource in the form the scheduler's dynamic
-// informers take (<plural>.<version>.<group>).
-const NodeTopologyEvent fwk.EventResource = "nodetopologies.v1alpha1.sextant.io"
+	"sextant.io/sextant/ranker/heartbeat"
+)
 
 // EventsToRegister lists what can make a pod NUMAAware rejected schedulable: a pod
 // leaving a node (frees NUMA capacity), the pod itself being updated (a fixed policy
@@ -20,7 +18,7 @@ func (pl *NUMAAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHi
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: PodUpdateHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}},
-		{Event: fwk.ClusterEvent{Resource: NodeTopologyEvent, ActionType: fwk.All}},
+		{Event: fwk.ClusterEvent{Resource: heartbeat.TopologyEvent, ActionType: fwk.All}},
 	}, nil
 }
 

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apiserver/pkg/server"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/cli/globalflag"
+	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/component-base/term"
+	"k8s.io/component-base/version/verflag"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app"
+	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	"k8s.io/kubernetes/pkg/scheduler"
+
+	"sextant.io/sextant/ranker/heartbeat"
+)
+
+// newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with one step
+// added between app.Setup and app.Run: trimHeartbeatInformers. kube-scheduler has no
+// hook there, and the options that app.Setup and app.Run take are local to
+// app.NewSchedulerCommand, hence the copy; TestSchedulerCommandFlags keeps its flags
+// equal to kube-scheduler's.
+func newSchedulerCommand(registryOptions ...app.Option) *cobra.Command {
+	opts := options.NewOptions()
+	cmd := &cobra.Command{
+		Use: "sextant-ranker",
+		Long: `sextant-ranker is kube-scheduler with sextant's plugins registered: BandwidthAware,
+NUMAAware, DeviceAware and SextantBinder. Enable them in a profile of a
+KubeSchedulerConfiguration (--config). Every kube-scheduler flag applies.`,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			// Feature gates must be set before RunE.
+			return opts.ComponentGlobalsRegistry.Set()
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runScheduler(cmd, opts, registryOptions...)
+		},
+		Args: func(cmd *cobra.Command, args []string) error {
+			for _, arg := range args {
+				if len(arg) > 0 {
+					return fmt.Errorf("%q does not take any arguments, got %q", cmd.CommandPath(), args)
+				}
+			}
+			return nil
+		},
+	}
+	nfs := opts.Flags
+	verflag.AddFlags(nfs.FlagSet("global"))
+	globalflag.AddGlobalFlags(nfs.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
+	fs := cmd.Flags()
+	for _, f := range nfs.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
+	cliflag.SetUsageAndHelpFunc(cmd, *nfs, cols)
+	if err := cmd.MarkFlagFilename("config", "yaml", "yml", "json"); err != nil {
+		klog.Background().Error(err, "Failed to mark flag filename")
+	}
+	return cmd
+}
+
+// runScheduler is kube-scheduler's runCommand with trimHeartbeatInformers after Setup.
+func runScheduler(cmd *cobra.Command, opts *options.Options, registryOptions ...app.Option) error {
+	verflag.PrintAndExitIfRequested()
+	fg := opts.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
+	// Logging first, so that the flags are printed with the final configuration.
+	if err := logsapi.ValidateAndApply(opts.Logs, fg); err != nil {
+		fmt.Fprintf(os.Stderr, "%v\n", err)
+		os.Exit(1)
+	}
+	cliflag.PrintFlags(cmd.Flags())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-server.SetupSignalHandler()
+		cancel()
+	}()
+
+	cc, sched, err := app.Setup(ctx, opts, registryOptions...)
+	if err != nil {
+		return err
+	}
+	if err := trimHeartbeatInformers(ctx, cc, sched); err != nil {
+		return err
+	}
+	fg.(featuregate.MutableFeatureGate).AddMetrics()
+	opts.ComponentGlobalsRegistry.AddMetrics()
+	return app.Run(ctx, cc, sched)
+}
+
+// trimHeartbeatInformers installs heartbeat.EventTransform on the informers kube-scheduler
+// made for the plugins' NodeBandwidth and NodeTopology events, before they start. It
+// asks the profiles' plugins for their events as kube-scheduler did, so it touches only
+// informers that exist: asking the factory for any other would start a watch.
+func trimHeartbeatInformers(ctx context.Context, cc *schedulerconfig.CompletedConfig, sched *scheduler.Scheduler) error {
+	if cc.DynInformerFactory == nil {
+		return nil
+	}
+	done := map[string]bool{}
+	for _, profile := range sched.Profiles {
+		for _, ext := range profile.EnqueueExtensions() {
+			events, err := ext.EventsToRegister(ctx)
+			if err != nil {
+				return fmt.Errorf("list the events of plugin %s: %w", ext.Name(), err)
+			}
+			for _, ev := range events {
+				gvr, transform, ok := heartbeat.EventTransform(ev.Event.Resource)
+				if !ok || done[gvr.String()] {
+					continue
+				}
+				if err := cc.DynInformerFactory.ForResource(gvr).Informer().SetTransform(transform); err != nil {
+					return fmt.Errorf("trim kube-scheduler's informer of %s: %w", gvr.Resource, err)
+				}
+				done[gvr.String()] = true
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,119 @@
+package heartbeat
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+func asUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func transform(t *testing.T, resource fwk.EventResource, plural string) cache.TransformFunc {
+	t.Helper()
+	gvr, fn, ok := EventTransform(resource)
+	if !ok || gvr != v1alpha1.GroupVersion.WithResource(plural) {
+		t.Fatalf("EventTransform(%s) = %v, %v; want %s", resource, gvr, ok, plural)
+	}
+	return fn
+}
+
+// The NodeBandwidth kube-scheduler keeps for the queueing hint parses as the full
+// report does, and keeps neither the per-NIC entries nor metadata beyond identity.
+func TestEventTransformBandwidth(t *testing.T) {
+	trim := transform(t, BandwidthEvent, "nodebandwidths")
+	at := metav1.NewTime(time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC))
+	in, eg := resource.MustParse("1500M"), resource.MustParse("2G")
+	total := v1alpha1.Bandwidth{
+		Ingress: v1alpha1.DirectionBandwidth{Remaining: &in},
+		Egress:  v1alpha1.DirectionBandwidth{Remaining: &eg},
+	}
+	full := &v1alpha1.NodeBandwidth{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeBandwidth"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u1", ResourceVersion: "42", Labels: map[string]string{"a": "b"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "sextant-agent"}}},
+		Status: v1alpha1.NodeBandwidthStatus{
+			SampleTime: &at, Window: &metav1.Duration{Duration: time.Minute}, AgentVersion: "v1",
+			Interfaces: []v1alpha1.InterfaceBandwidth{{Name: "eth0", Bandwidth: total}},
+			Total:      &total,
+		},
+	}
+	out, err := trim(asUnstructured(t, full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := out.(*v1alpha1.NodeBandwidth)
+	if !ok {
+		t.Fatalf("trimmed to %T, want *NodeBandwidth", out)
+	}
+	if got.Name != "node-1" || got.UID != "u1" || got.ResourceVersion != "42" {
+		t.Errorf("identity lost: %+v", got.ObjectMeta)
+	}
+	if got.Labels != nil || got.ManagedFields != nil || got.Status.Interfaces != nil || got.Status.AgentVersion != "" {
+		t.Errorf("kept what no hint reads: %+v", got)
+	}
+	want, have := *ParseBandwidth(full), *ParseBandwidth(got)
+	// Decoding gives the time another *Location; the instant is what counts.
+	if !have.SampleTime.Equal(want.SampleTime) {
+		t.Errorf("sample time %v, want %v", have.SampleTime, want.SampleTime)
+	}
+	want.Object, have.Object, want.SampleTime, have.SampleTime = nil, nil, time.Time{}, time.Time{}
+	if have != want {
+		t.Errorf("trimmed report parses as %+v, want %+v", have, want)
+	}
+	if key, err := cache.MetaNamespaceKeyFunc(got); err != nil || key != "node-1" {
+		t.Errorf("informer key %q, %v; want node-1", key, err)
+	}
+	tomb := cache.DeletedFinalStateUnknown{Key: "node-1", Obj: got}
+	if out, err := trim(tomb); err != nil || out != any(tomb) {
+		t.Errorf("a tombstone must pass through: %v, %v", out, err)
+	}
+	bad := asUnstructured(t, full)
+	bad.Object["status"] = map[string]any{"sampleTime": 7}
+	if _, err := trim(bad); err == nil {
+		t.Error("a NodeBandwidth that does not decode must be an error, not an empty report")
+	}
+}
+
+func TestEventTransformTopology(t *testing.T) {
+	trim := transform(t, TopologyEvent, "nodetopologies")
+	full := &v1alpha1.NodeTopology{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTopology"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u1", ResourceVersion: "7"},
+		Status:     v1alpha1.NodeTopologyStatus{Topology: v1alpha1.Topology{NUMANodes: []v1alpha1.NUMANode{{ID: 0}, {ID: 1}}}},
+	}
+	out, err := trim(asUnstructured(t, full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := out.(*v1alpha1.NodeTopology)
+	if !ok {
+		t.Fatalf("trimmed to %T, want *NodeTopology", out)
+	}
+	if got.Name != "node-1" || got.UID != "u1" || got.ResourceVersion != "7" || got.Kind != "NodeTopology" {
+		t.Errorf("identity lost: %+v", got)
+	}
+	if got.Status.NUMANodes != nil {
+		t.Errorf("kept the NUMA nodes, which no hint reads: %+v", got.Status)
+	}
+}
+
+func TestEventTransformOther(t *testing.T) {
+	if _, fn, ok := EventTransform(fwk.Node); ok || fn != nil {
+		t.Error("only the heartbeat kinds are trimmed")
+	}
+}
