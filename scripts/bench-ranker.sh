@@ -26,6 +26,15 @@ kubeconfig=$(scripts/cluster.sh kubeconfig)
 kube_bin=$(dirname "$(dirname "$kubeconfig")")/kube-bin
 kubectl() { "$kube_bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
+# Pods left running (e.g. the chart the e2e suite deploys: two more rankers watching every
+# Node, pod and heartbeat) take CPU from the schedulers and the API server under test.
+running=$(kubectl get pods -A --field-selector=status.phase=Running --no-headers 2>/dev/null \
+  | awk '{print $1 "/" $2}' || true)
+if [[ -n $running ]]; then
+  log "bench-ranker: WARNING: pods are running in the cluster and will skew the numbers" \
+    "(make cluster-down gives a clean one):" $running
+fi
+
 kubectl apply --server-side --force-conflicts -f charts/sextant/crds/ >/dev/null
 kubectl wait --for condition=Established --timeout 60s \
   crd/nodebandwidths.sextant.io crd/nodetopologies.sextant.io >/dev/null
