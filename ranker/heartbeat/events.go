@@ -1,11 +1,8 @@
 package heartbeat
 
 import (
-	"fmt"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -49,10 +46,11 @@ func trimBandwidth(in any) (any, error) {
 	if !ok {
 		return in, nil // tombstones and objects already trimmed pass through
 	}
-	var full v1alpha1.NodeBandwidth
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &full); err != nil {
-		return nil, fmt.Errorf("decode NodeBandwidth %s: %w", u.GetName(), err)
+	out, err := decodeBandwidth(u)
+	if err != nil {
+		return nil, err
 	}
+	full := out.(*v1alpha1.NodeBandwidth)
 	return &v1alpha1.NodeBandwidth{
 		TypeMeta:   full.TypeMeta,
 		ObjectMeta: identity(u),

@@ -41,7 +41,7 @@ func New(client dynamic.Interface, resync time.Duration) *Store {
 		nodes:     newIndex(),
 	}
 	// Decode once, when the object arrives, not on every lookup.
-	_ = s.bandwidth.SetTransform(decode(func() runtime.Object { return &v1alpha1.NodeBandwidth{} }))
+	_ = s.bandwidth.SetTransform(decodeBandwidth)
 	_ = s.topology.SetTransform(decode(func() runtime.Object { return &v1alpha1.NodeTopology{} }))
 	for _, inf := range []cache.SharedIndexInformer{s.bandwidth, s.topology} {
 		// The handlers are registered before the informers start, which cannot fail.
@@ -98,6 +98,9 @@ func decode(newObj func() runtime.Object) cache.TransformFunc {
 	}
 }
 
+// decodeBandwidth is the transform of a NodeBandwidth informer.
+var decodeBandwidth = decode(func() runtime.Object { return &v1alpha1.NodeBandwidth{} })
+
 // Start starts the watches; they stop when ctx ends.
 func (s *Store) Start(ctx context.Context) { s.factory.Start(ctx.Done()) }
 
@@ -134,22 +137,32 @@ func (s *Store) Topology(node string) *v1alpha1.NodeTopology {
 	return s.Node(node).Topology()
 }
 
-// Advance makes nbw its node's report if the record holds none or one sampled earlier,
-// and reports whether it did. It is for BandwidthAware's queueing hint, which runs on
-// kube-scheduler's own informer of NodeBandwidth: that informer can deliver a report
-// before the Store's does, and the pod the hint requeues for the report must be
-// checked against it, or it fails again on the older report and waits for the next
-// event. The Store's informer still delivers every version and replaces what Advance
-// put; Advance never goes back to an earlier sample.
-func (s *Store) Advance(nbw *v1alpha1.NodeBandwidth) bool {
-	b := ParseBandwidth(nbw)
-	if b == nil || b.SampleTime.IsZero() {
+// Advance makes report (a parsed NodeBandwidth) its node's latest if the record holds
+// none or one sampled earlier, and reports whether it did. It is for BandwidthAware's
+// queueing hint, which runs on kube-scheduler's own informer of NodeBandwidth: that
+// informer can deliver a report before the Store's does, and the pod the hint requeues
+// for the report must be checked against it, or it fails again on the older report and
+// waits for the next event. The Store's informer still delivers every version and
+// replaces what Advance put; Advance never goes back to an earlier sample. (A report
+// whose NodeBandwidth the Store saw deleted meanwhile comes back this way, and ages out
+// after stale-after like any report.)
+func (s *Store) Advance(report *Bandwidth) bool {
+	if report == nil || report.Object == nil || report.SampleTime.IsZero() {
+		return false
+	}
+	newer := func(n *Node) bool {
+		cur := n.bandwidth.Load()
+		return cur == nil || report.SampleTime.After(cur.SampleTime)
+	}
+	// The hint runs once per waiting pod for the same report: after the first, the
+	// record is up to date, which needs no lock to see.
+	if n := s.Node(report.Object.Name); n != nil && !newer(n) {
 		return false
 	}
 	advanced := false
-	s.nodes.update(nbw.Name, func(n *Node) {
-		if cur := n.bandwidth.Load(); cur == nil || b.SampleTime.After(cur.SampleTime) {
-			n.bandwidth.Store(b)
+	s.nodes.update(report.Object.Name, func(n *Node) {
+		if newer(n) {
+			n.bandwidth.Store(report)
 			advanced = true
 		}
 	})

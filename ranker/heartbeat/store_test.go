@@ -284,7 +284,7 @@ func TestAdvance(t *testing.T) {
 		{"earlier sample", at(15, "4G"), false, 2e9},
 		{"no sample time", bw("n"), false, 2e9},
 	} {
-		if got := s.Advance(step.report); got != step.want {
+		if got := s.Advance(ParseBandwidth(step.report)); got != step.want {
 			t.Errorf("%s: Advance = %v, want %v", step.name, got, step.want)
 		}
 		if got := s.Node("n").Bandwidth().IngressRemaining; got != step.held {

@@ -194,6 +194,25 @@ func waitScheduled(t *testing.T, ns, name string, timeout time.Duration) *corev1
 	return pod
 }
 
+// waitFailedScheduling waits for the pod's first FailedScheduling event and returns its
+// message.
+func waitFailedScheduling(t *testing.T, ns, name string, timeout time.Duration) string {
+	t.Helper()
+	var msg string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		evs, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name + ",reason=FailedScheduling"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		msg = evs.Items[0].Message
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("no FailedScheduling event for pod %s/%s: %v; events: %s", ns, name, err, podEvents(ns, name))
+	}
+	return msg
+}
+
 func podEvents(ns, name string) string {
 	evs, err := local.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 	if err != nil {
@@ -310,13 +329,7 @@ func TestRankerQueuesPodOnNewReport(t *testing.T) {
 	}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=p,reason=FailedScheduling"})
-		return err == nil && len(evs.Items) > 0, nil
-	})
-	if err != nil {
-		t.Fatalf("the pod was not found unschedulable first; events: %s", podEvents(ns, "p"))
-	}
+	waitFailedScheduling(t, ns, "p", time.Minute)
 	// The failure writes the pod's PodScheduled condition, and that update retries it
 	// once more within ~0.1 s. Let that retry fail too, so that the report finds the pod
 	// waiting among the unschedulable pods, where the hint decides. (A report that
@@ -672,18 +685,7 @@ func TestRankerMalformedAnnotationStaysPending(t *testing.T) {
 	if err != nil {
 		t.Fatalf("could not create the malformed pod in a namespace the webhook skips: %v", err)
 	}
-	var msg string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		evs, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=bad,reason=FailedScheduling"})
-		if err != nil || len(evs.Items) == 0 {
-			return false, nil
-		}
-		msg = evs.Items[0].Message
-		return true, nil
-	})
-	if err != nil {
-		t.Fatalf("no FailedScheduling event for the malformed pod; events: %s", podEvents(ns, "bad"))
-	}
+	msg := waitFailedScheduling(t, ns, "bad", time.Minute)
 	if !strings.Contains(msg, annotation) || !strings.Contains(msg, `"fast"`) || !strings.Contains(msg, "want ") {
 		t.Errorf("event %q should name %s, its value and the accepted form", msg, annotation)
 	}

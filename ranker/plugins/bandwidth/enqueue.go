@@ -44,7 +44,8 @@ func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.P
 	// Check against the event's object, without the reservations: a pod skipped here
 	// waits for the next event, and reservations also end without one (Unreserve). A
 	// needless requeue costs one attempt, in which Filter applies the ledger as usual.
-	if reason, _ := pl.check(req, heartbeat.ParseBandwidth(report), 0, 0, pl.now(), false); reason != "" {
+	parsed := heartbeat.ParseBandwidth(report)
+	if reason, _ := pl.check(req, parsed, 0, 0, pl.now(), false); reason != "" {
 		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
 		return fwk.QueueSkip, nil
 	}
@@ -52,8 +53,8 @@ func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.P
 	// and the ledger are fed by another informer, whose handlers may not have run yet.
 	// Without this the attempt could fail on the older report and the pod wait for
 	// the node's next report, or for the unschedulable flush (5 minutes).
-	pl.reports.Advance(report)
-	pl.ledger.ObserveReport(report)
+	pl.reports.Advance(parsed)
+	pl.ledger.observeParsed(report.Name, parsed)
 	return fwk.Queue, nil
 }
 

@@ -22,7 +22,7 @@ type Nodes interface {
 	NodeOf(node *v1.Node) *heartbeat.Node
 	// Advance makes a report the node's latest unless a later sample is held already
 	// (see isSchedulableAfterReport).
-	Advance(nbw *v1alpha1.NodeBandwidth) bool
+	Advance(report *heartbeat.Bandwidth) bool
 }
 
 // defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s).
@@ -316,10 +316,14 @@ func (l *Ledger) ObserveReport(report *v1alpha1.NodeBandwidth) {
 	if report == nil {
 		return
 	}
-	parsed := heartbeat.ParseBandwidth(report)
+	l.observeParsed(report.Name, heartbeat.ParseBandwidth(report))
+}
+
+// observeParsed is ObserveReport for the node's report already parsed.
+func (l *Ledger) observeParsed(node string, parsed *heartbeat.Bandwidth) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := l.byNode[report.Name]
+	n := l.byNode[node]
 	if n == nil {
 		return
 	}
