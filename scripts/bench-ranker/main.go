@@ -75,6 +75,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/gcsettings"
 )
 
 // The annotations and resource names of DESIGN.md. They are spelled out here rather than
@@ -137,6 +138,9 @@ type options struct {
 	schedulerQPS  int
 	cleanupRun    string
 	cpuProfile    time.Duration
+	// rankerMemoryLimit is the memory limit, in bytes, of the container sextant-ranker
+	// is taken to run in; 0: none.
+	rankerMemoryLimit int64
 }
 
 func main() {
@@ -162,9 +166,15 @@ func main() {
 	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 300, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (scheduler_perf uses 5000, which floods a small shared API server)")
 	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof")
+	rankerMemoryLimit := flag.String("ranker-memory-limit", chartRankerMemoryLimit, "the memory limit of the container sextant-ranker is taken to run in, the chart's default ranker.resources.limits.memory: its runs get GOMEMLIMIT at --memory-limit-ratio's default fraction of it, the soft limit sextant-ranker sets itself in such a container (the bench's processes run in no memory-limited cgroup); 0: none")
 	flag.Parse()
 
 	var err error
+	if q, err := resource.ParseQuantity(*rankerMemoryLimit); err != nil || q.Sign() < 0 {
+		fatal(fmt.Errorf("--ranker-memory-limit %q: want a quantity of bytes such as 512Mi, or 0", *rankerMemoryLimit))
+	} else {
+		o.rankerMemoryLimit = q.Value()
+	}
 	if o.sizes, err = parseSizes(sizes); err != nil {
 		fatal(err)
 	}
@@ -196,6 +206,10 @@ func main() {
 		fatal(err)
 	}
 }
+
+// chartRankerMemoryLimit is ranker.resources.limits.memory in the chart's values
+// (TestChartRankerMemoryLimit keeps them equal).
+const chartRankerMemoryLimit = "1Gi"
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench-ranker:", err)
@@ -304,6 +318,9 @@ type result struct {
 	// the run; cpuPerPod is that over the bound pods.
 	cpu       time.Duration
 	cpuPerPod time.Duration
+	// peakRSS is the scheduler process's peak resident memory (VmHWM), in bytes: the
+	// price of its GC settings and caches. 0 when unknown.
+	peakRSS int64
 	// breakdown says where the scheduler spent its time, from its own metrics.
 	breakdown string
 	measured  bool
@@ -878,6 +895,11 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	if cpuErr != nil {
 		logf("%d nodes, %s: WARNING: no CPU time: %v", b.size, sched, cpuErr)
 	}
+	if rss, err := processPeakRSS(proc.cmd.Process.Pid); err != nil {
+		logf("%d nodes, %s: WARNING: no peak memory: %v", b.size, sched, err)
+	} else {
+		res.peakRSS = rss
+	}
 	if b.o.cpuProfile > 0 {
 		// The live heap after the run: what the scheduler keeps per node and pod. After
 		// the CPU time is read: the profile forces a garbage collection.
@@ -1175,6 +1197,35 @@ func processCPU(pid int) (time.Duration, error) {
 	return parseStatCPU(string(raw))
 }
 
+// processPeakRSS returns the process's peak resident set size in bytes.
+func processPeakRSS(pid int) (int64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read peak memory: %w", err)
+	}
+	return parseStatusPeakRSS(string(raw))
+}
+
+// parseStatusPeakRSS reads VmHWM ("VmHWM:   123456 kB") from a /proc/<pid>/status.
+func parseStatusPeakRSS(status string) (int64, error) {
+	for _, line := range strings.Split(status, "\n") {
+		rest, ok := strings.CutPrefix(line, "VmHWM:")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("parse /proc status: VmHWM %q, want \"<n> kB\"", strings.TrimSpace(rest))
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc status: VmHWM %q: %w", f[0], err)
+		}
+		return kb << 10, nil
+	}
+	return 0, errors.New("parse /proc status: no VmHWM line")
+}
+
 // parseStatCPU reads utime and stime (fields 14 and 15) from a /proc/<pid>/stat line.
 // The command name (field 2) may hold spaces and parentheses, so fields are counted
 // from the last ')'.
@@ -1238,13 +1289,17 @@ const banner = "################################################################
 func (b *bench) startScheduler(ctx context.Context, sched string) (*schedProc, string, error) {
 	bin := b.o.kubeScheduler
 	plugins := false
+	var env []string
 	switch sched {
 	case schedSextant:
 		bin, plugins = b.o.sextantRanker, true
 	case schedRankerDefault:
 		bin = b.o.sextantRanker
 	}
-	p, err := b.launch(ctx, sched, bin, plugins)
+	if bin == b.o.sextantRanker && b.o.rankerMemoryLimit > 0 {
+		env = []string{fmt.Sprintf("GOMEMLIMIT=%d", int64(float64(b.o.rankerMemoryLimit)*gcsettings.DefaultMemoryLimitRatio))}
+	}
+	p, err := b.launch(ctx, sched, bin, plugins, env)
 	if err == nil || !plugins {
 		return p, "", err
 	}
@@ -1262,11 +1317,12 @@ func (b *bench) startScheduler(ctx context.Context, sched string) (*schedProc, s
 	fmt.Fprintf(os.Stderr, "%s\nWARNING: %s does not know the sextant plugins (BandwidthAware, NUMAAware,\n"+
 		"DeviceAware) yet; running it with a PLAIN profile, so the sextant numbers below are\n"+
 		"kube-scheduler's own. Its log said:\n%s\n%s\n", banner, bin, strings.Join(said, "\n"), banner)
-	p, err = b.launch(ctx, sched+"-plain", bin, false)
+	p, err = b.launch(ctx, sched+"-plain", bin, false, env)
 	return p, "PLUGINS MISSING: plain profile", err
 }
 
-func (b *bench) launch(ctx context.Context, name, bin string, plugins bool) (*schedProc, error) {
+// launch starts bin as the scheduler name, with env added to the bench's environment.
+func (b *bench) launch(ctx context.Context, name, bin string, plugins bool, env []string) (*schedProc, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -1285,9 +1341,10 @@ func (b *bench) launch(ctx context.Context, name, bin string, plugins bool) (*sc
 		"--authentication-kubeconfig", b.o.kubeconfig, "--authorization-kubeconfig", b.o.kubeconfig,
 		"--bind-address", "127.0.0.1", "--secure-port", strconv.Itoa(port))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), env...)
 	// Its own process group: a ^C to the bench reaches the scheduler only through stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logf("%d nodes: starting %s (%s, port %d, log %s)", b.size, name, bin, port, logPath)
+	logf("%d nodes: starting %s (%s, port %d, log %s) %s", b.size, name, bin, port, logPath, strings.Join(env, " "))
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -1554,8 +1611,8 @@ func printResults(w io.Writer, results []result) {
 		return
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %8s %14s %15s %s\n",
-		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "cpu/pod", "bw-violations", "numa-spread", "note")
+	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %8s %8s %14s %15s %s\n",
+		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "cpu/pod", "peak-rss", "bw-violations", "numa-spread", "note")
 	for _, r := range results {
 		spread := fmt.Sprintf("%d/%d %s", r.numaSpread, r.numaPods, map[string]string{"annotation": "ann", "simulated": "sim"}[r.numaSource])
 		note := r.note
@@ -1566,9 +1623,13 @@ func printResults(w io.Writer, results []result) {
 		if r.cpuPerPod > 0 {
 			cpu = fmt.Sprintf("%.1fms", float64(r.cpuPerPod)/float64(time.Millisecond))
 		}
-		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %8s %14s %15s %s\n",
+		rss := "-"
+		if r.peakRSS > 0 {
+			rss = fmt.Sprintf("%dMiB", r.peakRSS>>20)
+		}
+		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %8s %8s %14s %15s %s\n",
 			r.scheduler, r.size, r.pods, r.bound, r.unscheduled, r.elapsed.Round(100*time.Millisecond),
-			r.podsPerSec, cpu, fmt.Sprintf("%d/%d", r.bwViolation, r.bwAsked), spread, note)
+			r.podsPerSec, cpu, rss, fmt.Sprintf("%d/%d", r.bwViolation, r.bwAsked), spread, note)
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
@@ -1580,6 +1641,7 @@ func printResults(w io.Writer, results []result) {
 	fmt.Fprintln(w, "bw-violations: pods bound where their required bandwidth was no longer left / bound pods requiring bandwidth")
 	fmt.Fprintln(w, "numa-spread: pods on more NUMA nodes than on an empty node / bound pods with CPU or memory (ann: ranker's annotation, sim: kubelet best-effort simulation)")
 	fmt.Fprintln(w, "cpu/pod: the scheduler process's CPU time (user + system) from ready to the last binding, over the bound pods")
+	fmt.Fprintln(w, "peak-rss: the scheduler process's peak resident memory (VmHWM) at the end of its run")
 
 	// Goals, per size with both runs: ratio >= 0.9 and zero violations for sextant.
 	sizes := map[int][2]*result{}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 )
 
 func TestNUMANeeded(t *testing.T) {
@@ -139,5 +141,48 @@ func TestParseStatCPU(t *testing.T) {
 	}
 	if err != nil || own <= 0 {
 		t.Errorf("processCPU(self) = %s, %v after spinning (sum %d); want > 0", own, err, sum)
+	}
+}
+
+func TestParseStatusPeakRSS(t *testing.T) {
+	status := "Name:\tkube-scheduler\nVmPeak:\t 2000000 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n"
+	got, err := parseStatusPeakRSS(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := int64(200 << 20); got != want {
+		t.Errorf("parseStatusPeakRSS = %d, want %d", got, want)
+	}
+	for _, bad := range []string{"Name:\tx\n", "VmHWM:\t12 MB\n", "VmHWM:\tlots kB\n"} {
+		if _, err := parseStatusPeakRSS(bad); err == nil {
+			t.Errorf("parseStatusPeakRSS(%q) did not fail", bad)
+		}
+	}
+	// This process has touched memory: its own peak must read back as more than zero.
+	own, err := processPeakRSS(os.Getpid())
+	if err != nil || own <= 0 {
+		t.Errorf("own peak RSS = %d, %v; want > 0", own, err)
+	}
+}
+
+// The bench runs sextant-ranker with the soft memory limit it would set in the chart's
+// container; the default must follow the chart.
+func TestChartRankerMemoryLimit(t *testing.T) {
+	raw, err := os.ReadFile("../../charts/sextant/values.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		Ranker struct {
+			Resources struct {
+				Limits map[string]string `json:"limits"`
+			} `json:"resources"`
+		} `json:"ranker"`
+	}
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	if got := values.Ranker.Resources.Limits["memory"]; got != chartRankerMemoryLimit {
+		t.Errorf("chart's ranker.resources.limits.memory = %q, bench default --ranker-memory-limit = %q", got, chartRankerMemoryLimit)
 	}
 }

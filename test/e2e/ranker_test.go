@@ -654,6 +654,38 @@ func TestRankerChartPlacesPod(t *testing.T) {
 		t.Errorf("no numa.sextant.io/nodes on the pod (annotations %v)", got.Annotations)
 	}
 	waitPodPhase(t, ns, "chart", corev1.PodSucceeded, 2*time.Minute)
+	checkRankerGCSettings(t)
+}
+
+// checkRankerGCSettings: every ranker replica of the chart found its container's memory
+// limit (the chart's 1Gi) in the real cgroup and set 0.9 of it as Go's soft limit.
+func checkRankerGCSettings(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	pods, err := local.kube.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=ranker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) == 0 {
+		t.Fatal("no ranker pods of the chart")
+	}
+	limit := int64(1 << 30)
+	want := fmt.Sprintf(`memoryLimitBytes=%d memoryLimitFrom="cgroup" cgroupMemoryLimitBytes=%d`, int64(float64(limit)*0.9), limit)
+	for _, p := range pods.Items {
+		logs, err := local.kube.CoreV1().Pods(releaseNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "ranker"}).DoRaw(ctx)
+		if err != nil {
+			t.Fatalf("logs of %s: %v", p.Name, err)
+		}
+		var line string
+		for _, l := range strings.Split(string(logs), "\n") {
+			if strings.Contains(l, `"Go GC settings"`) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, `gcPercent=400 gcPercentFrom="--gc-percent"`) || !strings.Contains(line, want) {
+			t.Errorf("ranker %s logged GC settings %q, want GC percent 400 and %s", p.Name, line, want)
+		}
+	}
 }
 
 // TestRankerMalformedAnnotationStaysPending: a pod that slipped past the webhook (its

@@ -3,7 +3,8 @@
 // annotations the others chose carried on the Binding. It takes every kube-scheduler
 // flag; a KubeSchedulerConfiguration (--config) enables the plugins in a profile, usually
 // "sextant" (see charts/sextant/templates/ranker-config.yaml). The --bandwidth-* flags
-// set BandwidthAware's defaults; args in the configuration override them.
+// set BandwidthAware's defaults; args in the configuration override them. --gc-percent and
+// --memory-limit-ratio set Go's garbage collector (package gcsettings).
 //
 // `sextant-ranker sidecar-webhook` serves sextant's admission webhook for pods instead
 // (sidecar preparation, annotation validation) and the virtual-node sidecar controller.
@@ -21,6 +22,7 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
+	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/plugins/bandwidth"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
@@ -28,7 +30,8 @@ import (
 )
 
 func main() {
-	command := newSchedulerCommand(
+	gc := gcsettings.NewOptions()
+	command := newSchedulerCommand(gc,
 		app.WithPlugin(bandwidth.Name, bandwidth.New),
 		app.WithPlugin(numa.Name, numa.New),
 		app.WithPlugin(devices.Name, devices.New),
@@ -39,6 +42,7 @@ func main() {
 	command.AddCommand(newSidecarWebhookCommand())
 	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)
 	bandwidth.RegisterFlags(sextantFlags)
+	gc.AddFlags(sextantFlags)
 	command.Flags().AddFlagSet(sextantFlags)
 	// kube-scheduler prints its flags by section; add sextant's as one more.
 	usage := command.UsageFunc()

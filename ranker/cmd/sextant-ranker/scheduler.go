@@ -21,15 +21,17 @@ import (
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler"
 
+	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
-// newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with one step
-// added between app.Setup and app.Run: trimHeartbeatInformers. kube-scheduler has no
+// newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with two steps
+// added: the GC settings of gc (nil: none) once logging is set up, and
+// trimHeartbeatInformers between app.Setup and app.Run. kube-scheduler has no
 // hook there, and the options that app.Setup and app.Run take are local to
 // app.NewSchedulerCommand, hence the copy; TestSchedulerCommandFlags keeps its flags
 // equal to kube-scheduler's.
-func newSchedulerCommand(registryOptions ...app.Option) *cobra.Command {
+func newSchedulerCommand(gc *gcsettings.Options, registryOptions ...app.Option) *cobra.Command {
 	opts := options.NewOptions()
 	cmd := &cobra.Command{
 		Use: "sextant-ranker",
@@ -41,7 +43,7 @@ KubeSchedulerConfiguration (--config). Every kube-scheduler flag applies.`,
 			return opts.ComponentGlobalsRegistry.Set()
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runScheduler(cmd, opts, registryOptions...)
+			return runScheduler(cmd, opts, gc, registryOptions...)
 		},
 		Args: func(cmd *cobra.Command, args []string) error {
 			for _, arg := range args {
@@ -67,8 +69,9 @@ KubeSchedulerConfiguration (--config). Every kube-scheduler flag applies.`,
 	return cmd
 }
 
-// runScheduler is kube-scheduler's runCommand with trimHeartbeatInformers after Setup.
-func runScheduler(cmd *cobra.Command, opts *options.Options, registryOptions ...app.Option) error {
+// runScheduler is kube-scheduler's runCommand with the GC settings applied after logging
+// and trimHeartbeatInformers after Setup.
+func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Options, registryOptions ...app.Option) error {
 	verflag.PrintAndExitIfRequested()
 	fg := opts.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 	// Logging first, so that the flags are printed with the final configuration.
@@ -77,6 +80,11 @@ func runScheduler(cmd *cobra.Command, opts *options.Options, registryOptions ...
 		os.Exit(1)
 	}
 	cliflag.PrintFlags(cmd.Flags())
+	if gc != nil {
+		if err := applyGCSettings(gc); err != nil {
+			return err
+		}
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -95,6 +103,19 @@ func runScheduler(cmd *cobra.Command, opts *options.Options, registryOptions ...
 	fg.(featuregate.MutableFeatureGate).AddMetrics()
 	opts.ComponentGlobalsRegistry.AddMetrics()
 	return app.Run(ctx, cc, sched)
+}
+
+func applyGCSettings(gc *gcsettings.Options) error {
+	a, err := gc.Apply(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if a.CgroupErr != nil {
+		klog.ErrorS(a.CgroupErr, "No soft memory limit: the container's cgroup memory limit could not be read")
+	}
+	klog.InfoS("Go GC settings", "gcPercent", a.GCPercent, "gcPercentFrom", a.GCPercentFrom,
+		"memoryLimitBytes", a.MemoryLimitBytes, "memoryLimitFrom", a.MemoryLimitFrom, "cgroupMemoryLimitBytes", a.CgroupLimitBytes)
+	return nil
 }
 
 // trimHeartbeatInformers installs heartbeat.EventTransform on the informers kube-scheduler

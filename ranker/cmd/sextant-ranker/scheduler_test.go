@@ -11,7 +11,7 @@ import (
 // same flags with the same defaults, so that upgrading kube-scheduler cannot silently
 // drop or change one.
 func TestSchedulerCommandFlags(t *testing.T) {
-	ours, theirs := newSchedulerCommand().Flags(), app.NewSchedulerCommand().Flags()
+	ours, theirs := newSchedulerCommand(nil).Flags(), app.NewSchedulerCommand().Flags()
 	seen := 0
 	theirs.VisitAll(func(f *pflag.Flag) {
 		seen++
