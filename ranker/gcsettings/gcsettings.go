@@ -140,17 +140,23 @@ func (o *Options) Apply(getenv func(string) string) (Applied, error) {
 			a.MemoryLimitFrom = "no cgroup limit"
 			break
 		}
-		a.MemoryLimitBytes = int64(float64(limit) * o.MemoryLimitRatio)
+		a.MemoryLimitBytes = SoftLimit(limit, o.MemoryLimitRatio)
 		a.MemoryLimitFrom = "cgroup"
 		debug.SetMemoryLimit(a.MemoryLimitBytes)
 	}
 	return a, nil
 }
 
+// SoftLimit is the soft memory limit Apply sets for a container memory limit and a
+// --memory-limit-ratio.
+func SoftLimit(containerLimit int64, ratio float64) int64 {
+	return int64(float64(containerLimit) * ratio)
+}
+
 // CgroupMemoryLimit returns the memory limit of the cgroup procSelfCgroup names (as
 // /proc/self/cgroup), under the cgroup file systems at root: the smallest limit of that
-// cgroup and its ancestors, in bytes, or 0 when none has one. cgroup v2 is read first,
-// then v1's memory controller. Missing files mean no limit, not an error: outside a
+// cgroup and its ancestors, in bytes, or 0 when none has one, over v1's memory controller
+// and v2 alike. Missing files mean no limit, not an error: outside a
 // container there is often none to read.
 func CgroupMemoryLimit(procSelfCgroup, root string) (int64, error) {
 	raw, err := os.ReadFile(procSelfCgroup)
@@ -160,8 +166,8 @@ func CgroupMemoryLimit(procSelfCgroup, root string) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read cgroup membership: %w", err)
 	}
+	// A membership line's path is never empty ("/" at least), so empty means absent.
 	var v2, v1 string
-	haveV2, haveV1 := false, false
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		// hierarchy-ID:controller-list:cgroup-path
@@ -170,32 +176,38 @@ func CgroupMemoryLimit(procSelfCgroup, root string) (int64, error) {
 			continue
 		}
 		if parts[0] == "0" && parts[1] == "" {
-			v2, haveV2 = parts[2], true
+			v2 = parts[2]
 		}
 		for _, c := range strings.Split(parts[1], ",") {
 			if c == "memory" {
-				v1, haveV1 = parts[2], true
+				v1 = parts[2]
 			}
 		}
 	}
 	var limit int64
-	if haveV1 {
+	if v1 != "" {
 		l, err := smallestLimit(filepath.Join(root, "memory"), v1, "memory.limit_in_bytes")
 		if err != nil {
 			return 0, err
 		}
-		limit = l
+		limit = tighter(limit, l)
 	}
-	if haveV2 {
+	if v2 != "" {
 		l, err := smallestLimit(root, v2, "memory.max")
 		if err != nil {
 			return 0, err
 		}
-		if l > 0 && (limit == 0 || l < limit) {
-			limit = l
-		}
+		limit = tighter(limit, l)
 	}
 	return limit, nil
+}
+
+// tighter returns the smaller of two limits, where 0 means none.
+func tighter(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // smallestLimit reads file in the cgroup at path under mount and in each of its
@@ -210,9 +222,7 @@ func smallestLimit(mount, path, file string) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		if l > 0 && (limit == 0 || l < limit) {
-			limit = l
-		}
+		limit = tighter(limit, l)
 		if dir == "/" {
 			return limit, nil
 		}

@@ -1297,7 +1297,7 @@ func (b *bench) startScheduler(ctx context.Context, sched string) (*schedProc, s
 		bin = b.o.sextantRanker
 	}
 	if bin == b.o.sextantRanker && b.o.rankerMemoryLimit > 0 {
-		env = []string{fmt.Sprintf("GOMEMLIMIT=%d", int64(float64(b.o.rankerMemoryLimit)*gcsettings.DefaultMemoryLimitRatio))}
+		env = []string{fmt.Sprintf("GOMEMLIMIT=%d", gcsettings.SoftLimit(b.o.rankerMemoryLimit, gcsettings.DefaultMemoryLimitRatio))}
 	}
 	p, err := b.launch(ctx, sched, bin, plugins, env)
 	if err == nil || !plugins {
