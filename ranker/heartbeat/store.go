@@ -84,12 +84,17 @@ func (s *Store) remove(obj any) {
 	}
 }
 
+// decode returns the transform that turns an informer's Unstructured into the typed
+// object, without its managed fields: nothing in the ranker reads them, and at 5000
+// nodes they were 13.5 MB of a 112 MB heap (README, "Measured").
 func decode(newObj func() runtime.Object) cache.TransformFunc {
 	return func(in any) (any, error) {
 		u, ok := in.(*unstructured.Unstructured)
 		if !ok {
 			return in, nil // tombstones and already-decoded objects pass through
 		}
+		// The informer hands the transform its own copy, decoded from the watch.
+		u.SetManagedFields(nil)
 		out := newObj()
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
 			return nil, fmt.Errorf("decode %s %s: %w", u.GetKind(), u.GetName(), err)

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"sextant.io/sextant/api/v1alpha1"
 )
@@ -295,5 +297,29 @@ func TestAdvance(t *testing.T) {
 	s.Put(at(5, "5G"))
 	if got := s.Node("n").Bandwidth().IngressRemaining; got != 5e9 {
 		t.Errorf("after the informer's update: %d, want 5G", got)
+	}
+}
+
+// The Store's objects keep everything the plugins read but not the managed fields.
+func TestDecodeDropsManagedFields(t *testing.T) {
+	full := &v1alpha1.NodeTopology{
+		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTopology"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u1", ResourceVersion: "7",
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "sextant-agent", Operation: metav1.ManagedFieldsOperationApply}}},
+		Status: v1alpha1.NodeTopologyStatus{AgentVersion: "v1", Topology: v1alpha1.Topology{
+			NUMANodes: []v1alpha1.NUMANode{{ID: 0, CPUs: []int32{0, 1}, MemoryBytes: 1 << 30}}}},
+	}
+	out, err := decode(func() runtime.Object { return &v1alpha1.NodeTopology{} })(asUnstructured(t, full))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*v1alpha1.NodeTopology)
+	if got.ManagedFields != nil {
+		t.Errorf("managed fields kept: %+v", got.ManagedFields)
+	}
+	want := full.DeepCopy()
+	want.ManagedFields = nil
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("decoded %+v, want %+v", got, want)
 	}
 }
