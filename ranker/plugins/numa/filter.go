@@ -77,10 +77,37 @@ func hasNUMA(topo *v1alpha1.NodeTopology) bool {
 // node; the memo answers all but the first without repeating a search of up to 4095
 // sets or keeping a per-cycle map of every node.
 type nodeFree struct {
-	free []Free
-	last atomic.Pointer[choiceMemo]
+	// The free capacity is kept in the cache entry itself up to inlineNUMANodes NUMA
+	// nodes (n of inline), else in spill: Filter reads it for every node of every pod,
+	// and a separate array was one more cache miss per node at 5000 nodes.
+	n      int
+	inline [inlineNUMANodes]Free
+	spill  []Free
+	last   atomic.Pointer[choiceMemo]
 	// dist is the NUMA distance matrix, once a choice of several NUMA nodes needed it.
 	dist atomic.Pointer[[][]int64]
+}
+
+// inlineNUMANodes is how many NUMA nodes' free capacity a nodeFree holds inline: most
+// servers have one, two or four.
+const inlineNUMANodes = 4
+
+func newNodeFree(free []Free) nodeFree {
+	if len(free) > inlineNUMANodes {
+		return nodeFree{n: len(free), spill: free}
+	}
+	var inline [inlineNUMANodes]Free
+	copy(inline[:], free)
+	return nodeFree{n: len(free), inline: inline}
+}
+
+// free is the node's free capacity per NUMA node, in NUMA node ID order. It points into
+// nf: callers must not keep it beyond nf, nor modify it.
+func (nf *nodeFree) free() []Free {
+	if nf.spill != nil {
+		return nf.spill
+	}
+	return nf.inline[:nf.n]
 }
 
 type choiceMemo struct {
@@ -95,18 +122,19 @@ type choiceMemo struct {
 // nothing else.
 func (nf *nodeFree) choose(topo *v1alpha1.NodeTopology, req Request) (Choice, bool) {
 	// The common case, one NUMA node, is cheaper found again than remembered.
-	if ch, ok := singleChoice(nf.free, req); ok {
+	free := nf.free()
+	if ch, ok := singleChoice(free, req); ok {
 		return ch, true
 	}
-	if len(nf.free) <= memoFromNUMANodes {
+	if len(free) <= memoFromNUMANodes {
 		// A few subsets, searched without allocating, cost less than a memo allocated
 		// for every node a large pod is checked on.
-		return bestChoice(nf.free, req, lazyDistances{topo: topo, cache: &nf.dist})
+		return bestChoice(free, req, lazyDistances{topo: topo, cache: &nf.dist})
 	}
 	if m := nf.last.Load(); m != nil && m.req == req {
 		return m.choice, m.fits
 	}
-	ch, fits := bestChoice(nf.free, req, lazyDistances{topo: topo, cache: &nf.dist})
+	ch, fits := bestChoice(free, req, lazyDistances{topo: topo, cache: &nf.dist})
 	nf.last.Store(&choiceMemo{req: req, choice: ch, fits: fits})
 	return ch, fits
 }
@@ -127,10 +155,10 @@ const memoFromNUMANodes = 4
 func (pl *NUMAAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *nodeFree {
 	node := rec.Name()
 	return pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() nodeFree {
-		return nodeFree{free: FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
+		return newNodeFree(FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
 			r, ok := pl.ledger.get(p.UID, node)
 			return r.nodes, r.req, ok
-		})}
+		}))
 	})
 }
 
@@ -144,5 +172,5 @@ func (pl *NUMAAware) numaFree(node *v1.Node, nodeInfo fwk.NodeInfo) (nf *nodeFre
 		return nil, nil, false
 	}
 	nf = pl.free(rec, topo, nodeInfo)
-	return nf, topo, len(nf.free) > 0
+	return nf, topo, nf.n > 0
 }

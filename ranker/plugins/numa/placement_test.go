@@ -189,7 +189,8 @@ func TestChooseMemo(t *testing.T) {
 		{numaNodes: memoFromNUMANodes + 2, wantMemo: true},
 	} {
 		topo := uniform("n", tc.numaNodes, 2, 4*gi)
-		nf := &nodeFree{free: FreeCapacity(topo, nil, nil)}
+		nf := new(nodeFree)
+		*nf = newNodeFree(FreeCapacity(topo, nil, nil))
 		req := Request{3000, 4 * gi} // two NUMA nodes
 		first, ok := nf.choose(topo, req)
 		if !ok || len(first.Nodes) != 2 {
