@@ -6,6 +6,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/cyclestate"
 )
 
 const stateKey fwk.StateKey = Name + "/request"
@@ -21,6 +23,13 @@ type podState struct {
 
 func (s *podState) Clone() fwk.StateData { return s }
 
+// requestMemo and scoreMemo answer Filter's and Score's reads of the cycle PreFilter and
+// PreScore wrote last without reading the CycleState (see package cyclestate).
+var (
+	requestMemo = cyclestate.New[*podState](stateKey)
+	scoreMemo   = cyclestate.New[*scoreState](scoreKey)
+)
+
 // PreFilter parses the pod's annotations once per cycle. A pod without any is skipped
 // by Filter (and PreScore skips Score); a pod with malformed ones is unschedulable
 // until they are fixed, with a message naming the annotation and its accepted form.
@@ -33,7 +42,7 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 		filterRejections.WithLabelValues(reasonInvalidAnnotation).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	state.Write(stateKey, &podState{req: req, now: pl.now()})
+	requestMemo.Write(state, &podState{req: req, now: pl.now()})
 	if !req.HasRequired() {
 		// Only expected values: nothing to filter, but Score and Reserve still apply.
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -57,12 +66,8 @@ func (pl *BandwidthAware) request(state fwk.CycleState, pod *v1.Pod) (Request, b
 // podState returns PreFilter's state, or builds it (parsing the annotations, reading
 // the clock now) when PreFilter did not run on this state.
 func (pl *BandwidthAware) podState(state fwk.CycleState, pod *v1.Pod) (podState, bool) {
-	if state != nil {
-		if d, err := state.Read(stateKey); err == nil {
-			if s, ok := d.(*podState); ok {
-				return *s, true
-			}
-		}
+	if s, ok := requestMemo.Read(state); ok {
+		return *s, true
 	}
 	if !HasAnnotations(pod.Annotations) {
 		return podState{}, false

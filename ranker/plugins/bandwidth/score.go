@@ -11,66 +11,38 @@ import (
 
 const scoreKey fwk.StateKey = Name + "/scores"
 
-// scoreState is one cycle's scoring: the feasible nodes in PreScore's order and what
-// each has available per direction. Score reads its node's report and fills in that
-// node's entry; NormalizeScore turns the entries into scores, because a node's score
-// depends on the other nodes (each direction is scaled by the worst or best node).
+// scoreState is what PreScore fixed for the cycle's scoring: the pod's request and the
+// clock reports are judged stale against. Its presence tells NormalizeScore that
+// PreScore did not skip the pod.
 //
-// Why not score every node in PreScore: PreScore runs on the scheduling goroutine, and
-// reading 500 nodes' reports there one after another (each a cache miss at 5000 nodes)
-// took ~0.3 ms of serial time per pod with bandwidth annotations in a CPU profile of
-// make bench-ranker; Score runs 16 goroutines wide.
+// Score reads its node's report and returns what the node has available per direction,
+// encoded in the raw score (encodeAvail); NormalizeScore turns those into scores,
+// because a node's score depends on the other nodes (each direction is scaled by the
+// worst or best node). Why not score every node in PreScore: PreScore runs on the
+// scheduling goroutine, and reading 500 nodes' reports there one after another (each a
+// cache miss at 5000 nodes) took ~0.3 ms of serial time per pod with bandwidth
+// annotations in a CPU profile of make bench-ranker; Score runs 16 goroutines wide. Why
+// the raw score rather than a per-cycle table of the nodes: building that table (a map
+// from Node to entry) in PreScore was itself serial work and ~18 KB per pod.
 type scoreState struct {
 	req Request
 	now time.Time
-	// position is each Node object's entry: kube-scheduler hands Score the snapshot's
-	// objects PreScore was given, and hashing an address reads no memory.
-	position map[*v1.Node]int
-	nodes    []*v1.Node
-	// ingress and egress are written by Score, each call its own entry, and read by
-	// NormalizeScore after every Score returned.
-	ingress, egress []avail
 }
 
 func (s *scoreState) Clone() fwk.StateData { return s }
 
-// positionOf is node's entry; a Node object PreScore was not given is found by name.
-func (s *scoreState) positionOf(node *v1.Node) (int, bool) {
-	if i, ok := s.position[node]; ok {
-		return i, true
-	}
-	for i, n := range s.nodes {
-		if n.Name == node.Name {
-			return i, true
-		}
-	}
-	return 0, false
-}
-
 // PreScore prepares the cycle's scoring, or returns Skip for pods the plugin ignores so
 // that Score has no influence on them.
-func (pl *BandwidthAware) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
+func (pl *BandwidthAware) PreScore(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	ps, ok := pl.podState(state, pod)
 	if !ok || ps.req.Empty() || !pl.weighted(ps.req) {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	s := &scoreState{req: ps.req, now: ps.now, position: make(map[*v1.Node]int, len(nodes)),
-		nodes: make([]*v1.Node, 0, len(nodes))}
-	for _, n := range nodes {
-		if node := n.Node(); node != nil {
-			s.position[node] = len(s.nodes)
-			s.nodes = append(s.nodes, node)
-		}
-	}
-	s.ingress, s.egress = make([]avail, len(s.nodes)), make([]avail, len(s.nodes))
-	state.Write(scoreKey, s)
+	scoreMemo.Write(state, &scoreState{req: ps.req, now: ps.now})
 	return nil
 }
 
-// noPosition is what Score returns for a node PreScore did not see: it scores 0.
-const noPosition = -1
-
-// Score records what the node has available and returns its entry's position, which
+// Score returns what the node has available per direction (encodeAvail), which
 // NormalizeScore replaces with the node's score.
 func (pl *BandwidthAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, ok := readScoreState(state)
@@ -79,27 +51,48 @@ func (pl *BandwidthAware) Score(_ context.Context, state fwk.CycleState, _ *v1.P
 		// Without PreScore's state NormalizeScore scores every node 0.
 		return 0, nil
 	}
-	i, ok := s.positionOf(node)
-	if !ok {
-		return noPosition, nil
-	}
-	s.ingress[i], s.egress[i] = pl.available(pl.reports.NodeOf(node), s.now)
-	return int64(i), nil
+	return encodeAvail(pl.available(pl.reports.NodeOf(node), s.now)), nil
 }
 
-func readScoreState(state fwk.CycleState) (*scoreState, bool) {
-	d, err := state.Read(scoreKey)
-	if err != nil {
-		return nil, false
+// A raw score holds both directions' available rates, ingress in the high 32 bits and
+// egress in the low 32, each as availField: 0 for "no usable report", else the rate in
+// kbit/s offset by availOffset, clamped to what fits (about -1 to +3.2 Tbit/s). A kbit/s
+// is far below what tells two nodes apart in a score.
+const (
+	availUnit   = 1000
+	availOffset = 1 << 30
+	availMin    = 1 - availOffset
+	availMax    = 1<<32 - 1 - availOffset
+)
+
+func availField(a avail) uint64 {
+	if !a.ok {
+		return 0
 	}
-	s, ok := d.(*scoreState)
-	return s, ok
+	return uint64(min(max(a.bits/availUnit, availMin), availMax) + availOffset)
 }
+
+func availOf(field uint64) avail {
+	if field == 0 {
+		return avail{}
+	}
+	return avail{bits: (int64(field) - availOffset) * availUnit, ok: true}
+}
+
+func encodeAvail(ingress, egress avail) int64 {
+	return int64(availField(ingress)<<32 | availField(egress))
+}
+
+func decodeAvail(raw int64) (ingress, egress avail) {
+	return availOf(uint64(raw) >> 32), availOf(uint64(raw) & math.MaxUint32)
+}
+
+func readScoreState(state fwk.CycleState) (*scoreState, bool) { return scoreMemo.Read(state) }
 
 // ScoreExtensions implements fwk.ScorePlugin.
 func (pl *BandwidthAware) ScoreExtensions() fwk.ScoreExtensions { return pl }
 
-// NormalizeScore scores the nodes from what Score recorded (see scoreAvailable), then
+// NormalizeScore scores the nodes from what Score returned (see scoreAvailable), then
 // stretches the scores so the best node gets MaxNodeScore, keeping their ratios: a node
 // twice as far from the target keeps half the score, instead of min-max scaling blowing
 // tiny differences up to the full range.
@@ -114,9 +107,7 @@ func (pl *BandwidthAware) NormalizeScore(_ context.Context, state fwk.CycleState
 	}
 	ingress, egress := make([]avail, len(scores)), make([]avail, len(scores))
 	for j, sc := range scores {
-		if i := sc.Score; i >= 0 && i < int64(len(s.nodes)) {
-			ingress[j], egress[j] = s.ingress[i], s.egress[i]
-		}
+		ingress[j], egress[j] = decodeAvail(sc.Score)
 	}
 	for j, v := range pl.scoreAvailable(s.req, ingress, egress) {
 		scores[j].Score = v

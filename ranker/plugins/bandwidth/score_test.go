@@ -158,6 +158,47 @@ func TestScoreExpectedOnlyNodesWithoutReportScoreZero(t *testing.T) {
 	}
 }
 
+func TestAvailEncoding(t *testing.T) {
+	const tbit = 1_000_000_000_000
+	tests := []struct {
+		name            string
+		ingress, egress avail
+		wantIn, wantEg  avail
+	}{
+		{name: "no reports", ingress: avail{}, egress: avail{}},
+		{name: "one direction unknown",
+			ingress: avail{bits: 400_000_000, ok: true}, egress: avail{},
+			wantIn: avail{bits: 400_000_000, ok: true}},
+		{name: "zero is a rate, not a missing report",
+			ingress: avail{ok: true}, egress: avail{bits: 10_000_000_000, ok: true},
+			wantIn: avail{ok: true}, wantEg: avail{bits: 10_000_000_000, ok: true}},
+		{name: "reservations beyond the report",
+			ingress: avail{bits: -2_500_000_000, ok: true}, egress: avail{bits: -1, ok: true},
+			wantIn: avail{bits: -2_500_000_000, ok: true}, wantEg: avail{ok: true}},
+		{name: "kbit/s precision",
+			ingress: avail{bits: 123_456_789, ok: true}, egress: avail{bits: 999, ok: true},
+			wantIn: avail{bits: 123_456_000, ok: true}, wantEg: avail{ok: true}},
+		{name: "clamped at the field's range",
+			ingress: avail{bits: 10 * tbit, ok: true}, egress: avail{bits: -10 * tbit, ok: true},
+			wantIn: avail{bits: availMax * availUnit, ok: true}, wantEg: avail{bits: availMin * availUnit, ok: true}},
+		{name: "largest and smallest exact",
+			ingress: avail{bits: availMax * availUnit, ok: true}, egress: avail{bits: availMin * availUnit, ok: true},
+			wantIn: avail{bits: availMax * availUnit, ok: true}, wantEg: avail{bits: availMin * availUnit, ok: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in, eg := decodeAvail(encodeAvail(tt.ingress, tt.egress))
+			if in != tt.wantIn || eg != tt.wantEg {
+				t.Errorf("decodeAvail(encodeAvail(%+v, %+v)) = %+v, %+v; want %+v, %+v",
+					tt.ingress, tt.egress, in, eg, tt.wantIn, tt.wantEg)
+			}
+		})
+	}
+	if availMax*availUnit < 3*tbit || availMin*availUnit > -tbit {
+		t.Errorf("the field covers %d to %d bit/s; want at least -1 to +3 Tbit/s", availMin*availUnit, availMax*availUnit)
+	}
+}
+
 func TestStretch(t *testing.T) {
 	list := fwk.NodeScoreList{{Name: "a", Score: 40}, {Name: "b", Score: 20}, {Name: "c", Score: 0}}
 	stretch(list)

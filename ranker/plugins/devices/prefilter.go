@@ -11,7 +11,7 @@ import (
 // skips DeviceAware's Filter.
 func (pl *DeviceAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	s := &cycleState{req: PodRequest(pod), picks: &pickMap{m: map[string]Allocation{}}}
-	state.Write(stateKey, s)
+	stateMemo.Write(state, s)
 	if s.req.Total() == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}

@@ -18,7 +18,7 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	s := &cycleState{req: PodRequest(pod), policy: policy, pl: pl}
-	state.Write(stateKey, s)
+	stateMemo.Write(state, s)
 	if s.req.IsZero() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
