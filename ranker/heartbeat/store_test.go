@@ -153,8 +153,43 @@ func TestNodeOfCollisions(t *testing.T) {
 			}
 		}
 	}
-	if c := s.nodes.byObject.Load(); len(c.slots) < 2*names {
-		t.Errorf("pointer cache has %d slots for %d records; it grows with the table", len(c.slots), names)
+	if c := s.nodes.byObject.Load(); !c.fits(names) {
+		t.Errorf("pointer cache has %d buckets for %d records; it grows with the table", len(c.buckets), names)
+	}
+}
+
+// At the scale the cache is built for, nearly every Node object keeps its place: after
+// one lookup of each, a second finds all but 1% in the cache, not by name.
+func TestNodeOfCacheKeepsObjects(t *testing.T) {
+	for _, records := range []int{100, 1000, 5000, 8000} {
+		s := NewFromObjects()
+		objs := make([]*v1.Node, records)
+		for i := range objs {
+			name := fmt.Sprint("node-", i)
+			s.Put(topo(name))
+			objs[i] = nodeObject(name)
+		}
+		s.nodes.mu.Lock()
+		s.nodes.publishLocked()
+		s.nodes.mu.Unlock()
+		for _, o := range objs {
+			s.NodeOf(o)
+		}
+		c := s.nodes.byObject.Load()
+		cached := 0
+		for _, o := range objs {
+			h := hashObject(o)
+			for i := range c.buckets[h>>c.shift] {
+				sl := &c.buckets[h>>c.shift][i]
+				if sl.hash.Load() == h && sl.rec.Load().Name() == o.Name {
+					cached++
+					break
+				}
+			}
+		}
+		if cached < records*99/100 {
+			t.Errorf("%d records: %d of the objects are cached after a lookup of each; want at least 99%%", records, cached)
+		}
 	}
 }
 
