@@ -105,13 +105,7 @@ func (pl *BandwidthAware) NormalizeScore(_ context.Context, state fwk.CycleState
 		}
 		return nil
 	}
-	ingress, egress := make([]avail, len(scores)), make([]avail, len(scores))
-	for j, sc := range scores {
-		ingress[j], egress[j] = decodeAvail(sc.Score)
-	}
-	for j, v := range pl.scoreAvailable(s.req, ingress, egress) {
-		scores[j].Score = v
-	}
+	pl.scoreAvailable(s.req, scores)
 	stretch(scores)
 	return nil
 }
@@ -138,8 +132,10 @@ func (pl *BandwidthAware) weighted(req Request) bool {
 	return in && pl.args.IngressWeight > 0 || eg && pl.args.EgressWeight > 0
 }
 
-// scoreAvailable scores each node, given what it has available per direction, in
-// [0, MaxNodeScore]. Per direction the pod has a target (expected, else required) for:
+// scoreAvailable replaces each node's raw score (what it has available per direction,
+// encodeAvail) with its score in [0, MaxNodeScore], in place: NormalizeScore runs once
+// per pod with bandwidth annotations, over every feasible node. Per direction the pod has
+// a target (expected, else required) for:
 //
 //	best-fit:      1 - |available - target| / (largest such distance among the nodes)
 //	most-headroom: available / (largest available among the nodes)
@@ -148,39 +144,80 @@ func (pl *BandwidthAware) weighted(req Request) bool {
 // difference keeps the scale anchored at zero). A node without a usable report scores 0
 // in that direction. Directions combine as a weighted mean with the ingress/egress
 // weights; all scores are 0 when no direction counts (see weighted).
-func (pl *BandwidthAware) scoreAvailable(req Request, ingress, egress []avail) []int64 {
+func (pl *BandwidthAware) scoreAvailable(req Request, scores fwk.NodeScoreList) {
 	strategy := req.Strategy
 	if strategy == "" {
 		strategy = pl.args.Strategy
 	}
-	total := make([]float64, len(ingress))
+	var dirs [2]directionScale
 	var weightSum float64
-	for _, dir := range [...]struct {
-		d      Direction
+	for i, d := range [2]struct {
+		dir    Direction
 		weight int64
-		av     []avail
-	}{
-		{req.Ingress, pl.args.IngressWeight, ingress},
-		{req.Egress, pl.args.EgressWeight, egress},
-	} {
-		target, ok := dir.d.Target()
-		if !ok || dir.weight <= 0 {
+	}{{req.Ingress, pl.args.IngressWeight}, {req.Egress, pl.args.EgressWeight}} {
+		target, ok := d.dir.Target()
+		if !ok || d.weight <= 0 {
 			continue
 		}
-		w := float64(dir.weight)
-		weightSum += w
-		for i, s := range directionScores(strategy, target, dir.av) {
-			total[i] += w * s
-		}
+		dirs[i] = directionScale{counts: true, strategy: strategy, target: target, weight: float64(d.weight)}
+		weightSum += float64(d.weight)
 	}
-	out := make([]int64, len(total))
 	if weightSum == 0 {
-		return out
+		for i := range scores {
+			scores[i].Score = 0
+		}
+		return
 	}
-	for i := range total {
-		out[i] = int64(math.Round(total[i] / weightSum * float64(fwk.MaxNodeScore)))
+	for _, sc := range scores {
+		in, eg := decodeAvail(sc.Score)
+		dirs[0].see(in)
+		dirs[1].see(eg)
 	}
-	return out
+	for i, sc := range scores {
+		in, eg := decodeAvail(sc.Score)
+		total := dirs[0].weighted(in) + dirs[1].weighted(eg)
+		scores[i].Score = int64(math.Round(total / weightSum * float64(fwk.MaxNodeScore)))
+	}
+}
+
+// directionScale scores one direction of the pod's request over the feasible nodes: see
+// every node's available rate first, then ask for each node's weighted score.
+type directionScale struct {
+	counts   bool // the pod has a target in this direction and its weight is above 0
+	strategy Strategy
+	target   int64
+	weight   float64
+	// scale is the largest available (most-headroom) or the largest distance from the
+	// target (best-fit) among the nodes seen with a usable report.
+	scale float64
+}
+
+func (d *directionScale) see(a avail) {
+	if !d.counts || !a.ok {
+		return
+	}
+	if d.strategy == MostHeadroom {
+		d.scale = max(d.scale, float64(a.bits))
+		return
+	}
+	d.scale = max(d.scale, math.Abs(float64(a.bits)-float64(d.target)))
+}
+
+// weighted is the node's score in this direction, in [0, 1], times the weight.
+func (d *directionScale) weighted(a avail) float64 {
+	if !d.counts || !a.ok {
+		return 0
+	}
+	if d.strategy == MostHeadroom {
+		if d.scale <= 0 || a.bits <= 0 {
+			return 0
+		}
+		return d.weight * float64(a.bits) / d.scale
+	}
+	if d.scale == 0 {
+		return d.weight
+	}
+	return d.weight * (1 - math.Abs(float64(a.bits)-float64(d.target))/d.scale)
 }
 
 // avail is one node's available rate in one direction; ok is false without a usable
@@ -188,44 +225,4 @@ func (pl *BandwidthAware) scoreAvailable(req Request, ingress, egress []avail) [
 type avail struct {
 	bits int64
 	ok   bool
-}
-
-// directionScores scores each node in [0, 1] for one direction.
-func directionScores(strategy Strategy, target int64, av []avail) []float64 {
-	out := make([]float64, len(av))
-	switch strategy {
-	case MostHeadroom:
-		var hi float64
-		for _, a := range av {
-			if a.ok {
-				hi = max(hi, float64(a.bits))
-			}
-		}
-		if hi <= 0 {
-			return out
-		}
-		for i, a := range av {
-			if a.ok && a.bits > 0 {
-				out[i] = float64(a.bits) / hi
-			}
-		}
-	default: // BestFit
-		var worst float64
-		for _, a := range av {
-			if a.ok {
-				worst = max(worst, math.Abs(float64(a.bits)-float64(target)))
-			}
-		}
-		for i, a := range av {
-			if !a.ok {
-				continue
-			}
-			if worst == 0 {
-				out[i] = 1
-				continue
-			}
-			out[i] = 1 - math.Abs(float64(a.bits)-float64(target))/worst
-		}
-	}
-	return out
 }
