@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -356,5 +357,34 @@ func TestDecodeDropsManagedFields(t *testing.T) {
 	want.ManagedFields = nil
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+}
+
+// What Filter reads of a record for every node fits in its first cache line, and records
+// start on one.
+func TestNodeLayout(t *testing.T) {
+	var n Node
+	if size := unsafe.Sizeof(n); size != 128 {
+		t.Errorf("a record is %d bytes; want 128, a size class aligned to cache lines", size)
+	}
+	end := func(offset, size uintptr) uintptr { return offset + size }
+	for field, last := range map[string]uintptr{
+		"seen":                  end(unsafe.Offsetof(n.seen), unsafe.Sizeof(n.seen)),
+		"dropped":               end(unsafe.Offsetof(n.dropped), unsafe.Sizeof(n.dropped)),
+		"topology":              end(unsafe.Offsetof(n.topology), unsafe.Sizeof(n.topology)),
+		"bandwidth":             end(unsafe.Offsetof(n.bandwidth), unsafe.Sizeof(n.bandwidth)),
+		"SlotNUMAFree":          end(unsafe.Offsetof(n.slots)+uintptr(SlotNUMAFree)*unsafe.Sizeof(n.slots[0]), unsafe.Sizeof(n.slots[0])),
+		"SlotBandwidthReserved": end(unsafe.Offsetof(n.slots)+uintptr(SlotBandwidthReserved)*unsafe.Sizeof(n.slots[0]), unsafe.Sizeof(n.slots[0])),
+	} {
+		if last > 64 {
+			t.Errorf("%s ends at byte %d of the record, beyond its first cache line", field, last)
+		}
+	}
+	s := NewFromObjects()
+	for i := range 64 {
+		s.Put(topo(fmt.Sprint("node-", i)))
+		if p := uintptr(unsafe.Pointer(s.Node(fmt.Sprint("node-", i)))); p%64 != 0 {
+			t.Fatalf("record of node-%d at %#x, not on a cache line", i, p)
+		}
 	}
 }

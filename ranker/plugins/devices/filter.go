@@ -52,8 +52,8 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 // is consulted only for a pod on the node without the annotation, and each change to
 // such an entry comes with a new generation of the node (see NUMAAware's free).
 func (pl *DeviceAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
-	node := rec.Name()
 	return *pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
+		node := rec.Name() // on a miss only: outside the record's first cache line
 		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (Allocation, bool) {
 			return pl.ledger.get(p.UID, node)
 		})

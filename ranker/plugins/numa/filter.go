@@ -153,8 +153,10 @@ const memoFromNUMANodes = 4
 // forget, a deleted pod leaves the node, and an entry is dropped on the pod's update
 // only once the pod carries the annotation, which then counts instead.
 func (pl *NUMAAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *nodeFree {
-	node := rec.Name()
 	return pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() nodeFree {
+		// The name is read here, on a miss only: it is outside the record's first cache
+		// line.
+		node := rec.Name()
 		return newNodeFree(FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
 			r, ok := pl.ledger.get(p.UID, node)
 			return r.nodes, r.req, ok
