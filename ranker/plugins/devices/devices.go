@@ -119,6 +119,8 @@ const stateKey fwk.StateKey = Name
 // cycleState is the plugin's CycleState entry for one pod.
 type cycleState struct {
 	req Request
+	// total is req.Total(), which Filter and Score check for every node.
+	total int64
 	// picks are the devices Reserve picked, by node. Shared by clones: only Reserve and
 	// Unreserve write it, and they run on the cycle's own state.
 	picks *pickMap

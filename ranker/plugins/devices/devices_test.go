@@ -419,6 +419,41 @@ func TestPick(t *testing.T) {
 	}
 }
 
+// Shortfall and FromPreferred run for every node a device pod is checked on: right
+// answers, and no allocation.
+func TestShortfallAndFromPreferred(t *testing.T) {
+	free := FreeDevices(topology("n", 2, 1,
+		gpu("0000:01:00.0", 0), gpu("0000:02:00.0", 0), gpu("0000:41:00.0", 1),
+		dev{"0000:51:00.0", v1alpha1.KindNVMe, 1, true},
+	), nil, nil)
+	for _, tc := range []struct {
+		name      string
+		req       Request
+		wantShort v1alpha1.DeviceKind
+		preferred []int32
+		wantFrom  int64
+	}{
+		{name: "fits", req: Request{v1alpha1.KindGPU: 3, v1alpha1.KindNVMe: 1}, preferred: []int32{0}, wantFrom: 2},
+		{name: "too few of the second kind", req: Request{v1alpha1.KindGPU: 1, v1alpha1.KindNVMe: 2}, wantShort: v1alpha1.KindNVMe, preferred: []int32{1}, wantFrom: 2},
+		{name: "a kind the node lacks", req: Request{v1alpha1.KindAccelerator: 1}, wantShort: v1alpha1.KindAccelerator, preferred: []int32{0, 1}},
+		{name: "zero counts ask for nothing", req: Request{v1alpha1.KindGPU: 0, v1alpha1.KindNIC: 0}, preferred: []int32{0}},
+	} {
+		kind, short := Shortfall(free, tc.req)
+		if short != (tc.wantShort != "") || kind != tc.wantShort {
+			t.Errorf("%s: Shortfall = %q, %v; want %q", tc.name, kind, short, tc.wantShort)
+		}
+		if got := FromPreferred(free, tc.req, tc.preferred); got != tc.wantFrom {
+			t.Errorf("%s: FromPreferred = %d, want %d", tc.name, got, tc.wantFrom)
+		}
+		if n := testing.AllocsPerRun(20, func() {
+			Shortfall(free, tc.req)
+			FromPreferred(free, tc.req, tc.preferred)
+		}); n != 0 {
+			t.Errorf("%s: %v allocations, want 0", tc.name, n)
+		}
+	}
+}
+
 func TestReserveUnreserve(t *testing.T) {
 	topo := topology("n", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
 	ni := nodeInfo("n")

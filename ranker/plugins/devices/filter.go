@@ -23,7 +23,7 @@ func msgInsufficient(kind v1alpha1.DeviceKind) string {
 // too few free devices is plain Unschedulable, which preempting holders can fix.
 func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.Total() == 0 {
+	if !ok || s.total == 0 {
 		return nil
 	}
 	node := nodeInfo.Node()

@@ -10,9 +10,10 @@ import (
 // PreFilter reads the pod's device requests once per cycle; a pod asking for no devices
 // skips DeviceAware's Filter.
 func (pl *DeviceAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	s := &cycleState{req: PodRequest(pod), picks: &pickMap{m: map[string]Allocation{}}}
+	req := PodRequest(pod)
+	s := &cycleState{req: req, total: req.Total(), picks: &pickMap{m: map[string]Allocation{}}}
 	stateMemo.Write(state, s)
-	if s.req.Total() == 0 {
+	if s.total == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil

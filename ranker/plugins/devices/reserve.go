@@ -16,7 +16,7 @@ import (
 // pod's annotation is visible. The annotation is staged for SextantBinder.
 func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.Total() == 0 {
+	if !ok || s.total == 0 {
 		return nil
 	}
 	rec := pl.nodes.Node(nodeName)

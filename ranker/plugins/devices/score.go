@@ -13,7 +13,7 @@ import (
 // PreScore skips scoring for pods that ask for no devices.
 func (pl *DeviceAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.Total() == 0 {
+	if !ok || s.total == 0 {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -25,7 +25,7 @@ func (pl *DeviceAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.P
 // of the requested devices.
 func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, ok := readState(state)
-	if !ok || s.req.Total() == 0 {
+	if !ok || s.total == 0 {
 		return 0, nil
 	}
 	node := nodeInfo.Node()
@@ -39,7 +39,7 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 	}
 	free := pl.free(rec, topo, nodeInfo)
 	preferred := preferredNUMA(state, nodeInfo, free, s.req)
-	return fwk.MaxNodeScore * FromPreferred(free, s.req, preferred) / s.req.Total(), nil
+	return fwk.MaxNodeScore * FromPreferred(free, s.req, preferred) / s.total, nil
 }
 
 // ScoreExtensions returns nil: scores are already in [0, MaxNodeScore].
