@@ -36,6 +36,7 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/cyclestate"
 	"sextant.io/sextant/ranker/plugins/nodecache"
+	"sextant.io/sextant/ranker/plugins/podledger"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -61,7 +62,9 @@ type DeviceAware struct {
 	nodes     Nodes
 	nodeInfos NodeInfos
 	client    kubernetes.Interface
-	ledger    *ledger
+	// ledger holds the devices Reserve took for pods whose devices.sextant.io/allocated
+	// is not visible yet; FreeDevices consults it only for pods without the annotation.
+	ledger *podledger.Ledger[Allocation]
 	// freeCache holds each node's free devices between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice]
 }
@@ -92,7 +95,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	})
 	if f := h.SharedInformerFactory(); f != nil {
-		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
+		if err := pl.ledger.ForgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
 			return nil, fmt.Errorf("device plugin: watch pods for reservations: %w", err)
 		}
 	}
@@ -102,7 +105,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
 func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
 	registerMetrics()
-	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
+	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: podledger.New[Allocation](func(n int) { reservations.Set(float64(n)) }),
 		freeCache: nodecache.New[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice](heartbeat.SlotDeviceFree)}
 }
 

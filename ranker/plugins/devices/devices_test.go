@@ -485,7 +485,7 @@ func TestReserveUnreserve(t *testing.T) {
 	if _, st := dp.PreBindPreFlight(ctx, r1.state, first, "n"); st.Code() != fwk.Skip {
 		t.Errorf("PreBindPreFlight after Unreserve = %v, want Skip", st)
 	}
-	if _, held := dp.ledger.get(first.UID, "n"); held {
+	if _, held := dp.ledger.Get(first.UID, "n"); held {
 		t.Fatal("Unreserve left the reservation in the ledger")
 	}
 	// As the scheduler does right after Unreserve: forget the assumed pod.

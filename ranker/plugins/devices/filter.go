@@ -55,7 +55,7 @@ func (pl *DeviceAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, no
 	return *pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
 		node := rec.Name() // on a miss only: outside the record's first cache line
 		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (Allocation, bool) {
-			return pl.ledger.get(p.UID, node)
+			return pl.ledger.Get(p.UID, node)
 		})
 	})
 }

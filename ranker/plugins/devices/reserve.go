@@ -40,7 +40,7 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}
 	s.picks.set(nodeName, alloc)
-	pl.ledger.reserve(pod.UID, reservation{node: nodeName, alloc: alloc})
+	pl.ledger.Reserve(pod.UID, nodeName, alloc)
 	binder.Stage(state, AllocatedAnnotation, alloc.String())
 	return nil
 }
@@ -48,7 +48,7 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 // Unreserve releases the pod's devices and what it staged for the Binding. It is
 // idempotent.
 func (pl *DeviceAware) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
-	pl.ledger.forget(pod.UID)
+	pl.ledger.Forget(pod.UID)
 	binder.Unstage(state, AllocatedAnnotation)
 	if s, ok := readState(state); ok {
 		s.picks.delete(nodeName)

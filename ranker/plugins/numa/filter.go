@@ -158,7 +158,7 @@ func (pl *NUMAAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, node
 		// line.
 		node := rec.Name()
 		return newNodeFree(FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
-			r, ok := pl.ledger.get(p.UID, node)
+			r, ok := pl.ledger.Get(p.UID, node)
 			return r.nodes, r.req, ok
 		}))
 	})

@@ -42,6 +42,7 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/cyclestate"
 	"sextant.io/sextant/ranker/plugins/nodecache"
+	"sextant.io/sextant/ranker/plugins/podledger"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -72,7 +73,9 @@ type NUMAAware struct {
 	nodes     Nodes
 	nodeInfos NodeInfos
 	client    kubernetes.Interface
-	ledger    *ledger
+	// ledger holds the NUMA nodes Reserve took for pods whose numa.sextant.io/nodes is
+	// not visible yet; FreeCapacity consults it only for pods without the annotation.
+	ledger *podledger.Ledger[reservation]
 	// freeCache holds each node's free capacity per NUMA node between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, nodeFree]
 }
@@ -103,7 +106,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	})
 	if f := h.SharedInformerFactory(); f != nil {
-		if err := pl.ledger.forgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
+		if err := pl.ledger.ForgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch pods for reservations: %w", err)
 		}
 	}
@@ -113,7 +116,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
 func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *NUMAAware {
 	registerMetrics()
-	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: newLedger(),
+	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: podledger.New[reservation](func(n int) { reservations.Set(float64(n)) }),
 		freeCache: nodecache.New[*v1alpha1.NodeTopology, nodeFree](heartbeat.SlotNUMAFree)}
 }
 

@@ -237,7 +237,7 @@ func TestReserveUnreserve(t *testing.T) {
 	}
 	pl.Unreserve(ctx, r2.state, second, "n")
 	pl.Unreserve(ctx, r2.state, second, "n") // idempotent
-	if _, held := pl.ledger.get(second.UID, "n"); held {
+	if _, held := pl.ledger.Get(second.UID, "n"); held {
 		t.Fatal("Unreserve left the reservation in the ledger")
 	}
 	// As the scheduler does right after Unreserve: forget the assumed pod.

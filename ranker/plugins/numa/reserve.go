@@ -41,15 +41,21 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode)
 	}
 	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
-	pl.ledger.reserve(pod.UID, reservation{node: nodeName, nodes: ch.Nodes, req: s.req})
+	pl.ledger.Reserve(pod.UID, nodeName, reservation{nodes: ch.Nodes, req: s.req})
 	binder.Stage(state, NodesAnnotation, FormatNodes(ch.Nodes))
 	return nil
+}
+
+// reservation is what a pod reserved by this plugin takes until its annotation is visible.
+type reservation struct {
+	nodes []int32
+	req   Request
 }
 
 // Unreserve releases the pod's reservation and what it staged for the Binding. It is
 // idempotent.
 func (pl *NUMAAware) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ string) {
-	pl.ledger.forget(pod.UID)
+	pl.ledger.Forget(pod.UID)
 	if s, ok := readState(state); ok {
 		s.reserved.Store(nil)
 	}
