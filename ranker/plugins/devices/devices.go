@@ -105,7 +105,8 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
 func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
 	registerMetrics()
-	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: podledger.New[Allocation](func(n int) { reservations.Set(float64(n)) }),
+	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client,
+		ledger:    podledger.New[Allocation](func(n int) { reservations.Set(float64(n)) }),
 		freeCache: nodecache.New[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice](heartbeat.SlotDeviceFree)}
 }
 

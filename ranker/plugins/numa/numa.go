@@ -116,7 +116,8 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
 func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *NUMAAware {
 	registerMetrics()
-	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos, client: client, ledger: podledger.New[reservation](func(n int) { reservations.Set(float64(n)) }),
+	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos, client: client,
+		ledger:    podledger.New[reservation](func(n int) { reservations.Set(float64(n)) }),
 		freeCache: nodecache.New[*v1alpha1.NodeTopology, nodeFree](heartbeat.SlotNUMAFree)}
 }
 
