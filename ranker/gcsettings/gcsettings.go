@@ -64,12 +64,12 @@ func NewOptions() *Options {
 }
 
 // AddFlags registers the options' flags.
-func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.IntVar(&o.GCPercent, "gc-percent", o.GCPercent,
+func (o *Options) AddFlags(flags *pflag.FlagSet) {
+	flags.IntVar(&o.GCPercent, "gc-percent", o.GCPercent,
 		"Go GC percent (as GOGC): the heap may grow by this percentage of the live heap before a collection; 0 keeps Go's default of 100. The GOGC environment variable, when set, wins")
-	fs.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio,
+	flags.Float64Var(&o.MemoryLimitRatio, "memory-limit-ratio", o.MemoryLimitRatio,
 		"fraction (0-1] of the container's cgroup memory limit to set as Go's soft memory limit (as GOMEMLIMIT), so the collector works harder near the limit rather than the container being killed; 0 sets none, nor does a cgroup without a limit. The GOMEMLIMIT environment variable, when set, wins")
-	fs.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot,
+	flags.StringVar(&o.CgroupRoot, "cgroup-root", o.CgroupRoot,
 		"where the cgroup file systems are mounted, for --memory-limit-ratio")
 }
 

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/gcsettings"
 )
 
 func rankerBinary(t *testing.T) string { return goBinary(t, "./ranker/cmd/sextant-ranker") }
@@ -670,7 +671,7 @@ func checkRankerGCSettings(t *testing.T) {
 		t.Fatal("no ranker pods of the chart")
 	}
 	limit := int64(1 << 30)
-	want := fmt.Sprintf(`memoryLimitBytes=%d memoryLimitFrom="cgroup" cgroupMemoryLimitBytes=%d`, int64(float64(limit)*0.9), limit)
+	want := fmt.Sprintf(`memoryLimitBytes=%d memoryLimitFrom="cgroup" cgroupMemoryLimitBytes=%d`, gcsettings.SoftLimit(limit, gcsettings.DefaultMemoryLimitRatio), limit)
 	for _, p := range pods.Items {
 		logs, err := local.kube.CoreV1().Pods(releaseNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "ranker"}).DoRaw(ctx)
 		if err != nil {
