@@ -156,6 +156,8 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 		}
 		for _, n := range []string{bandwidth.Name, numa.Name, devices.Name} {
 			profile.Plugins.MultiPoint.Enabled = append(profile.Plugins.MultiPoint.Enabled, config.Plugin{Name: n})
+			// As the chart configures them: sextant's Filters before kube-scheduler's.
+			profile.Plugins.Filter.Enabled = append(profile.Plugins.Filter.Enabled, config.Plugin{Name: n})
 		}
 	}
 	client := fake.NewClientset()

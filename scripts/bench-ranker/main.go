@@ -1408,6 +1408,11 @@ profiles:
       - name: SextantBinder
       disabled:
       - name: DefaultBinder
+    filter:
+      enabled:
+      - name: BandwidthAware
+      - name: NUMAAware
+      - name: DeviceAware
   pluginConfig:
   - name: BandwidthAware
     args:

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"helm.sh/helm/v3/pkg/chart/loader"
+	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/engine"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+	"sigs.k8s.io/yaml"
+
+	"sextant.io/sextant/ranker/plugins/bandwidth"
+	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/devices"
+	"sextant.io/sextant/ranker/plugins/numa"
+)
+
+// The chart's profile runs sextant's Filters before kube-scheduler's own: each costs a
+// lookup per node and rejects nodes the default Filters pass, which then skip them. The
+// order checked is the one kube-scheduler's framework builds from the chart's rendered
+// configuration.
+func TestChartProfileRunsSextantFiltersFirst(t *testing.T) {
+	profile := chartProfile(t)
+	schedmetrics.Register()
+	registry := plugins.NewInTreeRegistry()
+	// Stand-ins: the order depends only on the names and the extension points each
+	// implements, and the real plugins would need an API server.
+	stand := func(name string, p fwk.Plugin) frameworkruntime.PluginFactory {
+		return func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return p, nil }
+	}
+	for _, name := range []string{bandwidth.Name, numa.Name, devices.Name} {
+		if err := registry.Register(name, stand(name, filterStandIn(name))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := registry.Register(binder.Name, stand(binder.Name, binderStandIn(binder.Name))); err != nil {
+		t.Fatal(err)
+	}
+	client := fake.NewClientset()
+	_, ctx := ktesting.NewTestContext(t)
+	fw, err := frameworkruntime.NewFramework(ctx, registry, profile,
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
+		frameworkruntime.WithSnapshotSharedLister(schedcache.NewEmptySnapshot()))
+	if err != nil {
+		t.Fatalf("the chart's profile: %v", err)
+	}
+	var filters []string
+	for _, p := range fw.ListPlugins().Filter.Enabled {
+		filters = append(filters, p.Name)
+	}
+	want := []string{bandwidth.Name, numa.Name, devices.Name}
+	if len(filters) <= len(want) || !slices.Equal(filters[:len(want)], want) {
+		t.Fatalf("the chart's profile runs Filters %v, want %v first and kube-scheduler's after them", filters, want)
+	}
+	if !slices.Contains(filters, "NodeResourcesFit") {
+		t.Errorf("the chart's profile runs Filters %v, without kube-scheduler's NodeResourcesFit", filters)
+	}
+}
+
+// chartProfile renders the chart with its default values and loads the ranker's
+// KubeSchedulerConfiguration from it as kube-scheduler would (defaults applied).
+func chartProfile(t *testing.T) *config.KubeSchedulerProfile {
+	t.Helper()
+	chart, err := loader.Load(filepath.Join("..", "..", "..", "charts", "sextant"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := chartutil.ToRenderValues(chart, nil, chartutil.ReleaseOptions{Name: "sextant", Namespace: "sextant-system"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := engine.Render(chart, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.Unmarshal([]byte(rendered["sextant/templates/ranker-config.yaml"]), &cm); err != nil {
+		t.Fatalf("the chart's ranker ConfigMap: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logger, _ := ktesting.NewTestContext(t)
+	cfg, err := options.LoadConfigFromFile(logger, path)
+	if err != nil {
+		t.Fatalf("the chart's KubeSchedulerConfiguration: %v", err)
+	}
+	if len(cfg.Profiles) != 1 {
+		t.Fatalf("the chart's configuration has %d profiles, want 1", len(cfg.Profiles))
+	}
+	return &cfg.Profiles[0]
+}
+
+type filterStandIn string
+
+func (p filterStandIn) Name() string { return string(p) }
+func (filterStandIn) Filter(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeInfo) *fwk.Status {
+	return nil
+}
+
+type binderStandIn string
+
+func (p binderStandIn) Name() string { return string(p) }
+func (binderStandIn) Bind(context.Context, fwk.CycleState, *corev1.Pod, string) *fwk.Status {
+	return nil
+}
