@@ -223,11 +223,12 @@ func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 	if n == 0 {
 		return Choice{}, false
 	}
-	if n > maxExhaustiveNUMANodes {
-		return greedyChoice(free, dists.get(free), req)
-	}
+	// One NUMA node that fits is the best choice at any size, greedy or not.
 	if ch, ok := singleChoice(free, req); ok {
 		return ch, true
+	}
+	if n > maxExhaustiveNUMANodes {
+		return greedyChoice(free, dists.get(free), req)
 	}
 	var dist [][]int64 // built on first need
 	// Upper bounds per set size, to skip sizes that cannot possibly fit.
@@ -278,12 +279,8 @@ func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 // singleChoice is BestChoice when one NUMA node covers req: every single NUMA node has
 // distance 0, so the first that fits is the answer (the lowest ID: FreeCapacity returns
 // them in ID order), found without building sets. Most pods fit one NUMA node. ok is
-// false when none does, or when there are more NUMA nodes than the exhaustive search
-// covers (BestChoice is greedy there).
+// false when none does.
 func singleChoice(free []Free, req Request) (Choice, bool) {
-	if len(free) > maxExhaustiveNUMANodes {
-		return Choice{}, false
-	}
 	for _, f := range free {
 		if f.MilliCPU >= req.MilliCPU && f.Memory >= req.Memory {
 			return Choice{Nodes: oneNUMANode(f.ID)}, true

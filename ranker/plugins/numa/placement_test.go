@@ -1,6 +1,7 @@
 package numa
 
 import (
+	"math/rand"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -146,6 +147,51 @@ func TestBestChoiceGreedyBeyondCap(t *testing.T) {
 	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil), Request{3000, gi})
 	if !ok || len(got.Nodes) != 3 {
 		t.Errorf("BestChoice on %d NUMA nodes = %v, %v; want 3 nodes", maxExhaustiveNUMANodes+4, got.Nodes, ok)
+	}
+}
+
+// Beyond the exhaustive search's cap BestChoice is greedy by free CPU, but one NUMA
+// node that fits alone still wins: here the NUMA node with the most CPU lacks the
+// memory, and greedy would have added a second.
+func TestBestChoiceSingleBeyondCap(t *testing.T) {
+	nt := uniform("n", maxExhaustiveNUMANodes+4, 1, 8*gi)
+	nt.Status.NUMANodes[0].CPUs = []int32{0, 100, 101, 102}
+	nt.Status.NUMANodes[0].MemoryBytes = gi
+	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil), Request{1000, 4 * gi})
+	if !ok || !slices.Equal(got.Nodes, []int32{1}) {
+		t.Errorf("BestChoice = %v, %v; want NUMA node [1]", got.Nodes, ok)
+	}
+}
+
+// Filter decides from whether one NUMA node, else all together, hold the pod; that must
+// be what BestChoice (which Score and Reserve use) says, for either policy, on random
+// capacities of 1 to 16 NUMA nodes (greedy beyond 12).
+func TestFitAgreesWithBestChoice(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	for i := range 20000 {
+		n := 1 + rng.Intn(16)
+		nt := uniform("n", n, 1, gi)
+		free := make([]Free, n)
+		for j := range free {
+			free[j] = Free{ID: int32(j), MilliCPU: rng.Int63n(17) * 1000, Memory: rng.Int63n(65) * gi}
+		}
+		req := Request{MilliCPU: rng.Int63n(40) * 1000, Memory: rng.Int63n(120) * gi}
+		ch, ok := BestChoice(nt, free, req)
+		for _, policy := range []Policy{PolicyNone, PolicySingleNUMANode} {
+			reason, uneven := fit(free, req, policy)
+			var wantReason string
+			switch {
+			case !ok:
+				wantReason = reasonNoFit
+			case len(ch.Nodes) > 1 && policy == PolicySingleNUMANode:
+				wantReason = reasonSingleNUMANode
+			}
+			wantUneven := ok && len(ch.Nodes) > 1 && policy == PolicyNone
+			if reason != wantReason || uneven != wantUneven {
+				t.Fatalf("case %d, policy %q, free %v, request %v: fit = %q, uneven %v; BestChoice %v, %v wants %q, uneven %v",
+					i, policy, free, req, reason, uneven, ch.Nodes, ok, wantReason, wantUneven)
+			}
+		}
 	}
 }
 
