@@ -7,7 +7,10 @@
 # ratio >= 0.9, zero bandwidth violations for sextant. See scripts/bench-ranker/main.go.
 #
 #   scripts/bench-ranker.sh [--nodes 500,5000] [--pods 5000] [--schedulers sextant,vanilla]
-#                           [--seed 1] [--timeout 10m] ...   (all flags: --help)
+#                           [--rounds 1] [--seed 1] [--timeout 10m] ...   (all flags: --help)
+#
+# --rounds N runs each scheduler N times per size, in reverse order every other round,
+# and judges the ratio goal on the median of the rounds' ratios.
 #
 # Brings the cluster up if it is not (never down: others may share it), applies the
 # CRDs, builds sextant-ranker and the harness into bin/bench/, and removes every Node,

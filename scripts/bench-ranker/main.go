@@ -51,6 +51,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -138,6 +139,9 @@ type options struct {
 	schedulerQPS  int
 	cleanupRun    string
 	cpuProfile    time.Duration
+	// rounds is how many times each scheduler runs per size; rounds after the first
+	// run the schedulers in reverse order, alternating (see runSize).
+	rounds int
 	// rankerMemoryLimit is the memory limit, in bytes, of the container sextant-ranker
 	// is taken to run in; 0: none.
 	rankerMemoryLimit int64
@@ -165,6 +169,7 @@ func main() {
 	flag.Float64Var(&o.qps, "qps", 2000, "client QPS (and burst) of the harness")
 	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 300, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (scheduler_perf uses 5000, which floods a small shared API server)")
+	flag.IntVar(&o.rounds, "rounds", 1, "run each scheduler this many times per size, the order reversed every other round; the goal is judged on the median of the rounds' sextant/vanilla ratios (the 2-core machine moves single runs by ±15-30%)")
 	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof")
 	rankerMemoryLimit := flag.String("ranker-memory-limit", chartRankerMemoryLimit, "the memory limit of the container sextant-ranker is taken to run in, the chart's default ranker.resources.limits.memory: its runs get GOMEMLIMIT at --memory-limit-ratio's default fraction of it, the soft limit sextant-ranker sets itself in such a container (the bench's processes run in no memory-limited cgroup); 0: none")
 	flag.Parse()
@@ -177,6 +182,9 @@ func main() {
 	}
 	if o.sizes, err = parseSizes(sizes); err != nil {
 		fatal(err)
+	}
+	if o.rounds < 1 {
+		fatal(fmt.Errorf("--rounds %d: want 1 or more", o.rounds))
 	}
 	for _, s := range strings.Split(scheds, ",") {
 		s = strings.TrimSpace(s)
@@ -281,6 +289,8 @@ type bench struct {
 	size  int
 	runID string
 	ns    string
+	// round is the round being run, from 0.
+	round int
 	nodes []string
 	// remaining is each node's reported remaining bandwidth, [ingress, egress] in bits/s.
 	remaining map[string][2]int64
@@ -302,6 +312,7 @@ type podSpec struct {
 type result struct {
 	scheduler   string
 	size        int
+	round       int
 	pods        int
 	bound       int
 	unscheduled int
@@ -342,17 +353,35 @@ func (b *bench) runSize(ctx context.Context) (results []result, err error) {
 	logf("%d nodes: set up in %s", b.size, time.Since(start).Round(time.Second))
 	b.workload = makeWorkload(b.o.seed, b.o.pods)
 
-	for _, sched := range b.o.schedulers {
-		res, err := b.runOnce(ctx, sched)
-		if res.measured {
-			// Keep the numbers even when tearing the run down failed.
-			results = append(results, res)
+	for b.round = 0; b.round < b.o.rounds; b.round++ {
+		// Every other round in reverse, so that no scheduler always runs first or
+		// always after the same one.
+		order := slices.Clone(b.o.schedulers)
+		if b.round%2 == 1 {
+			slices.Reverse(order)
 		}
-		if err != nil {
-			return results, fmt.Errorf("%s run: %w", sched, err)
+		for _, sched := range order {
+			res, err := b.runOnce(ctx, sched)
+			if res.measured {
+				// Keep the numbers even when tearing the run down failed.
+				results = append(results, res)
+			}
+			if err != nil {
+				return results, fmt.Errorf("%s run: %w", sched, err)
+			}
 		}
 	}
 	return results, nil
+}
+
+// fileName names a file of this size's current round in the work directory:
+// <what>-<nodes>.<ext>, with -r<round> added from the second round on.
+func (b *bench) fileName(what, ext string) string {
+	name := fmt.Sprintf("%s-%d", what, b.size)
+	if b.round > 0 {
+		name += fmt.Sprintf("-r%d", b.round+1)
+	}
+	return filepath.Join(b.o.workDir, name+"."+ext)
 }
 
 // parallel runs fn for 0..n-1 on the harness's workers and returns the first error.
@@ -762,7 +791,7 @@ func (t *tracker) snapshot() (bound, unschedulable int, first, last time.Time) {
 }
 
 func (b *bench) runOnce(ctx context.Context, sched string) (res result, err error) {
-	res = result{scheduler: sched, size: b.size, pods: len(b.workload)}
+	res = result{scheduler: sched, size: b.size, round: b.round, pods: len(b.workload)}
 	logf("%d nodes, %s: refreshing heartbeats", b.size, sched)
 	if err := b.refreshHeartbeats(ctx); err != nil {
 		return res, err
@@ -825,7 +854,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	cpuAtReady, cpuErr := processCPU(proc.cmd.Process.Pid)
 	logf("%d nodes, %s: scheduler ready; scheduling %d pods", b.size, sched, len(b.workload))
 	if b.o.cpuProfile > 0 {
-		path := filepath.Join(b.o.workDir, fmt.Sprintf("cpu-%s-%d.pprof", sched, b.size))
+		path := b.fileName("cpu-"+sched, "pprof")
 		go func() {
 			q := fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(b.o.cpuProfile.Seconds()))
 			prof, err := b.getSecure(ctx, proc.port, q, b.o.cpuProfile+30*time.Second)
@@ -903,7 +932,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	if b.o.cpuProfile > 0 {
 		// The live heap after the run: what the scheduler keeps per node and pod. After
 		// the CPU time is read: the profile forces a garbage collection.
-		path := filepath.Join(b.o.workDir, fmt.Sprintf("heap-%s-%d.pprof", sched, b.size))
+		path := b.fileName("heap-"+sched, "pprof")
 		prof, err := b.getSecure(ctx, proc.port, "/debug/pprof/heap?gc=1", time.Minute)
 		if err == nil {
 			err = os.WriteFile(path, []byte(prof), 0o644)
@@ -917,7 +946,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	if text, err := b.scrapeMetrics(ctx, proc.port); err != nil {
 		logf("%d nodes, %s: WARNING: no scheduler metrics: %v", b.size, sched, err)
 	} else {
-		_ = os.WriteFile(filepath.Join(b.o.workDir, fmt.Sprintf("metrics-%s-%d.txt", sched, b.size)), []byte(text), 0o644)
+		_ = os.WriteFile(b.fileName("metrics-"+sched, "txt"), []byte(text), 0o644)
 		res.breakdown = summarizeMetrics(text, bound)
 	}
 	clockStart := ready
@@ -1328,11 +1357,11 @@ func (b *bench) launch(ctx context.Context, name, bin string, plugins bool, env 
 		return nil, err
 	}
 	sched := strings.TrimSuffix(name, "-plain")
-	cfgPath := filepath.Join(b.o.workDir, fmt.Sprintf("%s-%d.yaml", name, b.size))
+	cfgPath := b.fileName(name, "yaml")
 	if err := os.WriteFile(cfgPath, []byte(schedulerConfig(b.o.kubeconfig, "bench-"+sched, b.o.schedulerQPS, plugins)), 0o644); err != nil {
 		return nil, fmt.Errorf("write scheduler config: %w", err)
 	}
-	logPath := filepath.Join(b.o.workDir, fmt.Sprintf("%s-%d.log", name, b.size))
+	logPath := b.fileName(name, "log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, fmt.Errorf("create scheduler log: %w", err)
@@ -1615,6 +1644,8 @@ func printResults(w io.Writer, results []result) {
 	if len(results) == 0 {
 		return
 	}
+	// With several rounds, a row's scheduler is named with its round: sextant#2.
+	rounds := slices.ContainsFunc(results, func(r result) bool { return r.round > 0 })
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %8s %8s %14s %15s %s\n",
 		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "cpu/pod", "peak-rss", "bw-violations", "numa-spread", "note")
@@ -1632,13 +1663,21 @@ func printResults(w io.Writer, results []result) {
 		if r.peakRSS > 0 {
 			rss = fmt.Sprintf("%dMiB", r.peakRSS>>20)
 		}
+		name := r.scheduler
+		if rounds {
+			name = fmt.Sprintf("%s#%d", r.scheduler, r.round+1)
+		}
 		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %8s %8s %14s %15s %s\n",
-			r.scheduler, r.size, r.pods, r.bound, r.unscheduled, r.elapsed.Round(100*time.Millisecond),
+			name, r.size, r.pods, r.bound, r.unscheduled, r.elapsed.Round(100*time.Millisecond),
 			r.podsPerSec, cpu, rss, fmt.Sprintf("%d/%d", r.bwViolation, r.bwAsked), spread, note)
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
-		if r.breakdown != "" {
+		switch {
+		case r.breakdown == "":
+		case rounds:
+			fmt.Fprintf(w, "%s#%d %d nodes: %s\n", r.scheduler, r.round+1, r.size, r.breakdown)
+		default:
 			fmt.Fprintf(w, "%s %d nodes: %s\n", r.scheduler, r.size, r.breakdown)
 		}
 	}
@@ -1648,54 +1687,104 @@ func printResults(w io.Writer, results []result) {
 	fmt.Fprintln(w, "cpu/pod: the scheduler process's CPU time (user + system) from ready to the last binding, over the bound pods")
 	fmt.Fprintln(w, "peak-rss: the scheduler process's peak resident memory (VmHWM) at the end of its run")
 
-	// Goals, per size with both runs: ratio >= 0.9 and zero violations for sextant.
-	sizes := map[int][2]*result{}
-	var order []int
-	for i := range results {
-		r := &results[i]
-		pair, seen := sizes[r.size]
-		if !seen {
-			order = append(order, r.size)
-		}
-		switch r.scheduler {
-		case schedVanilla:
-			pair[0] = r
-		case schedSextant:
-			pair[1] = r
-		}
-		sizes[r.size] = pair
-	}
+	// Goals, per size with both schedulers: the sextant/vanilla throughput ratio >= 0.9
+	// (the median over rounds) and zero bandwidth violations for sextant (in every round).
 	fmt.Fprintln(w)
-	for _, size := range order {
-		v, s := sizes[size][0], sizes[size][1]
+	for _, size := range sizesOf(results) {
+		byRound := map[int]map[string]*result{}
+		var rounds []int
 		for i := range results {
-			if r := &results[i]; r.size == size && r.scheduler == schedRankerDefault && v != nil && v.podsPerSec > 0 && v.cpuPerPod > 0 {
-				fmt.Fprintf(w, "%5d nodes: throughput ratio %s/vanilla %.2f, CPU per bound pod %.2f\n",
-					size, schedRankerDefault, r.podsPerSec/v.podsPerSec, float64(r.cpuPerPod)/float64(v.cpuPerPod))
+			r := &results[i]
+			if r.size != size {
+				continue
+			}
+			if byRound[r.round] == nil {
+				byRound[r.round] = map[string]*result{}
+				rounds = append(rounds, r.round)
+			}
+			byRound[r.round][r.scheduler] = r
+		}
+		var ratios, cpuRatios, defaultRatios []float64
+		var violations, vanillaViolations, spread, vanillaSpread int
+		var notes []string
+		for _, round := range rounds {
+			v, s, d := byRound[round][schedVanilla], byRound[round][schedSextant], byRound[round][schedRankerDefault]
+			if v == nil || v.podsPerSec <= 0 {
+				continue
+			}
+			if d != nil {
+				defaultRatios = append(defaultRatios, d.podsPerSec/v.podsPerSec)
+			}
+			if s == nil {
+				continue
+			}
+			ratios = append(ratios, s.podsPerSec/v.podsPerSec)
+			if v.cpuPerPod > 0 && s.cpuPerPod > 0 {
+				cpuRatios = append(cpuRatios, float64(s.cpuPerPod)/float64(v.cpuPerPod))
+			}
+			violations += s.bwViolation
+			vanillaViolations += v.bwViolation
+			spread += s.numaSpread
+			vanillaSpread += v.numaSpread
+			if s.note != "" {
+				notes = append(notes, s.note)
 			}
 		}
-		if v == nil || s == nil {
+		if len(defaultRatios) > 0 {
+			fmt.Fprintf(w, "%5d nodes: throughput ratio %s/vanilla %s\n", size, schedRankerDefault, ratioList(defaultRatios))
+		}
+		if len(ratios) == 0 {
 			fmt.Fprintf(w, "%5d nodes: sextant and vanilla did not both run; no sextant ratio\n", size)
 			continue
 		}
-		ratio := 0.0
-		if v.podsPerSec > 0 {
-			ratio = s.podsPerSec / v.podsPerSec
-		}
-		line := fmt.Sprintf("%5d nodes: throughput ratio sextant/vanilla %.2f; sextant bandwidth violations %d, NUMA spread %d (vanilla %d, %d)",
-			size, ratio, s.bwViolation, s.numaSpread, v.bwViolation, v.numaSpread)
-		if v.cpuPerPod > 0 && s.cpuPerPod > 0 {
-			line += fmt.Sprintf("\n             CPU per bound pod sextant/vanilla %.2f", float64(s.cpuPerPod)/float64(v.cpuPerPod))
+		median := medianOf(ratios)
+		line := fmt.Sprintf("%5d nodes: throughput ratio sextant/vanilla %s; sextant bandwidth violations %d, NUMA spread %d (vanilla %d, %d)",
+			size, ratioList(ratios), violations, spread, vanillaViolations, vanillaSpread)
+		if len(cpuRatios) > 0 {
+			line += fmt.Sprintf("\n             CPU per bound pod sextant/vanilla %s", ratioList(cpuRatios))
 		}
 		if size == 5000 {
 			line += fmt.Sprintf("\n             goal ratio >= 0.9: %s; goal zero sextant violations: %s",
-				passMiss(ratio >= 0.9), passMiss(s.bwViolation == 0))
+				passMiss(median >= 0.9), passMiss(violations == 0))
 		}
-		if s.note != "" {
-			line += "\n             NOTE sextant: " + s.note
+		for _, n := range notes {
+			line += "\n             NOTE sextant: " + n
 		}
 		fmt.Fprintln(w, line)
 	}
+}
+
+// sizesOf returns the cluster sizes of results, in the order they ran.
+func sizesOf(results []result) []int {
+	var sizes []int
+	for _, r := range results {
+		if !slices.Contains(sizes, r.size) {
+			sizes = append(sizes, r.size)
+		}
+	}
+	return sizes
+}
+
+// medianOf returns the median of xs (the mean of the middle two for an even count).
+func medianOf(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// ratioList prints one ratio as is, several as "median M (r1 r2 ...)" in round order.
+func ratioList(xs []float64) string {
+	if len(xs) == 1 {
+		return fmt.Sprintf("%.2f", xs[0])
+	}
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = fmt.Sprintf("%.2f", x)
+	}
+	return fmt.Sprintf("median %.2f (rounds %s)", medianOf(xs), strings.Join(parts, " "))
 }
 
 func passMiss(ok bool) string {

@@ -186,3 +186,37 @@ func TestChartRankerMemoryLimit(t *testing.T) {
 		t.Errorf("chart's ranker.resources.limits.memory = %q, bench default --ranker-memory-limit = %q", got, chartRankerMemoryLimit)
 	}
 }
+
+// The goal is judged on the median of the rounds' ratios, violations on their sum; one
+// round prints as before.
+func TestPrintResultsRounds(t *testing.T) {
+	run := func(sched string, round int, podsPerSec float64, violations int) result {
+		return result{scheduler: sched, size: 5000, round: round, pods: 10, bound: 10, podsPerSec: podsPerSec,
+			cpuPerPod: time.Duration(1000/podsPerSec) * time.Millisecond, bwViolation: violations, measured: true}
+	}
+	for _, tc := range []struct {
+		name    string
+		results []result
+		want    []string
+	}{
+		{"one round", []result{run(schedSextant, 0, 270, 0), run(schedVanilla, 0, 300, 7)},
+			[]string{"throughput ratio sextant/vanilla 0.90;", "violations 0, NUMA spread 0 (vanilla 7, 0)", "goal ratio >= 0.9: PASS; goal zero sextant violations: PASS", "\nsextant "}},
+		{"median of three rounds passes", []result{
+			run(schedSextant, 0, 200, 0), run(schedVanilla, 0, 300, 1),
+			run(schedVanilla, 1, 300, 1), run(schedSextant, 1, 285, 0),
+			run(schedSextant, 2, 279, 0), run(schedVanilla, 2, 300, 1)},
+			[]string{"sextant/vanilla median 0.93 (rounds 0.67 0.95 0.93)", "(vanilla 3, 0)", "goal ratio >= 0.9: PASS", "sextant#2 ", "vanilla#3 "}},
+		{"median of two rounds misses", []result{
+			run(schedSextant, 0, 200, 0), run(schedVanilla, 0, 300, 0),
+			run(schedVanilla, 1, 300, 0), run(schedSextant, 1, 285, 1)},
+			[]string{"median 0.81 (rounds 0.67 0.95)", "goal ratio >= 0.9: MISS; goal zero sextant violations: MISS"}},
+	} {
+		var out strings.Builder
+		printResults(&out, tc.results)
+		for _, w := range tc.want {
+			if !strings.Contains(out.String(), w) {
+				t.Errorf("%s: output lacks %q:\n%s", tc.name, w, out.String())
+			}
+		}
+	}
+}
