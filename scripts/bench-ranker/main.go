@@ -2,7 +2,9 @@
 // real API server of the local cluster, in the manner of kube-scheduler's
 // scheduler_perf: for each cluster size it creates Node objects (no kubelets) with a
 // NodeBandwidth and a NodeTopology each, then schedules the same seeded mix of pending
-// pods once with each scheduler, and prints throughput and placement quality:
+// pods once with each scheduler (--rounds N: N times each, the order reversed every
+// other round, the goal judged on the median ratio), and prints throughput and
+// placement quality:
 //
 //   - pods/s: bound pods over the time from the scheduler being ready (or its first
 //     binding, whichever came first) to the last binding. The pods are all created,
@@ -1778,13 +1780,13 @@ func medianOf(xs []float64) float64 {
 // ratioList prints one ratio as is, several as "median M (r1 r2 ...)" in round order.
 func ratioList(xs []float64) string {
 	if len(xs) == 1 {
-		return fmt.Sprintf("%.2f", xs[0])
+		return fmt.Sprintf("%.3f", xs[0])
 	}
 	parts := make([]string, len(xs))
 	for i, x := range xs {
-		parts[i] = fmt.Sprintf("%.2f", x)
+		parts[i] = fmt.Sprintf("%.3f", x)
 	}
-	return fmt.Sprintf("median %.2f (rounds %s)", medianOf(xs), strings.Join(parts, " "))
+	return fmt.Sprintf("median %.3f (rounds %s)", medianOf(xs), strings.Join(parts, " "))
 }
 
 func passMiss(ok bool) string {

@@ -200,16 +200,16 @@ func TestPrintResultsRounds(t *testing.T) {
 		want    []string
 	}{
 		{"one round", []result{run(schedSextant, 0, 270, 0), run(schedVanilla, 0, 300, 7)},
-			[]string{"throughput ratio sextant/vanilla 0.90;", "violations 0, NUMA spread 0 (vanilla 7, 0)", "goal ratio >= 0.9: PASS; goal zero sextant violations: PASS", "\nsextant "}},
+			[]string{"throughput ratio sextant/vanilla 0.900;", "violations 0, NUMA spread 0 (vanilla 7, 0)", "goal ratio >= 0.9: PASS; goal zero sextant violations: PASS", "\nsextant "}},
 		{"median of three rounds passes", []result{
 			run(schedSextant, 0, 200, 0), run(schedVanilla, 0, 300, 1),
 			run(schedVanilla, 1, 300, 1), run(schedSextant, 1, 285, 0),
 			run(schedSextant, 2, 279, 0), run(schedVanilla, 2, 300, 1)},
-			[]string{"sextant/vanilla median 0.93 (rounds 0.67 0.95 0.93)", "(vanilla 3, 0)", "goal ratio >= 0.9: PASS", "sextant#2 ", "vanilla#3 "}},
+			[]string{"sextant/vanilla median 0.930 (rounds 0.667 0.950 0.930)", "(vanilla 3, 0)", "goal ratio >= 0.9: PASS", "sextant#2 ", "vanilla#3 "}},
 		{"median of two rounds misses", []result{
 			run(schedSextant, 0, 200, 0), run(schedVanilla, 0, 300, 0),
 			run(schedVanilla, 1, 300, 0), run(schedSextant, 1, 285, 1)},
-			[]string{"median 0.81 (rounds 0.67 0.95)", "goal ratio >= 0.9: MISS; goal zero sextant violations: MISS"}},
+			[]string{"median 0.808 (rounds 0.667 0.950)", "goal ratio >= 0.9: MISS; goal zero sextant violations: MISS"}},
 	} {
 		var out strings.Builder
 		printResults(&out, tc.results)
