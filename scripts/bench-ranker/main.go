@@ -172,7 +172,7 @@ func main() {
 	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 300, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (scheduler_perf uses 5000, which floods a small shared API server)")
 	flag.IntVar(&o.rounds, "rounds", 1, "run each scheduler this many times per size, the order reversed every other round; the goal is judged on the median of the rounds' sextant/vanilla ratios (the 2-core machine moves single runs by ±15-30%)")
-	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof")
+	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof (-r<round> added to these and the logs from round 2 on)")
 	rankerMemoryLimit := flag.String("ranker-memory-limit", chartRankerMemoryLimit, "the memory limit of the container sextant-ranker is taken to run in, the chart's default ranker.resources.limits.memory: its runs get GOMEMLIMIT at --memory-limit-ratio's default fraction of it, the soft limit sextant-ranker sets itself in such a container (the bench's processes run in no memory-limited cgroup); 0: none")
 	flag.Parse()
 
@@ -1647,7 +1647,7 @@ func printResults(w io.Writer, results []result) {
 		return
 	}
 	// With several rounds, a row's scheduler is named with its round: sextant#2.
-	rounds := slices.ContainsFunc(results, func(r result) bool { return r.round > 0 })
+	multiRound := slices.ContainsFunc(results, func(r result) bool { return r.round > 0 })
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %8s %8s %14s %15s %s\n",
 		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "cpu/pod", "peak-rss", "bw-violations", "numa-spread", "note")
@@ -1666,7 +1666,7 @@ func printResults(w io.Writer, results []result) {
 			rss = fmt.Sprintf("%dMiB", r.peakRSS>>20)
 		}
 		name := r.scheduler
-		if rounds {
+		if multiRound {
 			name = fmt.Sprintf("%s#%d", r.scheduler, r.round+1)
 		}
 		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %8s %8s %14s %15s %s\n",
@@ -1677,7 +1677,7 @@ func printResults(w io.Writer, results []result) {
 	for _, r := range results {
 		switch {
 		case r.breakdown == "":
-		case rounds:
+		case multiRound:
 			fmt.Fprintf(w, "%s#%d %d nodes: %s\n", r.scheduler, r.round+1, r.size, r.breakdown)
 		default:
 			fmt.Fprintf(w, "%s %d nodes: %s\n", r.scheduler, r.size, r.breakdown)
@@ -1706,7 +1706,7 @@ func printResults(w io.Writer, results []result) {
 			}
 			byRound[r.round][r.scheduler] = r
 		}
-		var ratios, cpuRatios, defaultRatios []float64
+		var ratios, cpuRatios, defaultRatios, defaultCPURatios []float64
 		var violations, vanillaViolations, spread, vanillaSpread int
 		var notes []string
 		for _, round := range rounds {
@@ -1716,6 +1716,9 @@ func printResults(w io.Writer, results []result) {
 			}
 			if d != nil {
 				defaultRatios = append(defaultRatios, d.podsPerSec/v.podsPerSec)
+				if v.cpuPerPod > 0 && d.cpuPerPod > 0 {
+					defaultCPURatios = append(defaultCPURatios, float64(d.cpuPerPod)/float64(v.cpuPerPod))
+				}
 			}
 			if s == nil {
 				continue
@@ -1733,7 +1736,11 @@ func printResults(w io.Writer, results []result) {
 			}
 		}
 		if len(defaultRatios) > 0 {
-			fmt.Fprintf(w, "%5d nodes: throughput ratio %s/vanilla %s\n", size, schedRankerDefault, ratioList(defaultRatios))
+			line := fmt.Sprintf("%5d nodes: throughput ratio %s/vanilla %s", size, schedRankerDefault, ratioList(defaultRatios))
+			if len(defaultCPURatios) > 0 {
+				line += fmt.Sprintf(", CPU per bound pod %s", ratioList(defaultCPURatios))
+			}
+			fmt.Fprintln(w, line)
 		}
 		if len(ratios) == 0 {
 			fmt.Fprintf(w, "%5d nodes: sextant and vanilla did not both run; no sextant ratio\n", size)

@@ -192,7 +192,7 @@ func TestChartRankerMemoryLimit(t *testing.T) {
 func TestPrintResultsRounds(t *testing.T) {
 	run := func(sched string, round int, podsPerSec float64, violations int) result {
 		return result{scheduler: sched, size: 5000, round: round, pods: 10, bound: 10, podsPerSec: podsPerSec,
-			cpuPerPod: time.Duration(1000/podsPerSec) * time.Millisecond, bwViolation: violations, measured: true}
+			cpuPerPod: time.Duration(float64(time.Second) / podsPerSec), bwViolation: violations, measured: true}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -206,6 +206,8 @@ func TestPrintResultsRounds(t *testing.T) {
 			run(schedVanilla, 1, 300, 1), run(schedSextant, 1, 285, 0),
 			run(schedSextant, 2, 279, 0), run(schedVanilla, 2, 300, 1)},
 			[]string{"sextant/vanilla median 0.930 (rounds 0.667 0.950 0.930)", "(vanilla 3, 0)", "goal ratio >= 0.9: PASS", "sextant#2 ", "vanilla#3 "}},
+		{"ranker-default too", []result{run(schedSextant, 0, 270, 0), run(schedVanilla, 0, 300, 7), run(schedRankerDefault, 0, 330, 7)},
+			[]string{"throughput ratio ranker-default/vanilla 1.100, CPU per bound pod 0.909"}},
 		{"median of two rounds misses", []result{
 			run(schedSextant, 0, 200, 0), run(schedVanilla, 0, 300, 0),
 			run(schedVanilla, 1, 300, 0), run(schedSextant, 1, 285, 1)},

@@ -40,15 +40,15 @@ func TestChartProfileRunsSextantFiltersFirst(t *testing.T) {
 	registry := plugins.NewInTreeRegistry()
 	// Stand-ins: the order depends only on the names and the extension points each
 	// implements, and the real plugins would need an API server.
-	stand := func(name string, p fwk.Plugin) frameworkruntime.PluginFactory {
+	stand := func(p fwk.Plugin) frameworkruntime.PluginFactory {
 		return func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return p, nil }
 	}
 	for _, name := range []string{bandwidth.Name, numa.Name, devices.Name} {
-		if err := registry.Register(name, stand(name, filterStandIn(name))); err != nil {
+		if err := registry.Register(name, stand(filterStandIn(name))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := registry.Register(binder.Name, stand(binder.Name, binderStandIn(binder.Name))); err != nil {
+	if err := registry.Register(binder.Name, stand(binderStandIn(binder.Name))); err != nil {
 		t.Fatal(err)
 	}
 	client := fake.NewClientset()
