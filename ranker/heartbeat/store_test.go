@@ -240,8 +240,10 @@ func TestConcurrentLookupsAndUpdates(t *testing.T) {
 			t.Fatalf("node-%d after all writes: topology %v, bandwidth %v", i, n.Topology() != nil, n.Bandwidth() != nil)
 		}
 	}
-	// Enough lookups republish the readers' map: from then on no lookup locks.
-	for range 2 {
+	// Enough lookups republish the readers' map: from then on no lookup locks. Only
+	// names the map lacks count, at least one per pass while it lacks any, and it is
+	// republished after more than an eighth of the names' count of those.
+	for range nodes/8 + 1 {
 		for i := range nodes {
 			s.Node(fmt.Sprint("node-", i))
 		}
