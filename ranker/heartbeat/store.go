@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -29,6 +30,8 @@ type Store struct {
 	nodes     *index
 	// synced reports whether the records hold what the informers listed at start.
 	synced []cache.InformerSynced
+	// topologyVersion counts the NodeTopology objects added, replaced and removed.
+	topologyVersion atomic.Uint64
 }
 
 // New returns a Store fed by watches through client. Call Start, then WaitForSync.
@@ -69,6 +72,7 @@ func (s *Store) put(obj any) {
 		s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(b) })
 	case *v1alpha1.NodeTopology:
 		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(o) })
+		s.topologyVersion.Add(1)
 	}
 }
 
@@ -81,8 +85,14 @@ func (s *Store) remove(obj any) {
 		s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(nil) })
 	case *v1alpha1.NodeTopology:
 		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
+		s.topologyVersion.Add(1)
 	}
 }
+
+// TopologyVersion changes whenever a node's NodeTopology is added, replaced or removed,
+// after the node's record shows the change: a reader that sees the same version before
+// and after reading records has read every record's current topology.
+func (s *Store) TopologyVersion() uint64 { return s.topologyVersion.Load() }
 
 // decode returns the transform that turns an informer's Unstructured into the typed
 // object, without its managed fields: nothing in the ranker reads them, and at 5000

@@ -32,6 +32,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -61,6 +62,8 @@ type Nodes interface {
 	Node(name string) *heartbeat.Node
 	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
 	NodeOf(node *v1.Node) *heartbeat.Node
+	// TopologyVersion changes whenever a node's NodeTopology changes.
+	TopologyVersion() uint64
 }
 
 // NodeInfos looks up the scheduler's snapshot of a node; Reserve uses it when Filter and
@@ -78,6 +81,9 @@ type NUMAAware struct {
 	ledger *podledger.Ledger[reservation]
 	// freeCache holds each node's free capacity per NUMA node between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, nodeFree]
+	// floor is what one NUMA node of every node has free at least (see floor).
+	floor floorKeeper
+	now   func() time.Time
 }
 
 var (
@@ -106,8 +112,12 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	})
 	if f := h.SharedInformerFactory(); f != nil {
-		if err := pl.ledger.ForgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
+		pods := f.Core().V1().Pods().Informer()
+		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch pods for reservations: %w", err)
+		}
+		if _, err := pods.AddEventHandler(pl.floorHandler()); err != nil {
+			return nil, fmt.Errorf("numa plugin: watch pods for the NUMA floor: %w", err)
 		}
 	}
 	return pl, nil
@@ -118,7 +128,8 @@ func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *NUM
 	registerMetrics()
 	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos, client: client,
 		ledger:    podledger.New[reservation](func(n int) { reservations.Set(float64(n)) }),
-		freeCache: nodecache.New[*v1alpha1.NodeTopology, nodeFree](heartbeat.SlotNUMAFree)}
+		freeCache: nodecache.New[*v1alpha1.NodeTopology, nodeFree](heartbeat.SlotNUMAFree),
+		now:       time.Now}
 }
 
 // Name returns the plugin's name.
@@ -141,10 +152,13 @@ type cycleState struct {
 	pl       *NUMAAware
 	reserved atomic.Pointer[reservedChoice]
 	// uneven is set by Filter when a node it passes would not score as "one NUMA node,
-	// distance 0": a choice of more NUMA nodes, or a node without NodeTopology. While it
-	// is unset every feasible node scores the same, which ranks nothing, and PreScore
-	// skips Score.
+	// distance 0": a choice of more NUMA nodes, or a node without NodeTopology (and by
+	// PreScore when Filter was skipped, see bare). While it is unset every feasible node
+	// scores the same, which ranks nothing, and PreScore skips Score.
 	uneven atomic.Bool
+	// bare are the snapshot's nodes without NodeTopology when PreFilter skipped Filter
+	// (see floor): PreScore's question is then whether one of them is feasible.
+	bare []fwk.NodeInfo
 }
 
 func (s *cycleState) Clone() fwk.StateData { return s }

@@ -114,7 +114,7 @@ func schedule(t *testing.T, pl *NUMAAware, p *v1.Pod, infos []*framework.NodeInf
 	t.Helper()
 	ctx := context.Background()
 	r := result{state: framework.NewCycleState(), filter: map[string]*fwk.Status{}, scores: map[string]int64{}}
-	_, r.prefilt = pl.PreFilter(ctx, r.state, p, nil)
+	_, r.prefilt = pl.PreFilter(ctx, r.state, p, list(infos))
 	if code := r.prefilt.Code(); code != fwk.Success && code != fwk.Skip {
 		return r
 	}

@@ -10,8 +10,9 @@ import (
 // PreFilter computes the pod's CPU and memory request and parses its policy once per
 // cycle. A malformed policy leaves the pod Pending (UnschedulableAndUnresolvable, the
 // message names the annotation and the accepted form); a pod asking for neither CPU nor
-// memory skips NUMAAware's Filter.
-func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// memory skips NUMAAware's Filter, and so does one that fits one NUMA node of every
+// node (see floor).
+func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	policy, err := PodPolicy(pod)
 	if err != nil {
 		filterRejections.WithLabelValues(reasonMalformedPolicy).Inc()
@@ -20,6 +21,12 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 	s := &cycleState{req: PodRequest(pod), policy: policy, pl: pl}
 	stateMemo.Write(state, s)
 	if s.req.IsZero() {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	// Filter would pass every node: those without NodeTopology too, unless the policy
+	// is single-numa-node; PreScore looks for them among the feasible nodes.
+	if fits, bare := pl.fitsFloor(s.req, nodes); fits && (s.policy == PolicyNone || len(bare) == 0) {
+		s.bare = bare
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil

@@ -31,8 +31,12 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("numa reserve: look up node %s: %w", nodeName, err))
 	}
-	ch, ok := pl.free(rec, topo, nodeInfo).choose(topo, s.req)
+	nf := pl.free(rec, topo, nodeInfo)
+	ch, ok := nf.choose(topo, s.req)
 	if !ok {
+		// Filter passed the node, or the floor promised room (then an event that took
+		// it is still on its way to the plugin): the pod is retried, the floor redone.
+		pl.floor.void()
 		filterRejections.WithLabelValues(reasonNoFit).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgNoFit)
 	}
@@ -42,6 +46,7 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 	}
 	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
 	pl.ledger.Reserve(pod.UID, nodeName, reservation{nodes: ch.Nodes, req: s.req})
+	pl.lowerFloor(nf.free(), ch.Nodes, s.req)
 	binder.Stage(state, NodesAnnotation, FormatNodes(ch.Nodes))
 	return nil
 }

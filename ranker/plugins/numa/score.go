@@ -24,10 +24,17 @@ func decode(raw int64) (count, distance int64) {
 
 // PreScore skips scoring for pods that ask for neither CPU nor memory, and when every
 // node that passed Filter fits the pod in one NUMA node: all would score the same, and
-// a score added equally to every node changes no ranking.
-func (pl *NUMAAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+// a score added equally to every node changes no ranking. For a pod that skipped Filter
+// (see floor), that is when no feasible node lacks NodeTopology.
+func (pl *NUMAAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.IsZero() || !s.uneven.Load() {
+	if !ok || s.req.IsZero() {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	if len(s.bare) > 0 && !s.uneven.Load() && anyOf(nodes, s.bare) {
+		s.uneven.Store(true)
+	}
+	if !s.uneven.Load() {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil

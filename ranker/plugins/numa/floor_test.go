@@ -1,0 +1,298 @@
+package numa
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
+)
+
+// list is the snapshot's node list as PreFilter is given it.
+func list(infos []*framework.NodeInfo) []fwk.NodeInfo {
+	out := make([]fwk.NodeInfo, len(infos))
+	for i, ni := range infos {
+		out[i] = ni
+	}
+	return out
+}
+
+// Whenever PreFilter skips Filter because of the floor, Filter would have passed every
+// node, and PreScore skips Score exactly when Filter would have left the pod even:
+// random clusters (some nodes without NodeTopology, NUMA nodes partly taken by
+// annotated pods) and pods of both policies. Every node is feasible here; with a node
+// without NodeTopology among them Score must run, without, not.
+func TestFloorAgreesWithFilter(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	ctx := context.Background()
+	var skipped, skippedUneven int
+	for c := range 300 {
+		var infos []*framework.NodeInfo
+		var topos []*v1alpha1.NodeTopology
+		for n := range 1 + rng.Intn(5) {
+			name := fmt.Sprint("n", n)
+			numa := 1 + rng.Intn(4)
+			if c%4 != 0 || rng.Intn(4) != 0 { // some nodes of a quarter of the clusters lack topology
+				topos = append(topos, uniform(name, numa, 2+rng.Intn(7), int64(2+rng.Intn(15))*gi))
+			}
+			var pods []*v1.Pod
+			for i := range rng.Intn(4) {
+				p := pod(fmt.Sprint(name, "-", i), fmt.Sprint(1+rng.Intn(4)), int64(1+rng.Intn(6))*gi,
+					map[string]string{NodesAnnotation: fmt.Sprint(rng.Intn(numa))})
+				p.UID = types.UID(p.Name)
+				pods = append(pods, on(name, p))
+			}
+			infos = append(infos, nodeInfo(name, pods...))
+		}
+		pl, _ := newPlugin(t, infos, topos...)
+		nodes := list(infos)
+		for range 5 {
+			ann := map[string]string(nil)
+			if rng.Intn(3) == 0 {
+				ann = map[string]string{PolicyAnnotation: string(PolicySingleNUMANode)}
+			}
+			p := pod("p", fmt.Sprintf("%dm", 100+rng.Intn(4000)), int64(1+rng.Intn(8))*gi/2, ann)
+			state := framework.NewCycleState()
+			if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() != fwk.Skip {
+				continue
+			}
+			skipped++
+			s, _ := readState(state)
+			wantUneven := false
+			for _, ni := range infos {
+				nf, _, ok := pl.numaFree(ni.Node(), ni)
+				if !ok {
+					if s.policy == PolicySingleNUMANode {
+						t.Fatalf("cluster %d: PreFilter skipped Filter of a single-numa-node pod with a node without topology", c)
+					}
+					wantUneven = true
+					continue
+				}
+				reason, uneven := fit(nf.free(), s.req, s.policy)
+				if reason != "" {
+					t.Fatalf("cluster %d: PreFilter skipped Filter, which rejects %s (%s) for %+v", c, ni.Node().Name, reason, s.req)
+				}
+				wantUneven = wantUneven || uneven
+			}
+			if st := pl.PreScore(ctx, state, p, nodes); (st.Code() == fwk.Skip) == wantUneven {
+				t.Fatalf("cluster %d: PreScore = %v after the skip; Filter would leave the pod uneven: %v", c, st, wantUneven)
+			}
+			if wantUneven {
+				skippedUneven++
+			}
+			// Without the nodes lacking topology among the feasible ones, nothing to rank.
+			var withTopology []fwk.NodeInfo
+			for _, ni := range nodes {
+				if _, _, ok := pl.numaFree(ni.Node(), ni); ok {
+					withTopology = append(withTopology, ni)
+				}
+			}
+			state2 := framework.NewCycleState()
+			pl.PreFilter(ctx, state2, p, nodes)
+			if st := pl.PreScore(ctx, state2, p, withTopology); st.Code() != fwk.Skip {
+				t.Fatalf("cluster %d: PreScore = %v with only nodes that fit the pod in one NUMA node feasible, want Skip", c, st)
+			}
+		}
+	}
+	// The floor must do its work: most of these small pods fit one NUMA node everywhere.
+	if skipped < 300 || skippedUneven == 0 {
+		t.Fatalf("PreFilter skipped Filter for %d pods (%d marked uneven); want most of 1500, some uneven", skipped, skippedUneven)
+	}
+}
+
+// A reservation lowers the floor to what its node keeps: the next pod of the same size
+// fits no NUMA node there any more and is filtered.
+func TestFloorLoweredByReserve(t *testing.T) {
+	ctx := context.Background()
+	infos := []*framework.NodeInfo{nodeInfo("a"), nodeInfo("b")}
+	pl, _ := newPlugin(t, infos, uniform("a", 1, 4, 8*gi), uniform("b", 2, 4, 8*gi))
+	nodes := list(infos)
+	first := pod("first", "3", 6*gi, nil)
+	first.UID = "first"
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(ctx, state, first, nodes); st.Code() != fwk.Skip {
+		t.Fatalf("PreFilter of a pod that fits one NUMA node of every node = %v, want Skip", st)
+	}
+	if st := pl.Reserve(ctx, state, first, "a"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	infos[0].AddPod(on("a", first.DeepCopy())) // assumed, as the scheduler does
+	second := pod("second", "3", 6*gi, nil)
+	state = framework.NewCycleState()
+	if _, st := pl.PreFilter(ctx, state, second, nodes); !st.IsSuccess() {
+		t.Fatalf("PreFilter after a reserves its only NUMA node = %v, want Success (Filter must run)", st)
+	}
+	if st := pl.Filter(ctx, state, second, infos[0]); st.Code() != fwk.Unschedulable {
+		t.Errorf("Filter on a = %v, want Unschedulable", st)
+	}
+	small := pod("small", "1", 2*gi, nil)
+	if _, st := pl.PreFilter(ctx, framework.NewCycleState(), small, nodes); st.Code() != fwk.Skip {
+		t.Errorf("PreFilter of a pod that still fits everywhere = %v, want Skip", st)
+	}
+
+	// A pod spread over both NUMA nodes of b takes half of it from each, as Filter counts
+	// it, and leaves the floor at what b keeps: 1 CPU and 2 GiB in each.
+	wide := pod("wide", "6", 12*gi, nil)
+	wide.UID = "wide"
+	state = framework.NewCycleState()
+	if _, st := pl.PreFilter(ctx, state, wide, nodes); !st.IsSuccess() {
+		t.Fatalf("PreFilter of a pod wider than a NUMA node = %v, want Success", st)
+	}
+	if st := pl.Reserve(ctx, state, wide, "b"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if nodes, _ := ReservedNUMANodes(state, "b"); FormatNodes(nodes) != "0,1" {
+		t.Fatalf("wide pod got NUMA nodes %v, want 0,1", nodes)
+	}
+	infos[1].AddPod(on("b", wide.DeepCopy()))
+	for _, tc := range []struct {
+		cpu  string
+		mem  int64
+		want fwk.Code
+	}{{"1", 2 * gi, fwk.Skip}, {"1500m", 2 * gi, fwk.Success}, {"1", 3 * gi, fwk.Success}} {
+		if _, st := pl.PreFilter(ctx, framework.NewCycleState(), pod("p", tc.cpu, tc.mem, nil), nodes); st.Code() != tc.want {
+			t.Errorf("after the wide pod, PreFilter of %s CPU and %d GiB = %v, want %v", tc.cpu, tc.mem/gi, st, tc.want)
+		}
+	}
+}
+
+// What may take NUMA capacity behind the plugin's back voids the floor: a NodeTopology
+// replaced, a pod bound and annotated without the plugin's reservation, a Reserve that
+// finds no room, a node added. The floor is then computed again, but not more than once
+// per floorRetry; a floor older than floorRefresh is computed again too.
+func TestFloorVoided(t *testing.T) {
+	ctx := context.Background()
+	clock := time.Unix(1000, 0)
+	setup := func(t *testing.T) (*NUMAAware, *heartbeat.Store, []*framework.NodeInfo, []fwk.NodeInfo) {
+		infos := []*framework.NodeInfo{nodeInfo("a"), nodeInfo("b")}
+		store := heartbeat.NewFromObjects(uniform("a", 2, 4, 8*gi), uniform("b", 2, 4, 8*gi))
+		pl := NewWith(store, nil, func(node string) (fwk.NodeInfo, error) {
+			for _, ni := range infos {
+				if ni.Node().Name == node {
+					return ni, nil
+				}
+			}
+			return nil, fmt.Errorf("no node %s", node)
+		})
+		pl.now = func() time.Time { return clock }
+		return pl, store, infos, list(infos)
+	}
+	p := pod("p", "3", 6*gi, nil)
+	skips := func(pl *NUMAAware, nodes []fwk.NodeInfo) bool {
+		_, st := pl.PreFilter(ctx, framework.NewCycleState(), p, nodes)
+		return st.Code() == fwk.Skip
+	}
+	for _, tc := range []struct {
+		name string
+		// change takes room behind the plugin's back, and tells the plugin as its
+		// watches would.
+		change func(t *testing.T, pl *NUMAAware, store *heartbeat.Store, infos []*framework.NodeInfo)
+	}{
+		{"topology replaced", func(_ *testing.T, _ *NUMAAware, store *heartbeat.Store, _ []*framework.NodeInfo) {
+			store.Put(uniform("a", 2, 2, 4*gi))
+		}},
+		{"pod bound and annotated elsewhere", func(_ *testing.T, pl *NUMAAware, _ *heartbeat.Store, infos []*framework.NodeInfo) {
+			for _, numa := range []string{"0", "1"} {
+				other := on("a", pod("other-"+numa, "2", 4*gi, map[string]string{NodesAnnotation: numa}))
+				other.UID = types.UID(other.Name)
+				infos[0].AddPod(other)
+				pl.voidFloorOnPod(nil, other)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pl, store, infos, nodes := setup(t)
+			if !skips(pl, nodes) {
+				t.Fatal("before the change: PreFilter does not skip Filter of a pod that fits everywhere")
+			}
+			tc.change(t, pl, store, infos) // the snapshot's node list stays the same
+			clock = clock.Add(2 * floorRetry)
+			if skips(pl, nodes) {
+				t.Fatal("after the change: PreFilter still skips Filter")
+			}
+		})
+	}
+
+	t.Run("node added", func(t *testing.T) {
+		pl, store, infos, nodes := setup(t)
+		store.Put(uniform("c", 1, 2, 4*gi)) // its heartbeat before its Node
+		if !skips(pl, nodes) {
+			t.Fatal("before the node joins the snapshot: PreFilter does not skip Filter")
+		}
+		clock = clock.Add(2 * floorRetry)
+		if skips(pl, list(append(infos, nodeInfo("c")))) {
+			t.Error("with the node in the snapshot: PreFilter still skips Filter")
+		}
+	})
+
+	t.Run("pod bound with the plugin's reservation keeps the floor", func(t *testing.T) {
+		pl, _, infos, nodes := setup(t)
+		if !skips(pl, nodes) {
+			t.Fatal("PreFilter does not skip Filter of a pod that fits everywhere")
+		}
+		mine := pod("mine", "1", gi, nil)
+		mine.UID = "mine"
+		pl.ledger.Reserve(mine.UID, "a", reservation{nodes: []int32{0}, req: PodRequest(mine)})
+		bound := on("a", mine.DeepCopy())
+		bound.Annotations = map[string]string{NodesAnnotation: "0"}
+		infos[0].AddPod(bound)
+		pl.voidFloorOnPod(mine, bound)
+		if v := pl.floor.voids.Load(); v != 0 {
+			t.Errorf("the floor was voided %d times by the plugin's own pod", v)
+		}
+	})
+
+	t.Run("Reserve without room voids, recomputation waits floorRetry", func(t *testing.T) {
+		pl, _, infos, nodes := setup(t)
+		if !skips(pl, nodes) {
+			t.Fatal("PreFilter does not skip Filter of a pod that fits everywhere")
+		}
+		// Room taken by pods the plugin has not heard of yet.
+		for _, numa := range []string{"0", "1"} {
+			infos[1].AddPod(on("b", pod("late-"+numa, "4", 8*gi, map[string]string{NodesAnnotation: numa})))
+		}
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() != fwk.Skip {
+			t.Fatalf("PreFilter = %v; the floor has not heard of the pods yet, want Skip", st)
+		}
+		if st := pl.Reserve(ctx, state, p, "b"); st.Code() != fwk.Unschedulable {
+			t.Fatalf("Reserve on a full node = %v, want Unschedulable", st)
+		}
+		if skips(pl, nodes) {
+			t.Error("PreFilter skips Filter on a voided floor")
+		}
+		clock = clock.Add(2 * floorRetry)
+		if skips(pl, nodes) {
+			t.Error("the recomputed floor still lets the pod skip Filter")
+		}
+	})
+
+	t.Run("refreshed after floorRefresh", func(t *testing.T) {
+		pl, _, infos, nodes := setup(t)
+		before := pl.floor.cur.Load()
+		skips(pl, nodes)
+		first := pl.floor.cur.Load()
+		if first == before {
+			t.Fatal("no floor computed")
+		}
+		infos[0].AddPod(on("a", pod("x", "1", gi, nil))) // a new generation, nothing else
+		clock = clock.Add(floorRefresh / 2)
+		skips(pl, nodes)
+		if pl.floor.cur.Load() != first {
+			t.Error("the floor was computed again before floorRefresh without a change")
+		}
+		clock = clock.Add(floorRefresh)
+		skips(pl, nodes)
+		if pl.floor.cur.Load() == first {
+			t.Error("the floor was not computed again after floorRefresh")
+		}
+	})
+}
