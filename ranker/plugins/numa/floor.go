@@ -107,7 +107,7 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
 			f.bare = append(f.bare, ni)
 			continue
 		}
-		p := roomiest(nf.free())
+		p := roomiest(nf.free(), nil, Request{})
 		f.milliCPU, f.memory = min(f.milliCPU, p.MilliCPU), min(f.memory, p.Memory)
 	}
 	return f
@@ -121,16 +121,8 @@ func (pl *NUMAAware) lowerFloor(free []Free, taken []int32, req Request) {
 	if f == nil || len(taken) == 0 {
 		return
 	}
-	after := make([]Free, len(free))
-	copy(after, free)
 	k := int64(len(taken))
-	for i := range after {
-		if slices.Contains(taken, after[i].ID) {
-			after[i].MilliCPU -= req.MilliCPU / k
-			after[i].Memory -= req.Memory / k
-		}
-	}
-	p := roomiest(after)
+	p := roomiest(free, taken, Request{MilliCPU: req.MilliCPU / k, Memory: req.Memory / k})
 	if p.MilliCPU >= f.milliCPU && p.Memory >= f.memory {
 		return
 	}
@@ -144,14 +136,20 @@ func (pl *NUMAAware) lowerFloor(free []Free, taken []int32, req Request) {
 const bytesPerMilliCPU = 4 << 20
 
 // roomiest returns the free capacity of the NUMA node whose smaller side (CPU or memory,
-// memory counted in CPUs at bytesPerMilliCPU) is largest: the floor takes one NUMA node
-// per node, and a balanced one keeps it high on both sides. Zero for none.
-func roomiest(free []Free) Request {
+// memory counted in CPUs at bytesPerMilliCPU) is largest, once share is taken from each
+// NUMA node in taken: the floor takes one NUMA node per node, and a balanced one keeps
+// it high on both sides. Zero for none.
+func roomiest(free []Free, taken []int32, share Request) Request {
 	var best Request
 	bestSide := int64(math.MinInt64)
 	for _, f := range free {
-		if side := min(f.MilliCPU, f.Memory/bytesPerMilliCPU); side > bestSide {
-			best, bestSide = Request{MilliCPU: f.MilliCPU, Memory: f.Memory}, side
+		r := Request{MilliCPU: f.MilliCPU, Memory: f.Memory}
+		if slices.Contains(taken, f.ID) {
+			r.MilliCPU -= share.MilliCPU
+			r.Memory -= share.Memory
+		}
+		if side := min(r.MilliCPU, r.Memory/bytesPerMilliCPU); side > bestSide {
+			best, bestSide = r, side
 		}
 	}
 	return best
