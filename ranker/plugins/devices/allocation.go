@@ -19,8 +19,9 @@ import (
 const ResourcePrefix = "sextant.io/"
 
 // Kinds are the device kinds a pod can request as sextant.io/<kind>. Other sextant.io/
-// resources are not devices and are ignored here.
-var Kinds = []v1alpha1.DeviceKind{v1alpha1.KindGPU, v1alpha1.KindNIC, v1alpha1.KindNVMe, v1alpha1.KindAccelerator}
+// resources are not devices and are ignored here. A kind's index here is its index in
+// Free and Want.
+var Kinds = [...]v1alpha1.DeviceKind{v1alpha1.KindGPU, v1alpha1.KindNIC, v1alpha1.KindNVMe, v1alpha1.KindAccelerator}
 
 // ResourceName is the extended resource a kind is requested as.
 func ResourceName(kind v1alpha1.DeviceKind) v1.ResourceName {
@@ -40,15 +41,26 @@ func (r Request) Total() int64 {
 	return n
 }
 
-// kinds returns the requested kinds in a fixed order.
-func (r Request) kinds() []v1alpha1.DeviceKind {
-	out := make([]v1alpha1.DeviceKind, 0, len(r))
-	for _, k := range Kinds {
-		if r[k] > 0 {
-			out = append(out, k)
+// Want is a Request in the form Filter and Score read it on every node: the requested
+// kinds in the order of Kinds, each by its index there, so that no node's check hashes
+// a kind's name (a device pod is checked on ~500 nodes, twice).
+type Want []KindCount
+
+// KindCount is n devices of Kinds[Kind].
+type KindCount struct {
+	Kind int
+	N    int64
+}
+
+// Want returns r as a Want.
+func (r Request) Want() Want {
+	var w Want
+	for i, k := range Kinds {
+		if n := r[k]; n > 0 {
+			w = append(w, KindCount{Kind: i, N: n})
 		}
 	}
-	return out
+	return w
 }
 
 // PodRequest returns the devices the pod asks for, aggregated like kube-scheduler does
@@ -131,7 +143,7 @@ func (a Allocation) String() string {
 // node holds, by kind, ordered by address. A pod holds the devices in its
 // devices.sextant.io/allocated annotation or, lacking one, those reserved(pod) returns.
 // A malformed annotation is logged and ignored: it must not stop scheduling.
-func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (Allocation, bool)) map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
+func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (Allocation, bool)) *Free {
 	taken := map[string]bool{}
 	for _, pi := range pods {
 		pod := pi.GetPod()
@@ -155,24 +167,40 @@ func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(
 			}
 		}
 	}
-	free := map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice{}
+	free := &Free{}
 	for _, d := range topo.Status.PCIDevices {
-		if d.Health != v1alpha1.Healthy || taken[d.Address] {
+		i := slices.Index(Kinds[:], d.Kind)
+		if i < 0 || d.Health != v1alpha1.Healthy || taken[d.Address] {
 			continue
 		}
-		free[d.Kind] = append(free[d.Kind], d)
+		free.devices[i] = append(free.devices[i], d)
 	}
-	for k := range free {
-		slices.SortFunc(free[k], func(a, b v1alpha1.PCIDevice) int { return cmp.Compare(a.Address, b.Address) })
+	for i, devs := range free.devices {
+		slices.SortFunc(devs, func(a, b v1alpha1.PCIDevice) int { return cmp.Compare(a.Address, b.Address) })
+		free.numa[i] = make([]int32, len(devs))
+		for j, d := range devs {
+			free.numa[i][j] = -1
+			if d.NUMANode != nil {
+				free.numa[i][j] = *d.NUMANode
+			}
+		}
 	}
 	return free
 }
 
+// Free is a node's healthy devices that no pod holds, per kind (indexed as Kinds) in
+// address order; and, beside them, each one's NUMA node (-1 when unknown), which Score
+// reads on every node without chasing a pointer per device.
+type Free struct {
+	devices [len(Kinds)][]v1alpha1.PCIDevice
+	numa    [len(Kinds)][]int32
+}
+
 // Shortfall returns the first requested kind the free devices cannot cover.
-func Shortfall(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) (v1alpha1.DeviceKind, bool) {
-	for _, k := range req.kinds() {
-		if int64(len(free[k])) < req[k] {
-			return k, true
+func Shortfall(free *Free, want Want) (v1alpha1.DeviceKind, bool) {
+	for _, w := range want {
+		if int64(len(free.numa[w.Kind])) < w.N {
+			return Kinds[w.Kind], true
 		}
 	}
 	return "", false
@@ -181,17 +209,17 @@ func Shortfall(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) (
 // BestNUMANode is the NUMA node holding the most of the requested devices (each kind
 // counted up to its request), the lowest ID on a tie; ok is false when no free device
 // of a requested kind has a known NUMA node.
-func BestNUMANode(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) (int32, bool) {
+func BestNUMANode(free *Free, want Want) (int32, bool) {
 	count := map[int32]int64{}
-	for _, k := range req.kinds() {
+	for _, w := range want {
 		per := map[int32]int64{}
-		for _, d := range free[k] {
-			if d.NUMANode != nil {
-				per[*d.NUMANode]++
+		for _, n := range free.numa[w.Kind] {
+			if n >= 0 {
+				per[n]++
 			}
 		}
 		for n, c := range per {
-			count[n] += min(c, req[k])
+			count[n] += min(c, w.N)
 		}
 	}
 	best, bestCount, found := int32(0), int64(-1), false
@@ -205,16 +233,16 @@ func BestNUMANode(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request
 
 // FromPreferred counts how many of the requested devices can come from the preferred
 // NUMA nodes.
-func FromPreferred(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request, preferred []int32) int64 {
+func FromPreferred(free *Free, want Want, preferred []int32) int64 {
 	var n int64
-	for _, k := range req.kinds() {
+	for _, w := range want {
 		var c int64
-		for _, d := range free[k] {
-			if d.NUMANode != nil && slices.Contains(preferred, *d.NUMANode) {
+		for _, numa := range free.numa[w.Kind] {
+			if numa >= 0 && slices.Contains(preferred, numa) {
 				c++
 			}
 		}
-		n += min(c, req[k])
+		n += min(c, w.N)
 	}
 	return n
 }
@@ -223,17 +251,17 @@ func FromPreferred(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Reques
 // from as few other NUMA nodes as possible (devices of unknown locality last), in address
 // order within a NUMA node.
 // ok is false when a kind has too few free devices.
-func Pick(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request, preferred []int32) (Allocation, bool) {
+func Pick(free *Free, want Want, preferred []int32) (Allocation, bool) {
 	out := Allocation{}
-	for _, k := range req.kinds() {
-		need := int(req[k])
-		if len(free[k]) < need {
+	for _, w := range want {
+		need, devices := int(w.N), free.devices[w.Kind]
+		if len(devices) < need {
 			return nil, false
 		}
 		var chosen []string
 		groups := map[int32][]string{}
 		var unknown []string
-		for _, d := range free[k] { // already in address order
+		for _, d := range devices { // already in address order
 			switch {
 			case d.NUMANode != nil && slices.Contains(preferred, *d.NUMANode):
 				if len(chosen) < need {
@@ -279,7 +307,7 @@ func Pick(free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request, prefer
 			}
 		}
 		slices.Sort(chosen)
-		out[ResourceName(k)] = chosen
+		out[ResourceName(Kinds[w.Kind])] = chosen
 	}
 	return out, true
 }

@@ -66,7 +66,7 @@ type DeviceAware struct {
 	// is not visible yet; FreeDevices consults it only for pods without the annotation.
 	ledger *podledger.Ledger[Allocation]
 	// freeCache holds each node's free devices between cycles.
-	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice]
+	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, *Free]
 }
 
 var (
@@ -107,7 +107,7 @@ func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *Dev
 	registerMetrics()
 	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client,
 		ledger:    podledger.New[Allocation](func(n int) { reservations.Set(float64(n)) }),
-		freeCache: nodecache.New[*v1alpha1.NodeTopology, map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice](heartbeat.SlotDeviceFree)}
+		freeCache: nodecache.New[*v1alpha1.NodeTopology, *Free](heartbeat.SlotDeviceFree)}
 }
 
 // Name returns the plugin's name.
@@ -123,6 +123,8 @@ const stateKey fwk.StateKey = Name
 // cycleState is the plugin's CycleState entry for one pod.
 type cycleState struct {
 	req Request
+	// want is req as Filter and Score read it for every node.
+	want Want
 	// total is req.Total(), which Filter and Score check for every node.
 	total int64
 	// picks are the devices Reserve picked, by node. Shared by clones: only Reserve and

@@ -411,7 +411,7 @@ func TestPick(t *testing.T) {
 		{name: "too few", n: 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := Pick(free, Request{v1alpha1.KindGPU: tc.n}, tc.preferred)
+			got, ok := Pick(free, Request{v1alpha1.KindGPU: tc.n}.Want(), tc.preferred)
 			if ok != tc.wantOK || !slices.Equal(got["sextant.io/gpu"], tc.want) {
 				t.Errorf("Pick = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
 			}
@@ -438,16 +438,17 @@ func TestShortfallAndFromPreferred(t *testing.T) {
 		{name: "a kind the node lacks", req: Request{v1alpha1.KindAccelerator: 1}, wantShort: v1alpha1.KindAccelerator, preferred: []int32{0, 1}},
 		{name: "zero counts ask for nothing", req: Request{v1alpha1.KindGPU: 0, v1alpha1.KindNIC: 0}, preferred: []int32{0}},
 	} {
-		kind, short := Shortfall(free, tc.req)
+		want := tc.req.Want()
+		kind, short := Shortfall(free, want)
 		if short != (tc.wantShort != "") || kind != tc.wantShort {
 			t.Errorf("%s: Shortfall = %q, %v; want %q", tc.name, kind, short, tc.wantShort)
 		}
-		if got := FromPreferred(free, tc.req, tc.preferred); got != tc.wantFrom {
+		if got := FromPreferred(free, want, tc.preferred); got != tc.wantFrom {
 			t.Errorf("%s: FromPreferred = %d, want %d", tc.name, got, tc.wantFrom)
 		}
 		if n := testing.AllocsPerRun(20, func() {
-			Shortfall(free, tc.req)
-			FromPreferred(free, tc.req, tc.preferred)
+			Shortfall(free, want)
+			FromPreferred(free, want, tc.preferred)
 		}); n != 0 {
 			t.Errorf("%s: %v allocations, want 0", tc.name, n)
 		}

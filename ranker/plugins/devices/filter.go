@@ -37,7 +37,7 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		filterRejections.WithLabelValues(reasonNoTopology).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
 	}
-	if kind, short := Shortfall(pl.free(rec, topo, nodeInfo), s.req); short {
+	if kind, short := Shortfall(pl.free(rec, topo, nodeInfo), s.want); short {
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}
@@ -51,8 +51,8 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 // health too (it lives in the NodeTopology). The ledger need not be part of the key: it
 // is consulted only for a pod on the node without the annotation, and each change to
 // such an entry comes with a new generation of the node (see NUMAAware's free).
-func (pl *DeviceAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
-	return *pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice {
+func (pl *DeviceAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *Free {
+	return *pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() *Free {
 		node := rec.Name() // on a miss only: outside the record's first cache line
 		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (Allocation, bool) {
 			return pl.ledger.Get(p.UID, node)

@@ -11,7 +11,7 @@ import (
 // skips DeviceAware's Filter.
 func (pl *DeviceAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	req := PodRequest(pod)
-	s := &cycleState{req: req, total: req.Total(), picks: &pickMap{m: map[string]Allocation{}}}
+	s := &cycleState{req: req, want: req.Want(), total: req.Total(), picks: &pickMap{m: map[string]Allocation{}}}
 	stateMemo.Write(state, s)
 	if s.total == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)

@@ -33,9 +33,9 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 		return fwk.AsStatus(fmt.Errorf("device reserve: look up node %s: %w", nodeName, err))
 	}
 	free := pl.free(rec, topo, nodeInfo)
-	alloc, ok := Pick(free, s.req, preferredNUMA(state, nodeInfo, free, s.req))
+	alloc, ok := Pick(free, s.want, preferredNUMA(state, nodeInfo, free, s.want))
 	if !ok {
-		kind, _ := Shortfall(free, s.req)
+		kind, _ := Shortfall(free, s.want)
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}

@@ -6,7 +6,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
@@ -38,8 +37,8 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 		return 0, nil
 	}
 	free := pl.free(rec, topo, nodeInfo)
-	preferred := preferredNUMA(state, nodeInfo, free, s.req)
-	return fwk.MaxNodeScore * FromPreferred(free, s.req, preferred) / s.total, nil
+	preferred := preferredNUMA(state, nodeInfo, free, s.want)
+	return fwk.MaxNodeScore * FromPreferred(free, s.want, preferred) / s.total, nil
 }
 
 // ScoreExtensions returns nil: scores are already in [0, MaxNodeScore].
@@ -47,11 +46,11 @@ func (pl *DeviceAware) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // preferredNUMA is NUMAAware's choice for the pod on node, else the NUMA node holding
 // the most of the requested devices (none if no free device has a known NUMA node).
-func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, free map[v1alpha1.DeviceKind][]v1alpha1.PCIDevice, req Request) []int32 {
+func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, free *Free, want Want) []int32 {
 	if chosen, ok := numa.ChosenNUMANodes(state, nodeInfo); ok {
 		return chosen
 	}
-	if best, ok := BestNUMANode(free, req); ok {
+	if best, ok := BestNUMANode(free, want); ok {
 		return []int32{best}
 	}
 	return nil
