@@ -19,16 +19,19 @@
 //     binding order, best-fit each pod into the fewest NUMA nodes with room).
 //
 // Both schedulers run as separate processes with the admin kubeconfig, leader election
-// off, and the same clientConnection qps/burst (--scheduler-qps, default 300).
+// off, and the same clientConnection qps/burst (--scheduler-qps, default 1000).
 // scheduler_perf uses 5000 against an in-process API server; here the API server shares
-// two cores with everything else, and at 5000 sextant-ranker's extra PreBind writes once
-// flooded it into timeouts and a retry storm that stalled the run, which measures the
-// machine, not the scheduler. At 100 both schedulers are held by their rate limiters
-// (measured: 101.8 and 102.0 pods/s at 5000 nodes, binds waiting 10-20 s in the limiter),
-// which measures the limit, not the scheduler either; at 300 neither is (vanilla binds
-// 186-225 pods/s), so pods/s is each scheduler's own. The harness also reads each
-// scheduler's /metrics after its run and prints
-// where the time went (attempts, extension points, costliest plugins).
+// two cores with everything else, and at 5000 sextant-ranker's extra PreBind writes (since
+// replaced by SextantBinder's one Binding) once flooded it into timeouts and a retry storm
+// that stalled the run, which measures the machine, not the scheduler. A limit that
+// binds measures the limit, not the scheduler: at 100 both bound ~102 pods/s at 5000
+// nodes, binds waiting 10-20 s in the limiter; at 300 the ceiling is 319.1 pods/s (5000
+// pods: 300 at once, the rest at 300/s), which every scheduler reached on a quiet machine
+// (all three at 319.2 pods/s in one run), so 300 capped vanilla in many earlier runs
+// too. At 1000 the ceiling is 1250 pods/s, far above what any of them binds here; a run
+// that comes within 3% of the ceiling is flagged AT-QPS-LIMIT. The harness also reads
+// each scheduler's /metrics after its run and prints where the time went (attempts,
+// extension points, costliest plugins).
 //
 // The bench nodes have no kubelet: the node lifecycle controller marks them Unknown and
 // taints them unreachable as their (only) heartbeat ages, so the pods tolerate every
@@ -170,7 +173,7 @@ func main() {
 	flag.IntVar(&o.workers, "workers", 32, "parallel API requests while setting up and tearing down")
 	flag.Float64Var(&o.qps, "qps", 2000, "client QPS (and burst) of the harness")
 	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
-	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 300, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (scheduler_perf uses 5000, which floods a small shared API server)")
+	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 1000, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (a run within 3% of the limiter's ceiling is marked AT-QPS-LIMIT; scheduler_perf uses 5000, which floods a small shared API server)")
 	flag.IntVar(&o.rounds, "rounds", 1, "run each scheduler this many times per size, the order reversed every other round; the goal is judged on the median of the rounds' sextant/vanilla ratios (the 2-core machine moves single runs by ±15-30%)")
 	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof (-r<round> added to these and the logs from round 2 on)")
 	rankerMemoryLimit := flag.String("ranker-memory-limit", chartRankerMemoryLimit, "the memory limit of the container sextant-ranker is taken to run in, the chart's default ranker.resources.limits.memory: its runs get GOMEMLIMIT at --memory-limit-ratio's default fraction of it, the soft limit sextant-ranker sets itself in such a container (the bench's processes run in no memory-limited cgroup); 0: none")
@@ -969,7 +972,23 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	b.analyse(&res, bindings, sched == schedSextant && !strings.Contains(res.note, "PLUGINS MISSING"))
 	res.measured = true
 	logf("%d nodes, %s: %d bound, %d unscheduled, %.1f pods/s", b.size, sched, res.bound, res.unscheduled, res.podsPerSec)
+	if ceiling := limiterCeiling(res.bound, b.o.schedulerQPS); ceiling > 0 && res.podsPerSec >= 0.97*ceiling {
+		res.note = strings.TrimSpace(res.note + " AT-QPS-LIMIT")
+		logf("%d nodes, %s: WARNING: %.1f pods/s is at its client rate limiter's ceiling (%.1f pods/s: one Binding per pod at --scheduler-qps %d after a burst of as many); this run measures the limiter, raise --scheduler-qps",
+			b.size, sched, res.podsPerSec, ceiling, b.o.schedulerQPS)
+	}
 	return res, nil
+}
+
+// limiterCeiling is the most pods/s a scheduler can bind when each bound pod costs one
+// request of its client's token bucket (qps per second, burst qps, full at the start):
+// the first qps Bindings pass at once, the rest at qps per second. 0 when the burst alone
+// covers them. Events go through kube-scheduler's separate events client and do not count.
+func limiterCeiling(bound, qps int) float64 {
+	if qps <= 0 || bound <= qps {
+		return 0
+	}
+	return float64(bound) / (float64(bound-qps) / float64(qps))
 }
 
 // analyse counts bandwidth violations and NUMA spread over the run's bindings.
