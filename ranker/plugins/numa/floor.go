@@ -20,6 +20,13 @@ import (
 // Under single-numa-node, Filter would reject nodes without NodeTopology: such a pod
 // skips Filter only when there are none.
 //
+// Beside it, the floor keeps what all NUMA nodes of every such node have free together.
+// Filter passes a pod without a policy on any node whose NUMA nodes together hold it, so
+// such a pod within that floor skips Filter too; Score still runs for it unless it is
+// within the one-NUMA-node floor, as some nodes may fit it in one NUMA node and others
+// not. These are the pods larger than what the busiest node has left in a NUMA node, a
+// third of make bench-ranker's pods once its nodes fill.
+//
 // Why: most pods are small next to a NUMA node, and Filter otherwise reads each node's
 // record and free capacity for them, two or three cache misses per node, about 0.15 ms
 // of CPU per pod at 5000 nodes in make bench-ranker, to find what the floor says at once.
@@ -36,6 +43,8 @@ import (
 // so no NUMA node is overcommitted.
 type floor struct {
 	milliCPU, memory int64
+	// together is the floor of all of a node's NUMA nodes' free capacity summed.
+	together Request
 	// bare are the nodes of the snapshot without NUMA nodes (nodes without an agent,
 	// virtual nodes): few, and the ones that make Score rank anything for such a pod.
 	bare []fwk.NodeInfo
@@ -69,12 +78,13 @@ type floorKeeper struct {
 func (k *floorKeeper) void() { k.voids.Add(1) }
 
 // fitsFloor reports whether req fits one NUMA node of every node with NUMA nodes of the
-// snapshot whose node list is nodes, and returns the nodes without. It computes the
-// floor when there is none for this list, topology version and void count, or it is
-// older than floorRefresh, but not more often than every floorRetry.
-func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (fits bool, bare []fwk.NodeInfo) {
+// snapshot whose node list is nodes, and whether it fits all NUMA nodes of every such
+// node together, and returns the nodes without. It computes the floor when there is
+// none for this list, topology version and void count, or it is older than
+// floorRefresh, but not more often than every floorRetry.
+func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (one, together bool, bare []fwk.NodeInfo) {
 	if pl.nodes == nil || len(nodes) == 0 {
-		return false, nil
+		return false, false, nil
 	}
 	now := pl.now()
 	k := &pl.floor
@@ -82,21 +92,30 @@ func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (fits bool, ba
 	if f == nil || f.voids != k.voids.Load() || f.topology != pl.nodes.TopologyVersion() ||
 		f.list != unsafe.SliceData(nodes) || f.nodes != len(nodes) || now.Sub(f.at) >= floorRefresh {
 		if now.Sub(k.tried) < floorRetry {
-			return false, nil
+			return false, false, nil
 		}
 		k.tried = now
 		f = pl.computeFloor(nodes, now)
 		k.cur.Store(f)
 	}
-	return req.MilliCPU <= f.milliCPU && req.Memory <= f.memory, f.bare
+	one = req.MilliCPU <= f.milliCPU && req.Memory <= f.memory
+	together = req.MilliCPU <= f.together.MilliCPU && req.Memory <= f.together.Memory
+	return one, together, f.bare
 }
 
 // computeFloor returns the floor of nodes. The void count and topology version are read
 // first: a change while the nodes are read voids the result.
 func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
-	f := &floor{milliCPU: math.MaxInt64, memory: math.MaxInt64,
-		voids: pl.floor.voids.Load(), topology: pl.nodes.TopologyVersion(),
-		list: unsafe.SliceData(nodes), nodes: len(nodes), at: now}
+	f := &floor{
+		milliCPU: math.MaxInt64,
+		memory:   math.MaxInt64,
+		together: Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
+		voids:    pl.floor.voids.Load(),
+		topology: pl.nodes.TopologyVersion(),
+		list:     unsafe.SliceData(nodes),
+		nodes:    len(nodes),
+		at:       now,
+	}
 	for _, ni := range nodes {
 		node := ni.Node()
 		if node == nil {
@@ -109,13 +128,26 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
 		}
 		p := roomiest(nf.free(), nil, Request{})
 		f.milliCPU, f.memory = min(f.milliCPU, p.MilliCPU), min(f.memory, p.Memory)
+		all := total(nf.free())
+		f.together.MilliCPU, f.together.Memory = min(f.together.MilliCPU, all.MilliCPU), min(f.together.Memory, all.Memory)
 	}
 	return f
 }
 
+// total is the free capacity of all NUMA nodes together.
+func total(free []Free) Request {
+	var sum Request
+	for _, f := range free {
+		sum.MilliCPU += f.MilliCPU
+		sum.Memory += f.Memory
+	}
+	return sum
+}
+
 // lowerFloor lowers the floor to what the node whose free capacity was free keeps in
 // its roomiest NUMA node once req is taken from the NUMA nodes in taken, split evenly
-// among them as FreeCapacity counts it.
+// among them as FreeCapacity counts it, and the together floor to what its NUMA nodes
+// keep together (less all of req, never less than FreeCapacity takes).
 func (pl *NUMAAware) lowerFloor(free []Free, taken []int32, req Request) {
 	f := pl.floor.cur.Load()
 	if f == nil || len(taken) == 0 {
@@ -123,11 +155,16 @@ func (pl *NUMAAware) lowerFloor(free []Free, taken []int32, req Request) {
 	}
 	k := int64(len(taken))
 	p := roomiest(free, taken, Request{MilliCPU: req.MilliCPU / k, Memory: req.Memory / k})
-	if p.MilliCPU >= f.milliCPU && p.Memory >= f.memory {
+	all := total(free)
+	all.MilliCPU -= req.MilliCPU
+	all.Memory -= req.Memory
+	if p.MilliCPU >= f.milliCPU && p.Memory >= f.memory &&
+		all.MilliCPU >= f.together.MilliCPU && all.Memory >= f.together.Memory {
 		return
 	}
 	lowered := *f
 	lowered.milliCPU, lowered.memory = min(f.milliCPU, p.MilliCPU), min(f.memory, p.Memory)
+	lowered.together.MilliCPU, lowered.together.Memory = min(f.together.MilliCPU, all.MilliCPU), min(f.together.Memory, all.Memory)
 	pl.floor.cur.Store(&lowered)
 }
 

@@ -26,14 +26,16 @@ func list(infos []*framework.NodeInfo) []fwk.NodeInfo {
 }
 
 // Whenever PreFilter skips Filter because of the floor, Filter would have passed every
-// node, and PreScore skips Score exactly when Filter would have left the pod even:
-// random clusters (some nodes without NodeTopology, NUMA nodes partly taken by
-// annotated pods) and pods of both policies. Every node is feasible here; with a node
-// without NodeTopology among them Score must run, without, not.
+// node, and PreScore never skips Score when Filter would have left the pod uneven; for
+// a pod within the one-NUMA-node floor it skips Score exactly when Filter would have
+// left the pod even: random clusters (some nodes without NodeTopology, NUMA nodes partly
+// taken by annotated pods) and pods of both policies, up to several NUMA nodes large.
+// Every node is feasible here; with a node without NodeTopology among them Score must
+// run, without, not.
 func TestFloorAgreesWithFilter(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	ctx := context.Background()
-	var skipped, skippedUneven int
+	var skipped, skippedUneven, skippedTogether int
 	for c := range 300 {
 		var infos []*framework.NodeInfo
 		var topos []*v1alpha1.NodeTopology
@@ -60,12 +62,17 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 				ann = map[string]string{PolicyAnnotation: string(PolicySingleNUMANode)}
 			}
 			p := pod("p", fmt.Sprintf("%dm", 100+rng.Intn(4000)), int64(1+rng.Intn(8))*gi/2, ann)
+			if rng.Intn(4) == 0 { // larger than many NUMA nodes
+				p = pod("p", fmt.Sprintf("%dm", 100+rng.Intn(12000)), int64(1+rng.Intn(24))*gi/2, ann)
+			}
 			state := framework.NewCycleState()
 			if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() != fwk.Skip {
 				continue
 			}
 			skipped++
 			s, _ := readState(state)
+			f := pl.floor.cur.Load()
+			one := s.req.MilliCPU <= f.milliCPU && s.req.Memory <= f.memory
 			wantUneven := false
 			for _, ni := range infos {
 				nf, _, ok := pl.numaFree(ni.Node(), ni)
@@ -82,11 +89,22 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 				}
 				wantUneven = wantUneven || uneven
 			}
-			if st := pl.PreScore(ctx, state, p, nodes); (st.Code() == fwk.Skip) == wantUneven {
-				t.Fatalf("cluster %d: PreScore = %v after the skip; Filter would leave the pod uneven: %v", c, st, wantUneven)
+			st := pl.PreScore(ctx, state, p, nodes)
+			if st.Code() == fwk.Skip && wantUneven {
+				t.Fatalf("cluster %d: PreScore skipped Score; Filter would leave the pod uneven", c)
 			}
 			if wantUneven {
 				skippedUneven++
+			}
+			if !one {
+				if s.policy == PolicySingleNUMANode {
+					t.Fatalf("cluster %d: PreFilter skipped Filter of a single-numa-node pod above the one-NUMA-node floor", c)
+				}
+				skippedTogether++
+				continue
+			}
+			if (st.Code() == fwk.Skip) == wantUneven {
+				t.Fatalf("cluster %d: PreScore = %v after the skip; Filter would leave the pod uneven: %v", c, st, wantUneven)
 			}
 			// Without the nodes lacking topology among the feasible ones, nothing to rank.
 			var withTopology []fwk.NodeInfo
@@ -102,10 +120,12 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 			}
 		}
 	}
-	// The floor must do its work: most of these small pods fit one NUMA node everywhere.
-	if skipped < 300 || skippedUneven == 0 {
-		t.Fatalf("PreFilter skipped Filter for %d pods (%d marked uneven); want most of 1500, some uneven", skipped, skippedUneven)
+	// The floor must do its work: most of these small pods fit one NUMA node everywhere,
+	// and some larger ones all NUMA nodes together.
+	if skipped < 300 || skippedUneven == 0 || skippedTogether == 0 {
+		t.Fatalf("PreFilter skipped Filter for %d pods (%d marked uneven, %d by the together floor); want most of 1500, some of both", skipped, skippedUneven, skippedTogether)
 	}
+	t.Logf("PreFilter skipped Filter for %d of 1500 pods (%d uneven, %d by the together floor)", skipped, skippedUneven, skippedTogether)
 }
 
 // A reservation lowers the floor to what its node keeps: the next pod of the same size
@@ -196,12 +216,13 @@ func TestFloorVoided(t *testing.T) {
 		// watches would.
 		change func(t *testing.T, pl *NUMAAware, store *heartbeat.Store, infos []*framework.NodeInfo)
 	}{
+		// Each leaves node a too little for p in its NUMA nodes together, too.
 		{"topology replaced", func(_ *testing.T, _ *NUMAAware, store *heartbeat.Store, _ []*framework.NodeInfo) {
-			store.Put(uniform("a", 2, 2, 4*gi))
+			store.Put(uniform("a", 2, 1, 2*gi))
 		}},
 		{"pod bound and annotated elsewhere", func(_ *testing.T, pl *NUMAAware, _ *heartbeat.Store, infos []*framework.NodeInfo) {
 			for _, numa := range []string{"0", "1"} {
-				other := on("a", pod("other-"+numa, "2", 4*gi, map[string]string{NodesAnnotation: numa}))
+				other := on("a", pod("other-"+numa, "3", 6*gi, map[string]string{NodesAnnotation: numa}))
 				other.UID = types.UID(other.Name)
 				infos[0].AddPod(other)
 				pl.voidFloorOnPod(nil, other)

@@ -153,7 +153,8 @@ type cycleState struct {
 	reserved atomic.Pointer[reservedChoice]
 	// uneven is set by Filter when a node it passes would not score as "one NUMA node,
 	// distance 0": a choice of more NUMA nodes, or a node without NodeTopology (and by
-	// PreScore when Filter was skipped, see bare). While it is unset every feasible node
+	// PreScore when Filter was skipped, see bare; by PreFilter when Filter was skipped
+	// for a pod within the together floor only). While it is unset every feasible node
 	// scores the same, which ranks nothing, and PreScore skips Score.
 	uneven atomic.Bool
 	// bare are the snapshot's nodes without NodeTopology when PreFilter skipped Filter

@@ -25,8 +25,15 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 	}
 	// Filter would pass every node: those without NodeTopology too, unless the policy
 	// is single-numa-node; PreScore looks for them among the feasible nodes.
-	if fits, bare := pl.fitsFloor(s.req, nodes); fits && (s.policy == PolicyNone || len(bare) == 0) {
+	one, together, bare := pl.fitsFloor(s.req, nodes)
+	if one && (s.policy == PolicyNone || len(bare) == 0) {
 		s.bare = bare
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	// Without a policy, Filter would also pass every node whose NUMA nodes together hold
+	// the pod; whether some need more than one is then Score's to find out.
+	if together && s.policy == PolicyNone {
+		s.uneven.Store(true)
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil
