@@ -46,7 +46,7 @@ func (r Request) Total() int64 {
 // a kind's name (a device pod is checked on ~500 nodes, twice).
 type Want []KindCount
 
-// KindCount is n devices of Kinds[Kind].
+// KindCount is N devices of Kinds[Kind].
 type KindCount struct {
 	Kind int
 	N    int64

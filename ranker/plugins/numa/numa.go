@@ -81,7 +81,8 @@ type NUMAAware struct {
 	ledger *podledger.Ledger[reservation]
 	// freeCache holds each node's free capacity per NUMA node between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, nodeFree]
-	// floor is what one NUMA node of every node has free at least (see floor).
+	// floor is what one NUMA node, and all NUMA nodes together, of every node have free
+	// at least (see floor).
 	floor floorKeeper
 	now   func() time.Time
 }

@@ -11,7 +11,7 @@ import (
 // cycle. A malformed policy leaves the pod Pending (UnschedulableAndUnresolvable, the
 // message names the annotation and the accepted form); a pod asking for neither CPU nor
 // memory skips NUMAAware's Filter, and so does one that fits one NUMA node of every
-// node (see floor).
+// node or, without a policy, all NUMA nodes of every node together (see floor).
 func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	policy, err := PodPolicy(pod)
 	if err != nil {
