@@ -82,6 +82,7 @@ import (
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/gcsettings"
+	"sextant.io/sextant/ranker/profile"
 )
 
 // The annotations and resource names of DESIGN.md. They are spelled out here rather than
@@ -1447,23 +1448,11 @@ profiles:
 - schedulerName: %s
 `, kubeconfig, qps, qps, schedulerName)
 	if plugins {
-		// staleAfter: the bench has no agents; heartbeats are refreshed once before
-		// each run, and a long run must not turn them stale half-way.
-		s.WriteString(`  plugins:
-    multiPoint:
-      enabled:
-      - name: BandwidthAware
-      - name: NUMAAware
-      - name: DeviceAware
-      - name: SextantBinder
-      disabled:
-      - name: DefaultBinder
-    filter:
-      enabled:
-      - name: BandwidthAware
-      - name: NUMAAware
-      - name: DeviceAware
-  pluginConfig:
+		// The chart's plugins (profile.Plugins). staleAfter: the bench has no agents;
+		// heartbeats are refreshed once before each run, and a long run must not turn
+		// them stale half-way.
+		s.WriteString(profile.Plugins)
+		s.WriteString(`  pluginConfig:
   - name: BandwidthAware
     args:
       staleAfter: 1h

@@ -25,6 +25,7 @@ import (
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/gcsettings"
+	"sextant.io/sextant/ranker/profile"
 )
 
 func rankerBinary(t *testing.T) string { return goBinary(t, "./ranker/cmd/sextant-ranker") }
@@ -72,28 +73,14 @@ leaderElection:
   %s
 profiles:
 - schedulerName: %s
-  plugins:
-    multiPoint:
-      enabled:
-      - name: BandwidthAware
-      - name: NUMAAware
-      - name: DeviceAware
-      - name: SextantBinder
-      disabled:
-      - name: DefaultBinder
-    filter:
-      enabled:
-      - name: BandwidthAware
-      - name: NUMAAware
-      - name: DeviceAware
-  pluginConfig:
+%s  pluginConfig:
   - name: BandwidthAware
     args:
       strategy: %s
       ingressWeight: %d
       egressWeight: %d
       staleAfter: %s
-`, kubeconfig, leader, o.scheduler, o.strategy, o.ingressWeight, o.egressWeight, o.staleAfter)
+`, kubeconfig, leader, o.scheduler, profile.Plugins, o.strategy, o.ingressWeight, o.egressWeight, o.staleAfter)
 	path := filepath.Join(t.TempDir(), "ranker.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)

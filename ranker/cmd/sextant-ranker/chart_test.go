@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -28,6 +29,7 @@ import (
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
+	"sextant.io/sextant/ranker/profile"
 )
 
 // The chart's profile runs sextant's Filters before kube-scheduler's own: each costs a
@@ -35,7 +37,7 @@ import (
 // order checked is the one kube-scheduler's framework builds from the chart's rendered
 // configuration.
 func TestChartProfileRunsSextantFiltersFirst(t *testing.T) {
-	profile := chartProfile(t)
+	prof := chartProfile(t)
 	schedmetrics.Register()
 	registry := plugins.NewInTreeRegistry()
 	// Stand-ins: the order depends only on the names and the extension points each
@@ -53,7 +55,7 @@ func TestChartProfileRunsSextantFiltersFirst(t *testing.T) {
 	}
 	client := fake.NewClientset()
 	_, ctx := ktesting.NewTestContext(t)
-	fw, err := frameworkruntime.NewFramework(ctx, registry, profile,
+	fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
 		frameworkruntime.WithSnapshotSharedLister(schedcache.NewEmptySnapshot()))
@@ -93,19 +95,40 @@ func chartProfile(t *testing.T) *config.KubeSchedulerProfile {
 	if err := yaml.Unmarshal([]byte(rendered["sextant/templates/ranker-config.yaml"]), &cm); err != nil {
 		t.Fatalf("the chart's ranker ConfigMap: %v", err)
 	}
+	return loadProfile(t, "the chart's", cm.Data["config.yaml"])
+}
+
+// loadProfile loads the only profile of a KubeSchedulerConfiguration as kube-scheduler
+// would (defaults applied).
+func loadProfile(t *testing.T, whose, text string) *config.KubeSchedulerProfile {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(path, []byte(cm.Data["config.yaml"]), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	logger, _ := ktesting.NewTestContext(t)
 	cfg, err := options.LoadConfigFromFile(logger, path)
 	if err != nil {
-		t.Fatalf("the chart's KubeSchedulerConfiguration: %v", err)
+		t.Fatalf("%s KubeSchedulerConfiguration: %v", whose, err)
 	}
 	if len(cfg.Profiles) != 1 {
-		t.Fatalf("the chart's configuration has %d profiles, want 1", len(cfg.Profiles))
+		t.Fatalf("%s configuration has %d profiles, want 1", whose, len(cfg.Profiles))
 	}
 	return &cfg.Profiles[0]
+}
+
+// The end-to-end tests and make bench-ranker write their own configurations with
+// profile.Plugins: they test and measure what the chart deploys only while its plugins
+// are the chart's.
+func TestChartProfileMatches(t *testing.T) {
+	chart := chartProfile(t)
+	ours := loadProfile(t, "profile.Plugins'", "apiVersion: kubescheduler.config.k8s.io/v1\n"+
+		"kind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: "+chart.SchedulerName+"\n"+profile.Plugins)
+	if !reflect.DeepEqual(chart.Plugins, ours.Plugins) {
+		want, _ := yaml.Marshal(chart.Plugins)
+		got, _ := yaml.Marshal(ours.Plugins)
+		t.Errorf("profile.Plugins enables, with defaults:\n%s\nthe chart's profile:\n%s", got, want)
+	}
 }
 
 type filterStandIn string
