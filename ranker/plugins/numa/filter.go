@@ -81,12 +81,17 @@ func fit(free []Free, req Request, policy Policy) (reason string, uneven bool) {
 // fitsAll reports whether all NUMA nodes together have req free: whether BestChoice
 // finds any set at all.
 func fitsAll(free []Free, req Request) bool {
-	var cpu, mem int64
+	return req.within(total(free))
+}
+
+// total is the free capacity of all NUMA nodes together.
+func total(free []Free) Request {
+	var sum Request
 	for _, f := range free {
-		cpu += f.MilliCPU
-		mem += f.Memory
+		sum.MilliCPU += f.MilliCPU
+		sum.Memory += f.Memory
 	}
-	return cpu >= req.MilliCPU && mem >= req.Memory
+	return sum
 }
 
 // markUneven sets uneven, reading first: Filter runs for hundreds of nodes at once, and

@@ -43,9 +43,9 @@ import (
 // node's choice from the snapshot and turns the pod back then (Unschedulable, retried),
 // so no NUMA node is overcommitted.
 type floor struct {
-	milliCPU, memory int64
-	// together is the floor of all of a node's NUMA nodes' free capacity summed.
-	together Request
+	// one is the floor of a node's roomiest NUMA node; together, of all of a node's
+	// NUMA nodes' free capacity summed.
+	one, together Request
 	// bare are the nodes of the snapshot without NUMA nodes (nodes without an agent,
 	// virtual nodes): few, and the ones that make Score rank anything for such a pod.
 	bare []fwk.NodeInfo
@@ -99,17 +99,14 @@ func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (one, together
 		f = pl.computeFloor(nodes, now)
 		k.cur.Store(f)
 	}
-	one = req.MilliCPU <= f.milliCPU && req.Memory <= f.memory
-	together = req.MilliCPU <= f.together.MilliCPU && req.Memory <= f.together.Memory
-	return one, together, f.bare
+	return req.within(f.one), req.within(f.together), f.bare
 }
 
 // computeFloor returns the floor of nodes. The void count and topology version are read
 // first: a change while the nodes are read voids the result.
 func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
 	f := &floor{
-		milliCPU: math.MaxInt64,
-		memory:   math.MaxInt64,
+		one:      Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
 		together: Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
 		voids:    pl.floor.voids.Load(),
 		topology: pl.nodes.TopologyVersion(),
@@ -127,22 +124,10 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
 			f.bare = append(f.bare, ni)
 			continue
 		}
-		p := roomiest(nf.free(), nil, Request{})
-		f.milliCPU, f.memory = min(f.milliCPU, p.MilliCPU), min(f.memory, p.Memory)
-		all := total(nf.free())
-		f.together.MilliCPU, f.together.Memory = min(f.together.MilliCPU, all.MilliCPU), min(f.together.Memory, all.Memory)
+		f.one = lowest(f.one, roomiest(nf.free(), nil, Request{}))
+		f.together = lowest(f.together, total(nf.free()))
 	}
 	return f
-}
-
-// total is the free capacity of all NUMA nodes together.
-func total(free []Free) Request {
-	var sum Request
-	for _, f := range free {
-		sum.MilliCPU += f.MilliCPU
-		sum.Memory += f.Memory
-	}
-	return sum
 }
 
 // lowerFloor lowers the floor to what the node whose free capacity was free keeps in
@@ -159,13 +144,11 @@ func (pl *NUMAAware) lowerFloor(free []Free, taken []int32, req Request) {
 	all := total(free)
 	all.MilliCPU -= req.MilliCPU
 	all.Memory -= req.Memory
-	if p.MilliCPU >= f.milliCPU && p.Memory >= f.memory &&
-		all.MilliCPU >= f.together.MilliCPU && all.Memory >= f.together.Memory {
+	if f.one.within(p) && f.together.within(all) {
 		return
 	}
 	lowered := *f
-	lowered.milliCPU, lowered.memory = min(f.milliCPU, p.MilliCPU), min(f.memory, p.Memory)
-	lowered.together.MilliCPU, lowered.together.Memory = min(f.together.MilliCPU, all.MilliCPU), min(f.together.Memory, all.Memory)
+	lowered.one, lowered.together = lowest(f.one, p), lowest(f.together, all)
 	pl.floor.cur.Store(&lowered)
 }
 

@@ -72,7 +72,7 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 			skipped++
 			s, _ := readState(state)
 			f := pl.floor.cur.Load()
-			one := s.req.MilliCPU <= f.milliCPU && s.req.Memory <= f.memory
+			one := s.req.within(f.one)
 			wantUneven := false
 			for _, ni := range infos {
 				nf, _, ok := pl.numaFree(ni.Node(), ni)

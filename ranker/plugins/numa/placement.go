@@ -95,6 +95,16 @@ type Request struct {
 // IsZero says the pod asks for neither CPU nor memory.
 func (r Request) IsZero() bool { return r.MilliCPU <= 0 && r.Memory <= 0 }
 
+// within reports whether r asks for no more than room has, CPU and memory.
+func (r Request) within(room Request) bool {
+	return r.MilliCPU <= room.MilliCPU && r.Memory <= room.Memory
+}
+
+// lowest is the smaller of a and b, CPU and memory each.
+func lowest(a, b Request) Request {
+	return Request{MilliCPU: min(a.MilliCPU, b.MilliCPU), Memory: min(a.Memory, b.Memory)}
+}
+
 // PodRequest sums the pod's CPU and memory requests the way kube-scheduler does:
 // containers summed, init containers by their maximum (restartable ones added), pod
 // overhead and pod-level resources honored.
