@@ -348,10 +348,12 @@ func TestAgentDaemonSet(t *testing.T) {
 		nbw, _ := getNodeBandwidth(ctx, local.nodeName)
 		t.Errorf("no fresh NodeBandwidth %s with an interface: %v; last: %+v", local.nodeName, err, nbw)
 	}
-	nt, err := getNodeTopology(ctx, local.nodeName)
-	if err != nil {
-		t.Fatalf("NodeTopology %s: %v", local.nodeName, err)
-	}
+	// The topology loop publishes independently of the meter's first sample.
+	var nt *sextantv1.NodeTopology
+	eventually(t, 30*time.Second, func() (bool, string) {
+		nt, err = getNodeTopology(ctx, local.nodeName)
+		return err == nil && nt.Status.Summary != nil, fmt.Sprintf("NodeTopology %s: %v", local.nodeName, err)
+	})
 	if s := nt.Status.Summary; s == nil || s.NUMANodes < 1 || int(s.CPUs) != runtime.NumCPU() {
 		t.Errorf("NodeTopology summary = %+v, want ≥1 NUMA node and %d CPUs", s, runtime.NumCPU())
 	}

@@ -178,6 +178,22 @@ func waitPodPhase(t *testing.T, ns, name string, want corev1.PodPhase, timeout t
 	}
 }
 
+// eventually polls cond until it holds or timeout passes, then fails the test with the
+// last description cond gave. Every wait on state that arrives asynchronously (events,
+// statuses, marks another process writes) goes through a poll like this one.
+func eventually(t testing.TB, timeout time.Duration, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		var ok bool
+		ok, last = cond()
+		return ok, nil
+	})
+	if err != nil {
+		t.Fatalf("after %v: %s", timeout, last)
+	}
+}
+
 // process is a command the test started and stops when it ends.
 type process struct {
 	cmd *exec.Cmd

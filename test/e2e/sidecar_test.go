@@ -549,7 +549,13 @@ func findContainer(list []corev1.Container, name string) *corev1.Container {
 func (h *sidecarHarness) checkStopped(pod *corev1.Pod, limit time.Duration, mains []string, sidecars ...string) {
 	h.t.Helper()
 	ctrs := h.containers(pod)
-	events := h.stopEvents(pod)
+	// The agent records the event after the stop, through client-go's asynchronous
+	// recorder: it may reach the API server after the Job completed.
+	var events map[string]int
+	eventually(h.t, 30*time.Second, func() (bool, string) {
+		events = h.stopEvents(pod)
+		return len(events) >= len(sidecars), fmt.Sprintf("SidecarStopped events %v, want one for each of %v", events, sidecars)
+	})
 	for _, sc := range sidecars {
 		c := ctrs[sc]
 		if c.State != cri.StateExited {
@@ -867,9 +873,11 @@ func TestSidecarAgentRestart(t *testing.T) {
 		pod = h.pod(pod.Name)
 		h.checkStopped(pod, 10*time.Second, []string{"main"}, "proxy")
 		checkTermsReceived(t, pod, "proxy", 1)
-		if c := h.containers(pod)["proxy"]; !strings.HasSuffix(c.StopMark, ":recorded") {
-			t.Errorf("stop mark %q, want it recorded", c.StopMark)
-		}
+		// The mark is completed once the event went out, after the stop itself.
+		eventually(t, 30*time.Second, func() (bool, string) {
+			c := h.containers(pod)["proxy"]
+			return strings.HasSuffix(c.StopMark, ":recorded"), fmt.Sprintf("stop mark %q, want it recorded", c.StopMark)
+		})
 	})
 }
 
@@ -956,9 +964,20 @@ func TestSidecarVirtualNode(t *testing.T) {
 	if ref != "metadata.annotations['"+key+"']" {
 		t.Errorf("env %s refers to %q", webhook.EnvCommand, ref)
 	}
-	evs, err := local.kube.CoreV1().Events(h.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=SidecarSwapped"})
-	if err != nil || len(evs.Items) != 1 {
-		t.Errorf("SidecarSwapped events: %d (%v), want 1", len(evs.Items), err)
+	// The controller records the event after the swap, asynchronously.
+	swapped := func() (int, error) {
+		evs, err := local.kube.CoreV1().Events(h.ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=SidecarSwapped"})
+		if err != nil {
+			return 0, err
+		}
+		return len(evs.Items), nil
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		n, err := swapped()
+		return n >= 1, fmt.Sprintf("SidecarSwapped events: %d (%v), want 1", n, err)
+	})
+	if n, err := swapped(); n != 1 {
+		t.Errorf("SidecarSwapped events: %d (%v), want exactly 1", n, err)
 	}
 }
 
