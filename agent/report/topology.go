@@ -96,15 +96,15 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 	return true, advertise(ctx, r.w.nodes, r.w.nodeName, DeviceCounts(next))
 }
 
-// Run reads the topology under sysfsRoot every interval and offers it, until ctx ends.
-func (r *TopologyReporter) Run(ctx context.Context, sysfsRoot string, every time.Duration, log *slog.Logger) {
+// Run reads the topology every interval and offers it, until ctx ends.
+func (r *TopologyReporter) Run(ctx context.Context, source *topology.Cache, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		snap, err := topology.Read(sysfsRoot)
+		snap, err := source.Fresh()
 		switch {
 		case err != nil:
-			log.Error("reading the topology failed", "root", sysfsRoot, "err", err)
+			log.Error("reading the topology failed", "root", source.Root(), "err", err)
 		default:
 			wrote, err := r.Offer(ctx, snap.Topology)
 			if err != nil && ctx.Err() == nil {

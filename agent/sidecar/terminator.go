@@ -12,13 +12,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/cri"
 )
@@ -51,6 +51,7 @@ type Terminator struct {
 	now     func() time.Time
 
 	informer cache.SharedIndexInformer
+	selector labels.Selector
 	queue    workqueue.TypedRateLimitingInterface[string]
 
 	mu       sync.Mutex
@@ -64,15 +65,14 @@ type Terminator struct {
 	synced    atomic.Bool
 }
 
-const uidIndex = "uid"
-
 // exitMemory is how long an exit seen as an event overrides what the runtime's
 // container list says: the CRI plugin updates its own state from the same event, and
 // may not have done so when the terminator asks.
 const exitMemory = 2 * time.Minute
 
-// New makes a Terminator; Run starts it.
-func New(cfg Config, kube kubernetes.Interface, rt cri.Runtime, metrics *Metrics, log *slog.Logger) *Terminator {
+// New makes a Terminator over the shared informer of the node's pods
+// (nodepods.NewInformer), which the caller runs; Run starts the terminator.
+func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt cri.Runtime, metrics *Metrics, log *slog.Logger) (*Terminator, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
 	}
@@ -85,14 +85,13 @@ func New(cfg Config, kube kubernetes.Interface, rt cri.Runtime, metrics *Metrics
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-			o.LabelSelector = cfg.PodSelector
-		}))
+	selector, err := labels.Parse(cfg.PodSelector)
+	if err != nil {
+		return nil, fmt.Errorf("sidecar terminator: pod selector %q: %w", cfg.PodSelector, err)
+	}
 	t := &Terminator{
 		cfg: cfg, kube: kube, rt: rt, metrics: metrics, log: log, now: time.Now,
-		informer: factory.Core().V1().Pods().Informer(),
+		informer: pods, selector: selector,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sidecar"}),
@@ -101,21 +100,7 @@ func New(cfg Config, kube kubernetes.Interface, rt cri.Runtime, metrics *Metrics
 		settled:  map[types.UID]bool{},
 		recorded: map[string]time.Time{},
 	}
-	// Managed fields are most of a pod object's size and none of the terminator's business.
-	_ = t.informer.SetTransform(func(obj any) (any, error) {
-		if pod, ok := obj.(*corev1.Pod); ok {
-			pod.ManagedFields = nil
-		}
-		return obj, nil
-	})
-	_ = t.informer.AddIndexers(cache.Indexers{uidIndex: func(obj any) ([]string, error) {
-		pod, ok := obj.(*corev1.Pod)
-		if !ok {
-			return nil, nil
-		}
-		return []string{string(pod.UID)}, nil
-	}})
-	_, _ = t.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    t.enqueuePod,
 		UpdateFunc: func(_, obj any) { t.enqueuePod(obj) },
 		DeleteFunc: func(obj any) {
@@ -129,7 +114,10 @@ func New(cfg Config, kube kubernetes.Interface, rt cri.Runtime, metrics *Metrics
 			}
 		},
 	})
-	return t
+	if err != nil {
+		return nil, fmt.Errorf("sidecar terminator: watch pods: %w", err)
+	}
+	return t, nil
 }
 
 // Ready reports whether the terminator has its node's pods and has asked the runtime
@@ -141,7 +129,6 @@ func (t *Terminator) Ready() bool { return t.synced.Load() && t.following.Load()
 // Run works until ctx ends.
 func (t *Terminator) Run(ctx context.Context) error {
 	defer t.queue.ShutDown()
-	go t.informer.Run(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), t.informer.HasSynced) {
 		return errors.New("sidecar terminator: pod cache did not sync")
 	}
@@ -174,7 +161,7 @@ func (t *Terminator) Run(ctx context.Context) error {
 
 func (t *Terminator) enqueuePod(obj any) {
 	pod, ok := obj.(*corev1.Pod)
-	if !ok {
+	if !ok || !t.selector.Matches(labels.Set(pod.Labels)) {
 		return
 	}
 	if _, ok := rules.PodRoles(pod); !ok {
@@ -235,11 +222,11 @@ func (t *Terminator) onExit(ctx context.Context, e cri.Exit) {
 	if err != nil {
 		return // a pod sandbox, or a container already removed: nothing of ours
 	}
-	objs, err := t.informer.GetIndexer().ByIndex(uidIndex, c.PodUID)
-	if err != nil || len(objs) == 0 {
-		return // another node's pod cannot be here; a static pod, or one not selected
+	pod, ok := nodepods.ByUID(t.informer, c.PodUID)
+	if !ok {
+		return // another node's pod cannot be here; a static pod
 	}
-	t.enqueuePod(objs[0])
+	t.enqueuePod(pod)
 }
 
 func (t *Terminator) forgetOldExits() {
@@ -284,7 +271,7 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 	}
 	pod := obj.(*corev1.Pod)
 	roles, ok := rules.PodRoles(pod)
-	if !ok || pod.DeletionTimestamp != nil {
+	if !ok || pod.DeletionTimestamp != nil || !t.selector.Matches(labels.Set(pod.Labels)) {
 		return nil // being deleted: the kubelet stops every container itself
 	}
 	ctrs, err := t.rt.PodContainers(ctx, string(pod.UID))

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/cri"
 )
 
@@ -179,9 +180,14 @@ func start(t *testing.T, rt *fakeRuntime, pods ...*corev1.Pod) *harness {
 	}
 	h.metrics = NewMetrics(h.reg)
 	// A resync far beyond the test: stops must come from events and pod updates.
-	term := New(Config{NodeName: node, Resync: time.Hour}, h.kube, rt, h.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	informer := nodepods.NewInformer(h.kube, node)
+	term, err := New(Config{NodeName: node, Resync: time.Hour}, h.kube, informer, rt, h.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
+	go informer.Run(ctx.Done())
 	go func() { defer close(h.done); _ = term.Run(ctx) }()
 	t.Cleanup(h.stop)
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {

@@ -103,7 +103,7 @@ func TestAgentPublishesBandwidth(t *testing.T) {
 	)
 	startProcess(t, agentBinary(t), "run",
 		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
-		"--node-name", node.Name, "--metrics-addr", "",
+		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false",
 		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=200M",
 		"--sample-interval", sample.String(), "--window", "5s",
 		"--report-min-interval", minInterval.String(), "--report-max-interval", maxInterval.String())
@@ -227,7 +227,7 @@ func TestAgentPublishesTopologyFromFixture(t *testing.T) {
 	pair := newVethPair(t, 2, "100mbit")
 	startProcess(t, agentBinary(t), "run",
 		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
-		"--node-name", node.Name, "--metrics-addr", "", "--sysfs-root", root,
+		"--node-name", node.Name, "--metrics-addr", "", "--sysfs-root", root, "--sidecar-terminator=false", "--numa-pinning=false",
 		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a",
 		"--topology-interval", "1s")
 

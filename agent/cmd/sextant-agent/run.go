@@ -26,8 +26,12 @@ import (
 
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/bandwidth/tc"
+	"sextant.io/sextant/agent/nodepods"
+	"sextant.io/sextant/agent/numapin"
+	"sextant.io/sextant/agent/podresources"
 	"sextant.io/sextant/agent/report"
 	"sextant.io/sextant/agent/sidecar"
+	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/version"
 )
@@ -57,13 +61,19 @@ type runOptions struct {
 	containerdNamespace string
 	sidecarResync       time.Duration
 	sidecarPodSelector  string
+
+	numaPinning        bool
+	cgroupRoot         string
+	kubepodsCgroup     string
+	podResourcesSocket string
+	numaResync         time.Duration
 }
 
 func newRunCommand() *cobra.Command {
 	o := runOptions{}
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Run the node agent: meter NICs, read the topology, publish NodeBandwidth and NodeTopology, stop finished sidecars",
+		Short: "Run the node agent: meter NICs, read the topology, publish NodeBandwidth and NodeTopology, pin pods to their NUMA nodes, stop finished sidecars",
 		Long: `run is the agent as the DaemonSet runs it. It attaches the eBPF meter to the
 selected NICs, samples it, and publishes the node's NodeBandwidth when a remaining
 value moved by more than --report-threshold of capacity (at most every
@@ -77,7 +87,15 @@ node's pods once their main containers are done (env SEXTANT_SIDECAR=true or
 KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true; restartPolicy Never: when every main
 container exited; OnFailure: when every one exited 0; Always: never). It learns of exits
 from containerd's event service and stops through the CRI, both on --cri-endpoint, with
-the pod's termination grace period, and records a SidecarStopped event on the pod.`,
+the pod's termination grace period, and records a SidecarStopped event on the pod.
+
+With --numa-pinning (the default) it confines every pod of this node that carries
+numa.sextant.io/nodes to the CPUs and memory of those NUMA nodes (as read under
+--sysfs-root): it narrows the pod's cpuset cgroup under --cgroup-root as soon as the
+kubelet creates it, so every container inherits the set; containers that started first
+are narrowed where they run and the runtime is told through CRI. Pods without the
+annotation are never touched. With the kubelet's static CPU manager policy (asked over
+--pod-resources-socket) it pins nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runAgent(cmd.Context(), o)
@@ -101,10 +119,15 @@ the pod's termination grace period, and records a SidecarStopped event on the po
 	f.DurationVar(&o.topologyResync, "topology-resync", 10*time.Minute, "write NodeTopology at least this often even without a change")
 	f.BoolVar(&o.heartbeats, "heartbeats", true, "meter the NICs and publish NodeBandwidth and NodeTopology; false runs only the sidecar terminator")
 	f.BoolVar(&o.sidecarTerminator, "sidecar-terminator", true, "stop the sidecars of this node's pods once their main containers are done")
-	f.StringVar(&o.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "containerd's socket: CRI for listing and stopping containers, containerd's event service for exits")
+	f.StringVar(&o.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "containerd's socket: CRI for listing, stopping and updating containers, containerd's event service for exits")
 	f.StringVar(&o.containerdNamespace, "containerd-namespace", cri.DefaultNamespace, "containerd namespace of the kubelet's containers")
 	f.DurationVar(&o.sidecarResync, "sidecar-resync", 30*time.Second, "look at every pod with sidecars at least this often (a safety net: exits come as events)")
 	f.StringVar(&o.sidecarPodSelector, "sidecar-pod-selector", "", "label selector limiting the pods whose sidecars are stopped (default: all pods on the node)")
+	f.BoolVar(&o.numaPinning, "numa-pinning", true, "confine pods annotated numa.sextant.io/nodes to the CPUs and memory of those NUMA nodes")
+	f.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the node's cgroup hierarchies are mounted (a host mount in a container); --sysfs-root does not change it")
+	f.StringVar(&o.kubepodsCgroup, "kubepods-cgroup", "", "the kubelet's kubepods cgroup relative to the cpuset hierarchy, if the kubelet runs with --cgroup-root (default: kubepods.slice or kubepods)")
+	f.StringVar(&o.podResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources socket, asked whether the kubelet runs the static CPU manager policy")
+	f.DurationVar(&o.numaResync, "numa-resync", 30*time.Second, "check every pinned pod's cgroup at least this often, and narrow it again if something widened it")
 	return cmd
 }
 
@@ -120,10 +143,14 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--sample-interval %s / --window %s: want 0 < sample interval <= window", o.sampleInterval, o.window)
 	case o.topologyInterval <= 0 || o.topologyResync <= 0:
 		return fmt.Errorf("--topology-interval %s / --topology-resync %s: want positive durations", o.topologyInterval, o.topologyResync)
-	case !o.heartbeats && !o.sidecarTerminator:
-		return errors.New("--heartbeats=false and --sidecar-terminator=false leave the agent nothing to do")
+	case !o.heartbeats && !o.sidecarTerminator && !o.numaPinning:
+		return errors.New("--heartbeats=false, --sidecar-terminator=false and --numa-pinning=false leave the agent nothing to do")
 	case o.sidecarTerminator && o.sidecarResync <= 0:
 		return fmt.Errorf("--sidecar-resync %s: want a positive duration", o.sidecarResync)
+	case o.numaPinning && o.numaResync <= 0:
+		return fmt.Errorf("--numa-resync %s: want a positive duration", o.numaResync)
+	case o.numaPinning && o.cgroupRoot == "":
+		return errors.New("--cgroup-root is empty: want the directory where cgroups are mounted, e.g. /sys/fs/cgroup")
 	}
 	if _, err := labels.Parse(o.sidecarPodSelector); err != nil {
 		return fmt.Errorf("--sidecar-pod-selector %q: %w", o.sidecarPodSelector, err)
@@ -170,14 +197,20 @@ func runAgent(ctx context.Context, o runOptions) error {
 		// its pods and its exit events.
 		heartbeatsReady atomic.Bool
 		terminator      *sidecar.Terminator
+		pinner          *numapin.Pinner
 	)
 	ready := func() bool {
-		return (!o.heartbeats || heartbeatsReady.Load()) && (terminator == nil || terminator.Ready())
+		return (!o.heartbeats || heartbeatsReady.Load()) && (terminator == nil || terminator.Ready()) &&
+			(pinner == nil || pinner.Ready())
 	}
 
-	if o.sidecarTerminator {
-		rt, err := cri.Dial(o.criEndpoint, o.containerdNamespace)
-		if err != nil {
+	// One watch on the node's pods, shared by the parts that act on them; one
+	// connection to the runtime.
+	pods := nodepods.NewInformer(kube, o.nodeName)
+	topo := topology.NewCache(o.sysfsRoot, o.topologyInterval)
+	var rt *cri.Client
+	if o.sidecarTerminator || o.numaPinning {
+		if rt, err = cri.Dial(o.criEndpoint, o.containerdNamespace); err != nil {
 			return err
 		}
 		defer rt.Close()
@@ -185,19 +218,53 @@ func runAgent(ctx context.Context, o runOptions) error {
 		runtimeVersion, err := rt.Version(vctx)
 		cancel()
 		if err != nil {
-			// The runtime may come up after the agent; the terminator keeps trying.
+			// The runtime may come up after the agent; the parts using it keep trying.
 			log.Warn("the container runtime does not answer yet", "endpoint", o.criEndpoint, "err", err)
 		}
-		terminator = sidecar.New(sidecar.Config{
+		log.Info("container runtime", "endpoint", o.criEndpoint, "runtime", runtimeVersion)
+	}
+
+	// Every part is made before any starts, so a bad flag or socket fails the start
+	// with nothing running.
+	if o.sidecarTerminator {
+		terminator, err = sidecar.New(sidecar.Config{
 			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync,
-		}, kube, rt, sidecar.NewMetrics(reg), log.With("component", "sidecar"))
-		log.Info("sidecar terminator running", "endpoint", o.criEndpoint, "runtime", runtimeVersion)
+		}, kube, pods, rt, sidecar.NewMetrics(reg), log.With("component", "sidecar"))
+		if err != nil {
+			return err
+		}
+	}
+	if o.numaPinning {
+		kubelet, err := podresources.Dial(o.podResourcesSocket)
+		if err != nil {
+			return err
+		}
+		defer kubelet.Close()
+		pinner, err = numapin.New(numapin.Config{
+			NodeName: o.nodeName, CgroupRoot: o.cgroupRoot, KubepodsCgroup: o.kubepodsCgroup, Resync: o.numaResync,
+		}, kube, pods, rt, numapin.FromCache(topo), kubelet.StaticCPUManager, numapin.NewMetrics(reg), log.With("component", "numa"))
+		if err != nil {
+			return err
+		}
+	}
+	if terminator != nil {
 		wg.Go(func() {
 			if err := terminator.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("sidecar terminator stopped", "err", err)
 				stop()
 			}
 		})
+	}
+	if pinner != nil {
+		wg.Go(func() {
+			if err := pinner.Run(ctx); err != nil && ctx.Err() == nil {
+				log.Error("NUMA pinning stopped", "err", err)
+				stop()
+			}
+		})
+	}
+	if terminator != nil || pinner != nil {
+		go pods.Run(ctx.Done())
 	}
 
 	if o.heartbeats {
@@ -222,11 +289,11 @@ func runAgent(ctx context.Context, o runOptions) error {
 			Threshold: o.threshold, MinInterval: o.minInterval, MaxInterval: o.maxInterval,
 			AgentVersion: version.Version,
 		}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
-		topo := report.NewTopologyReporter(report.TopologyConfig{
+		topoReporter := report.NewTopologyReporter(report.TopologyConfig{
 			Resync: o.topologyResync, AgentVersion: version.Version,
 		}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
 
-		if err := topo.Start(ctx); err != nil {
+		if err := topoReporter.Start(ctx); err != nil {
 			// Without the published list, a device that vanished while the agent was down
 			// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
 			log.Warn("could not read the previous NodeTopology to seed device health", "err", err)
@@ -238,7 +305,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 				log.Error("detaching the meter", "err", err)
 			}
 		})
-		wg.Go(func() { topo.Run(ctx, o.sysfsRoot, o.topologyInterval, log) })
+		wg.Go(func() { topoReporter.Run(ctx, topo, o.topologyInterval, log) })
 		wg.Go(func() {
 			t := time.NewTicker(o.sampleInterval)
 			defer t.Stop()
@@ -277,7 +344,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 			_ = srv.Shutdown(shutdown)
 		}()
 	}
-	log.Info("sextant-agent running", "version", version.Version, "heartbeats", o.heartbeats, "sidecarTerminator", o.sidecarTerminator)
+	log.Info("sextant-agent running", "version", version.Version, "heartbeats", o.heartbeats, "sidecarTerminator", o.sidecarTerminator, "numaPinning", o.numaPinning)
 	wg.Wait()
 	log.Info("sextant-agent stopped")
 	return nil
@@ -306,7 +373,7 @@ func metricsServer(addr string, reg *prometheus.Registry, ready func() bool) *ht
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {
-			http.Error(w, "not ready: no NodeBandwidth written yet, or the sidecar terminator has not synced", http.StatusServiceUnavailable)
+			http.Error(w, "not ready: no NodeBandwidth written yet, the sidecar terminator has not synced, or NUMA pinning has not found the kubelet's pod cgroups", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))

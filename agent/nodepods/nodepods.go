@@ -1,0 +1,52 @@
+// Package nodepods is the agent's one watch on the pods bound to its node, shared by the
+// parts that act on them (the sidecar terminator, NUMA pinning), so each node costs the
+// API server one pod watch whatever the agent does.
+package nodepods
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// UIDIndex indexes the informer's pods by UID: the runtime and the cgroups name pods by
+// UID, not by namespace and name.
+const UIDIndex = "uid"
+
+// NewInformer returns an informer of the pods bound to node. Register handlers and
+// indexers before running it.
+func NewInformer(kube kubernetes.Interface, node string) cache.SharedIndexInformer {
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
+		}))
+	inf := factory.Core().V1().Pods().Informer()
+	// Managed fields are most of a pod object's size and no part's business.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if pod, ok := obj.(*corev1.Pod); ok {
+			pod.ManagedFields = nil
+		}
+		return obj, nil
+	})
+	_ = inf.AddIndexers(cache.Indexers{UIDIndex: func(obj any) ([]string, error) {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok {
+			return nil, nil
+		}
+		return []string{string(pod.UID)}, nil
+	}})
+	return inf
+}
+
+// ByUID returns the pod with uid from the informer's cache, if it holds one.
+func ByUID(inf cache.SharedIndexInformer, uid string) (*corev1.Pod, bool) {
+	objs, err := inf.GetIndexer().ByIndex(UIDIndex, uid)
+	if err != nil || len(objs) == 0 {
+		return nil, false
+	}
+	pod, ok := objs[0].(*corev1.Pod)
+	return pod, ok
+}

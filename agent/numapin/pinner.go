@@ -1,0 +1,570 @@
+package numapin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+
+	"sextant.io/sextant/agent/cgroups"
+	"sextant.io/sextant/agent/nodepods"
+	"sextant.io/sextant/agent/topology"
+	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/cri"
+)
+
+// Config tunes a Pinner.
+type Config struct {
+	// NodeName is the node whose pods are pinned.
+	NodeName string
+	// CgroupRoot is where the node's cgroups are mounted (/sys/fs/cgroup).
+	CgroupRoot string
+	// KubepodsCgroup is the kubepods cgroup relative to the cpuset hierarchy when the
+	// kubelet runs with --cgroup-root; empty finds "kubepods.slice" or "kubepods".
+	KubepodsCgroup string
+	// Resync is how often every annotated pod's cgroup is checked again.
+	Resync time.Duration
+	// Workers is how many pods are pinned concurrently.
+	Workers int
+	// Component names the agent in the Events it records.
+	Component string
+	// RuntimeTimeout bounds each call to the container runtime.
+	RuntimeTimeout time.Duration
+}
+
+// Runtime is what pinning needs of the node's container runtime; *cri.Client is one.
+type Runtime interface {
+	// PodContainers lists every container the runtime holds for the pod.
+	PodContainers(ctx context.Context, podUID string) ([]cri.Container, error)
+	// ContainerCpuset is the cpuset the runtime's record of the container holds.
+	ContainerCpuset(ctx context.Context, id string) (cpus, mems string, err error)
+	// UpdateCpuset records a new cpuset for the container, keeping its other resources.
+	UpdateCpuset(ctx context.Context, id, cpus, mems string) error
+}
+
+// NUMANodes returns the node's NUMA nodes as the agent reads and publishes them.
+type NUMANodes func() ([]v1alpha1.NUMANode, error)
+
+// FromCache reads the NUMA nodes from the agent's topology cache.
+func FromCache(c *topology.Cache) NUMANodes {
+	return func() ([]v1alpha1.NUMANode, error) {
+		snap, err := c.Get()
+		if err != nil {
+			return nil, err
+		}
+		return snap.Topology.NUMANodes, nil
+	}
+}
+
+// StaticCPUManager says whether the kubelet runs the static CPU manager policy (it then
+// sets containers' cpusets itself).
+type StaticCPUManager func(ctx context.Context) (bool, error)
+
+// Pinner confines the pods of its node to the NUMA nodes their numa.sextant.io/nodes
+// annotation names.
+type Pinner struct {
+	cfg     Config
+	kube    kubernetes.Interface
+	pods    cache.SharedIndexInformer
+	rt      Runtime
+	numa    NUMANodes
+	static  StaticCPUManager
+	metrics *Metrics
+	log     *slog.Logger
+	now     func() time.Time
+
+	queue   workqueue.TypedRateLimitingInterface[string]
+	rtQueue workqueue.TypedRateLimitingInterface[string]
+
+	kubepods atomic.Pointer[cgroups.Kubepods]
+	watcher  atomic.Pointer[cgroups.Watcher]
+	// staticPolicy is the last answer of the static CPU manager check.
+	staticPolicy atomic.Bool
+	ready        atomic.Bool
+
+	mu    sync.Mutex
+	state map[types.UID]*podState
+}
+
+// podState is what this process knows of one annotated pod. mu is held while a worker
+// works on the pod.
+type podState struct {
+	mu sync.Mutex
+	// seen is when this process first saw the pod bound here.
+	seen time.Time
+	// fresh: the pod had no container cgroup when this process first looked, so a pin
+	// now is the pod's first (and counted); a pod found pinned with running containers
+	// after a restart is not counted again.
+	fresh  bool
+	looked bool
+	// value and want are the decision carried out: the first annotation value, and the
+	// cpuset it means on this node.
+	value   string
+	want    cgroups.Cpuset
+	decided bool
+	// refused is set once a decision was refused, so it is reported once.
+	refused string
+	changed bool // an annotation change was reported
+	// narrowedAt and path: when and how this process last narrowed the pod's cgroup.
+	narrowedAt time.Time
+	path       string
+	// confirmed: the pod's cgroup held the set with at least one child in it.
+	confirmed bool
+	dir       string
+	// checked are the container IDs whose runtime record was looked at.
+	checked map[string]bool
+}
+
+// New makes a Pinner over the shared informer of the node's pods (nodepods.NewInformer),
+// which the caller runs; Run starts the pinner.
+func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt Runtime, numa NUMANodes, static StaticCPUManager, metrics *Metrics, log *slog.Logger) (*Pinner, error) {
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 30 * time.Second
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.Component == "" {
+		cfg.Component = "sextant-agent"
+	}
+	if cfg.RuntimeTimeout <= 0 {
+		cfg.RuntimeTimeout = 10 * time.Second
+	}
+	if metrics == nil {
+		metrics = NewMetrics(nil)
+	}
+	p := &Pinner{
+		cfg: cfg, kube: kube, pods: pods, rt: rt, numa: numa, static: static, metrics: metrics, log: log, now: time.Now,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](50*time.Millisecond, 30*time.Second),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "numa-pin"}),
+		rtQueue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "numa-runtime"}),
+		state: map[types.UID]*podState{},
+	}
+	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    p.onPod,
+		UpdateFunc: func(_, obj any) { p.onPod(obj) },
+		DeleteFunc: p.onDelete,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("numa pinning: watch pods: %w", err)
+	}
+	return p, nil
+}
+
+// Ready says the pinner found the kubelet's pod cgroups, watches them, and has its pods.
+func (p *Pinner) Ready() bool { return p.ready.Load() }
+
+func (p *Pinner) onPod(obj any) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if _, annotated := pod.Annotations[annotations.NUMANodes]; !annotated {
+		return // never touched
+	}
+	p.mu.Lock()
+	if _, ok := p.state[pod.UID]; !ok {
+		p.state[pod.UID] = &podState{seen: p.now(), checked: map[string]bool{}}
+	}
+	p.mu.Unlock()
+	p.enqueue(pod)
+}
+
+func (p *Pinner) onDelete(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		p.forget(pod.UID)
+	}
+}
+
+func (p *Pinner) forget(uid types.UID) {
+	p.mu.Lock()
+	st, ok := p.state[uid]
+	delete(p.state, uid)
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if w := p.watcher.Load(); w != nil && st.dir != "" {
+		w.Unfollow(st.dir)
+	}
+	if st.confirmed {
+		p.metrics.pinned.Dec()
+	}
+}
+
+func (p *Pinner) enqueue(pod *corev1.Pod) {
+	if key, err := cache.MetaNamespaceKeyFunc(pod); err == nil {
+		p.queue.Add(key)
+	}
+}
+
+func (p *Pinner) enqueueAll() {
+	for _, obj := range p.pods.GetStore().List() {
+		p.onPod(obj)
+	}
+}
+
+// Run works until ctx ends.
+func (p *Pinner) Run(ctx context.Context) error {
+	defer p.queue.ShutDown()
+	defer p.rtQueue.ShutDown()
+	kp, err := p.findKubepods(ctx)
+	if err != nil {
+		return err
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), p.pods.HasSynced) {
+		return errors.New("numa pinning: pod cache did not sync")
+	}
+	p.checkStaticPolicy(ctx)
+
+	var wg sync.WaitGroup
+	wg.Go(func() { p.watch(ctx, kp) })
+	for range p.cfg.Workers {
+		wg.Go(func() {
+			for p.processNext(ctx) {
+			}
+		})
+	}
+	wg.Go(func() {
+		for p.processRuntime(ctx) {
+		}
+	})
+	wg.Go(func() {
+		tick := time.NewTicker(p.cfg.Resync)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				p.checkStaticPolicy(ctx)
+				p.enqueueAll()
+			}
+		}
+	})
+	p.enqueueAll()
+	<-ctx.Done()
+	p.ready.Store(false)
+	p.queue.ShutDown()
+	p.rtQueue.ShutDown()
+	wg.Wait()
+	return nil
+}
+
+// findKubepods waits for the kubelet's cgroups: the agent may start before the kubelet.
+func (p *Pinner) findKubepods(ctx context.Context) (*cgroups.Kubepods, error) {
+	logged := false
+	for {
+		h, err := cgroups.DetectHierarchy(p.cfg.CgroupRoot)
+		if err == nil {
+			var kp *cgroups.Kubepods
+			if kp, err = cgroups.FindKubepods(h, p.cfg.KubepodsCgroup); err == nil {
+				p.kubepods.Store(kp)
+				p.log.Info("pinning pods to their NUMA nodes", "cgroup", h.Version.String(), "kubepods", kp.Dir, "systemdDriver", kp.Systemd)
+				return kp, nil
+			}
+		}
+		if !logged {
+			p.log.Warn("no kubelet pod cgroups yet; NUMA pinning waits for them", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// watch turns pod cgroups being created into pinning work, watching again when the
+// watch breaks.
+func (p *Pinner) watch(ctx context.Context, kp *cgroups.Kubepods) {
+	backoff := time.Second
+	for ctx.Err() == nil {
+		w, err := kp.Watch()
+		if err == nil {
+			p.watcher.Store(w)
+			p.ready.Store(true)
+			p.enqueueAll() // cgroups made while there was no watch
+			done := make(chan error, 1)
+			go func() { done <- w.Run(ctx) }()
+			for uid := range w.UIDs {
+				if uid == cgroups.Rescan {
+					p.enqueueAll()
+					continue
+				}
+				if pod, ok := nodepods.ByUID(p.pods, uid); ok {
+					p.enqueue(pod)
+				}
+			}
+			err = <-done
+			p.ready.Store(false)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Warn("the pod cgroup watch broke; watching again", "err", err, "after", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (p *Pinner) checkStaticPolicy(ctx context.Context) {
+	if p.static == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.RuntimeTimeout)
+	static, err := p.static(cctx)
+	cancel()
+	if err != nil {
+		p.log.Warn("could not ask the kubelet for its CPU manager policy; assuming it does not set cpusets", "err", err)
+		return
+	}
+	if was := p.staticPolicy.Swap(static); was != static && static {
+		p.log.Warn("the kubelet runs the static CPU manager policy and sets containers' cpusets itself; sextant pins no pod on this node (see docs/numa.md)")
+	}
+}
+
+func (p *Pinner) processNext(ctx context.Context) bool {
+	key, quit := p.queue.Get()
+	if quit {
+		return false
+	}
+	defer p.queue.Done(key)
+	if err := p.reconcile(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("pinning a pod to its NUMA nodes failed; retrying", "pod", key, "err", err)
+		}
+		p.queue.AddRateLimited(key)
+		return true
+	}
+	p.queue.Forget(key)
+	return true
+}
+
+// reconcile makes the cgroup of one pod hold the cpuset of its NUMA nodes.
+func (p *Pinner) reconcile(ctx context.Context, key string) error {
+	obj, exists, err := p.pods.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return nil
+	}
+	pod := obj.(*corev1.Pod)
+	value, annotated := pod.Annotations[annotations.NUMANodes]
+	if !annotated {
+		return nil
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		p.forget(pod.UID)
+		return nil
+	}
+	p.mu.Lock()
+	st, ok := p.state[pod.UID]
+	p.mu.Unlock()
+	if !ok {
+		return nil // deleted meanwhile
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if p.staticPolicy.Load() {
+		p.refuse(ctx, pod, st, &refusal{reasonStaticCPUManager,
+			"the kubelet runs the static CPU manager policy, which sets cpusets itself; sextant leaves this pod's CPUs to it"})
+		return nil
+	}
+	kp := p.kubepods.Load()
+	dir, hasCgroup := kp.PodDir(string(pod.UID))
+
+	if !st.decided {
+		if err := p.decide(ctx, pod, st, value, kp, dir, hasCgroup); err != nil {
+			return err
+		}
+		if !st.decided {
+			return nil // refused
+		}
+	} else if value != st.value && !st.changed {
+		st.changed = true
+		p.metrics.failures.WithLabelValues(reasonChanged).Inc()
+		p.event(ctx, pod, corev1.EventTypeWarning, "NUMAAnnotationChanged", "numa-changed",
+			fmt.Sprintf("%s changed from %q to %q after the pod was placed; the first decision stands (%s)", annotations.NUMANodes, st.value, value, st.want))
+	}
+	if !hasCgroup {
+		if !st.looked {
+			st.looked, st.fresh = true, true
+		}
+		return nil // the watch brings the pod back once the kubelet makes its cgroup
+	}
+	return p.pin(ctx, pod, st, kp, dir)
+}
+
+// decide turns the annotation into the cpuset to enforce, once per pod.
+func (p *Pinner) decide(ctx context.Context, pod *corev1.Pod, st *podState, value string, kp *cgroups.Kubepods, dir string, hasCgroup bool) error {
+	ids, err := annotations.ParseNUMANodes(value)
+	if err != nil {
+		p.refuse(ctx, pod, st, &refusal{reasonMalformed, err.Error()})
+		return nil
+	}
+	numa, err := p.numa()
+	if err != nil {
+		p.metrics.failures.WithLabelValues(reasonTopology).Inc()
+		return fmt.Errorf("read the node's NUMA nodes: %w", err)
+	}
+	want, err := target(ids, numa)
+	if r := (*refusal)(nil); errors.As(err, &r) {
+		p.refuse(ctx, pod, st, r)
+		return nil
+	} else if err != nil {
+		return err
+	}
+	// A restarted agent: a cgroup narrowed to another set holds an earlier decision,
+	// which stands.
+	if hasCgroup {
+		if cur, err := kp.Requested(dir); err == nil && len(cur.CPUs) > 0 && !cur.Equal(want) && p.narrowed(kp, dir, cur) {
+			p.metrics.failures.WithLabelValues(reasonChanged).Inc()
+			st.changed = true
+			p.event(ctx, pod, corev1.EventTypeWarning, "NUMAAnnotationChanged", "numa-changed",
+				fmt.Sprintf("%s is %q (%s) but the pod has run on %s since it was pinned; the first decision stands", annotations.NUMANodes, value, want, cur))
+			want = cur
+		}
+	}
+	st.value, st.want, st.decided = value, want, true
+	return nil
+}
+
+// narrowed says whether the pod cgroup dir asks for less than its parent has, i.e. was
+// narrowed by someone.
+func (p *Pinner) narrowed(kp *cgroups.Kubepods, dir string, cur cgroups.Cpuset) bool {
+	parent, err := kp.Effective(filepath.Dir(dir))
+	return err == nil && cur.Within(parent) && !cur.Equal(parent)
+}
+
+// pin narrows the pod's cgroup if it does not hold the set, and confirms the pin once
+// the pod has a child cgroup inside the narrowed one.
+func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgroups.Kubepods, dir string) error {
+	st.dir = dir
+	children, err := cgroups.Children(dir)
+	if errors.Is(err, cgroups.ErrGone) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if !st.looked {
+		st.looked, st.fresh = true, len(children) == 0
+	}
+	eff, err := kp.Effective(dir)
+	if errors.Is(err, cgroups.ErrGone) || errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if !eff.Equal(st.want) {
+		res, err := kp.Narrow(dir, st.want)
+		if errors.Is(err, cgroups.ErrGone) {
+			return nil
+		}
+		if err != nil {
+			p.metrics.failures.WithLabelValues(reasonCgroup).Inc()
+			return err
+		}
+		switch {
+		case st.confirmed:
+			st.path = pathRepair
+		case res.Children == 0 && st.path != pathCatchUp:
+			st.path = pathPodCgroup
+		default:
+			st.path = pathCatchUp
+		}
+		st.narrowedAt = p.now()
+		if st.confirmed {
+			p.metrics.pins.WithLabelValues(pathRepair).Inc()
+			p.log.Warn("a pinned pod's cgroup had been widened; narrowed it again", "pod", pod.Namespace+"/"+pod.Name, "cpuset", st.want.String())
+		}
+		// The kernel is the judge: on v2 the set in force is also bounded by the
+		// parents' (a kubepods cgroup without those CPUs, say).
+		if eff, err = kp.Effective(dir); err != nil {
+			return err
+		}
+		if !eff.Equal(st.want) {
+			p.metrics.failures.WithLabelValues(reasonCgroup).Inc()
+			return fmt.Errorf("cgroup %s holds %s after narrowing it to %s", dir, eff, st.want)
+		}
+		children, err = cgroups.Children(dir)
+		if err != nil {
+			return nil
+		}
+	}
+	if len(children) == 0 {
+		// Pinned, but only confirmed once a container cgroup exists inside the narrowed
+		// one: on v1 the kubelet copies the parent's set into a new pod cgroup right after
+		// making it, and that copy can land after the narrowing. Following the cgroup
+		// brings the pod back at that write and when the sandbox's cgroup appears.
+		if w := p.watcher.Load(); w != nil {
+			if err := w.Follow(string(pod.UID), dir); err != nil {
+				p.log.Warn("cannot follow a pod cgroup; the resync checks it instead", "dir", dir, "err", err)
+			}
+		}
+		return nil
+	}
+	if !st.confirmed {
+		st.confirmed = true
+		p.metrics.pinned.Inc()
+		if w := p.watcher.Load(); w != nil {
+			w.Unfollow(dir)
+		}
+		if st.path == "" && st.fresh {
+			st.path, st.narrowedAt = pathPodCgroup, p.now() // the cgroup already held the set (one NUMA node)
+		}
+		if st.path != "" {
+			took := st.narrowedAt.Sub(st.seen)
+			p.metrics.pins.WithLabelValues(st.path).Inc()
+			p.metrics.pinSeconds.WithLabelValues(st.path).Observe(max(took, 0).Seconds())
+			p.event(ctx, pod, corev1.EventTypeNormal, "NUMAPinned", "numa-pinned",
+				fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond)))
+			p.log.Info("pinned a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "numaNodes", st.value,
+				"cpuset", st.want.String(), "path", st.path, "seconds", took.Seconds())
+		}
+	}
+	p.rtQueue.Add(keyOf(pod))
+	return nil
+}
+
+func (p *Pinner) refuse(ctx context.Context, pod *corev1.Pod, st *podState, r *refusal) {
+	if st.refused == r.reason {
+		return
+	}
+	st.refused = r.reason
+	p.metrics.failures.WithLabelValues(r.reason).Inc()
+	if r.reason == reasonStaticCPUManager {
+		return // said once for the node, in the log; an event per pod would be noise
+	}
+	p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinRefused", "numa-refused",
+		fmt.Sprintf("Not confined to NUMA nodes %q: %s", pod.Annotations[annotations.NUMANodes], r.msg))
+	p.log.Warn("not pinning a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "reason", r.reason, "err", r.msg)
+}
+
+func keyOf(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }

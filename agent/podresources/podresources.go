@@ -1,0 +1,55 @@
+// Package podresources is a client of the kubelet's PodResources API: what the kubelet
+// itself assigned to the containers of its node (exclusive CPUs, devices). The agent
+// reads it as ground truth beside the ranker's decisions.
+package podresources
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+// DefaultSocket is where the kubelet serves the API under its default root directory.
+const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+// Client talks to one kubelet's PodResources socket.
+type Client struct {
+	conn *grpc.ClientConn
+	api  podresourcesapi.PodResourcesListerClient
+}
+
+// Dial connects to the socket (a path or unix:///path). The connection is lazy: a kubelet
+// that is not up yet fails the first call, not Dial.
+func Dial(socket string) (*Client, error) {
+	if socket == "" {
+		socket = DefaultSocket
+	}
+	target := socket
+	if !strings.HasPrefix(target, "unix://") {
+		target = "unix://" + target
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+	if err != nil {
+		return nil, fmt.Errorf("pod resources socket %s: %w", socket, err)
+	}
+	return &Client{conn: conn, api: podresourcesapi.NewPodResourcesListerClient(conn)}, nil
+}
+
+// Close closes the connection.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// StaticCPUManager reports whether the kubelet runs the static CPU manager policy. Only
+// that policy has CPUs to allocate exclusively, and the kubelet lists them as allocatable;
+// under the none policy the list is empty.
+func (c *Client) StaticCPUManager(ctx context.Context) (bool, error) {
+	resp, err := c.api.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
+	if err != nil {
+		return false, fmt.Errorf("ask the kubelet for its allocatable resources: %w", err)
+	}
+	return len(resp.GetCpuIds()) > 0, nil
+}

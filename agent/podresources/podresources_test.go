@@ -1,0 +1,56 @@
+package podresources
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+
+	"google.golang.org/grpc"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+)
+
+type fakeKubelet struct {
+	podresourcesapi.UnimplementedPodResourcesListerServer
+	cpus []int64
+}
+
+func (f *fakeKubelet) GetAllocatableResources(context.Context, *podresourcesapi.AllocatableResourcesRequest) (*podresourcesapi.AllocatableResourcesResponse, error) {
+	return &podresourcesapi.AllocatableResourcesResponse{CpuIds: f.cpus}, nil
+}
+
+func serve(t *testing.T, f *fakeKubelet) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "kubelet.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	podresourcesapi.RegisterPodResourcesListerServer(srv, f)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return sock
+}
+
+func TestStaticCPUManager(t *testing.T) {
+	for _, c := range []struct {
+		cpus []int64
+		want bool
+	}{{nil, false}, {[]int64{1, 2, 3}, true}} {
+		c2, err := Dial(serve(t, &fakeKubelet{cpus: c.cpus}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c2.StaticCPUManager(context.Background())
+		_ = c2.Close()
+		if err != nil || got != c.want {
+			t.Errorf("allocatable CPUs %v: static = %v, %v; want %v", c.cpus, got, err, c.want)
+		}
+	}
+	c3, _ := Dial(filepath.Join(t.TempDir(), "missing.sock"))
+	defer c3.Close()
+	if _, err := c3.StaticCPUManager(context.Background()); err == nil {
+		t.Error("no kubelet: no error")
+	}
+}
