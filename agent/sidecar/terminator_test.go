@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/agent/nodepods"
+	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/cri"
 )
 
