@@ -85,6 +85,10 @@ bench-ranker: ## sextant-ranker against vanilla kube-scheduler on 500 and 5000 n
 bench-sidecar: ## p50/p99 of main-container exit to sidecar stop over 20 Jobs.
 	scripts/bench-sidecar.sh
 
+.PHONY: bench-numa
+bench-numa: ## 50 pods pinned to NUMA nodes on the real node: share pinned from the first instruction, pin latency p50/p99.
+	scripts/bench-numa.sh
+
 .PHONY: clean
 clean: ## Remove build output (not the cluster: see cluster-down).
 	rm -rf bin

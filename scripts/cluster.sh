@@ -11,6 +11,8 @@
 #   scripts/cluster.sh status      say what runs
 #   scripts/cluster.sh kubeconfig  print the path of the admin kubeconfig
 #   scripts/cluster.sh import TAR  import an image tarball into the node's containerd
+#   scripts/cluster.sh restart-kubelet
+#                                  stop the kubelet and start it again (pods keep running)
 #
 # Needs root (it runs a kubelet). Logs: $SEXTANT_CLUSTER_DIR/logs/<component>.log.
 set -euo pipefail
@@ -381,6 +383,19 @@ cmd_up() {
   log "cluster: up; node $NODE_NAME ($NODE_IP); kubeconfig: $KUBECONFIG_ADMIN"
 }
 
+cmd_restart_kubelet() {
+  [ "$(id -u)" -eq 0 ] || die "cluster: restart-kubelet needs root"
+  running kubelet || die "cluster: the kubelet is not running (scripts/cluster.sh up)"
+  KUBE_BIN=$STATE/kube-bin
+  NODE_IP=$(cat "$STATE/node-ip")
+  stop_pid kubelet
+  start_kubelet "$KUBE_BIN"
+  # The node stays Ready across a short restart; the kubelet's own health says it is back.
+  wait_for "kubelet healthz" 120 curl -sf http://127.0.0.1:10248/healthz
+  wait_for "node $NODE_NAME Ready" 120 node_ready
+  log "cluster: kubelet restarted"
+}
+
 kill_pod_processes() {
   # Containers live in the kubelet's cgroups (cgroupfs driver); kill whatever is left in
   # them, then remove the empty cgroups, deepest first.
@@ -462,8 +477,9 @@ case "${1:-}" in
   import)
     [ -n "${2:-}" ] || die "usage: $0 import IMAGE.tar"
     import_image "$2" ;;
+  restart-kubelet) cmd_restart_kubelet ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
-    [ -z "${1:-}" ] || die "cluster: unknown command '$1' (want up, down, status, kubeconfig or import)"
+    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    [ -z "${1:-}" ] || die "cluster: unknown command '$1' (want up, down, status, kubeconfig, import or restart-kubelet)"
     exit 2 ;;
 esac

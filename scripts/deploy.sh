@@ -27,6 +27,8 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   `# Sidecars: the local containerd's socket. Pods labelled sextant.io/e2e-sidecar belong` \
   `# to the e2e tests, which run their own agent and webhook for them (test/e2e/sidecar_test.go).` \
   --set sidecar.criSocket="$state/run/containerd.sock" \
+  `# The kubelet runs with --root-dir under the cluster's state (scripts/cluster.sh).` \
+  --set agent.kubeletDir="$state/kubelet/root" \
   --set-string 'sidecar.podSelector=!sextant.io/e2e-sidecar' \
   --set-json 'webhook.objectSelector={"matchExpressions":[{"key":"sextant.io/e2e-sidecar","operator":"DoesNotExist"}]}' \
   `# Only the kubelet node runs pods: tests add Node objects that have no kubelet.` \

@@ -92,7 +92,8 @@ type Pinner struct {
 	watcher  atomic.Pointer[cgroups.Watcher]
 	// staticPolicy is the last answer of the static CPU manager check.
 	staticPolicy atomic.Bool
-	ready        atomic.Bool
+	ready        atomic.Bool // the cgroup watch runs
+	synced       atomic.Bool // the pod cache has synced
 
 	mu    sync.Mutex
 	state map[types.UID]*podState
@@ -125,6 +126,8 @@ type podState struct {
 	dir       string
 	// checked are the container IDs whose runtime record was looked at.
 	checked map[string]bool
+	// announce is the NUMAPinned event's message until it is recorded.
+	announce string
 }
 
 // New makes a Pinner over the shared informer of the node's pods (nodepods.NewInformer),
@@ -170,7 +173,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 }
 
 // Ready says the pinner found the kubelet's pod cgroups, watches them, and has its pods.
-func (p *Pinner) Ready() bool { return p.ready.Load() }
+func (p *Pinner) Ready() bool { return p.ready.Load() && p.synced.Load() }
 
 func (p *Pinner) onPod(obj any) {
 	pod, ok := obj.(*corev1.Pod)
@@ -235,11 +238,11 @@ func (p *Pinner) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), p.pods.HasSynced) {
-		return errors.New("numa pinning: pod cache did not sync")
-	}
 	p.checkStaticPolicy(ctx)
 
+	// Workers start before the pod cache has synced: every pod the initial list brings
+	// is queued by its own event, and a restarted agent catches up the first pods
+	// without waiting for the last.
 	var wg sync.WaitGroup
 	wg.Go(func() { p.watch(ctx, kp) })
 	for range p.cfg.Workers {
@@ -265,6 +268,13 @@ func (p *Pinner) Run(ctx context.Context) error {
 			}
 		}
 	})
+	if !cache.WaitForCacheSync(ctx.Done(), p.pods.HasSynced) {
+		p.queue.ShutDown()
+		p.rtQueue.ShutDown()
+		wg.Wait()
+		return errors.New("numa pinning: pod cache did not sync")
+	}
+	p.synced.Store(true)
 	p.enqueueAll()
 	<-ctx.Done()
 	p.ready.Store(false)
@@ -543,8 +553,8 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 			took := st.narrowedAt.Sub(st.seen)
 			p.metrics.pins.WithLabelValues(st.path).Inc()
 			p.metrics.pinSeconds.WithLabelValues(st.path).Observe(max(took, 0).Seconds())
-			p.event(ctx, pod, corev1.EventTypeNormal, "NUMAPinned", "numa-pinned",
-				fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond)))
+			// Recorded by the runtime worker: an API call here would delay the next pods' pins.
+			st.announce = fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond))
 			p.log.Info("pinned a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "numaNodes", st.value,
 				"cpuset", st.want.String(), "path", st.path, "seconds", took.Seconds())
 		}

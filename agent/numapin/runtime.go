@@ -50,6 +50,10 @@ func (p *Pinner) syncRuntime(ctx context.Context, key string) error {
 	if !st.confirmed {
 		return nil
 	}
+	if st.announce != "" {
+		p.event(ctx, pod, corev1.EventTypeNormal, "NUMAPinned", "numa-pinned", st.announce)
+		st.announce = ""
+	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.RuntimeTimeout)
 	defer cancel()
 	ctrs, err := p.rt.PodContainers(cctx, string(pod.UID))

@@ -1,0 +1,587 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/agent/topology"
+	"sextant.io/sextant/api/annotations"
+)
+
+// splitNUMATree writes a sysfs/procfs tree that splits this machine's online CPUs over
+// two NUMA nodes: node 0 the first half with all the memory, node 1 the rest without
+// memory (the real machine has one NUMA node, so pinning memory to a node 1 it lacks
+// could not work). The agent reads the topology from it; it pins on the real cgroups.
+func splitNUMATree(t *testing.T) (root string, nodes map[string]string) {
+	t.Helper()
+	online, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpus, err := topology.ParseCPUList(string(online))
+	if err != nil || len(cpus) < 2 {
+		t.Skipf("needs at least 2 online CPUs to split over two NUMA nodes (online: %q)", online)
+	}
+	meminfo, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	memKB := strings.Fields(strings.SplitN(string(meminfo), "\n", 2)[0])[1]
+	root = t.TempDir()
+	half := len(cpus) / 2
+	nodes = map[string]string{"0": topology.FormatCPUList(cpus[:half]), "1": topology.FormatCPUList(cpus[half:])}
+	files := map[string]string{
+		"sys/devices/system/cpu/online":          string(online),
+		"sys/devices/system/node/node0/cpulist":  nodes["0"] + "\n",
+		"sys/devices/system/node/node0/meminfo":  "Node 0 MemTotal:       " + memKB + " kB\n",
+		"sys/devices/system/node/node0/distance": "10 20\n",
+		"sys/devices/system/node/node1/cpulist":  nodes["1"] + "\n",
+		"sys/devices/system/node/node1/meminfo":  "Node 1 MemTotal:       0 kB\n",
+		"sys/devices/system/node/node1/distance": "20 10\n",
+		"proc/meminfo":                           string(meminfo),
+	}
+	for rel, content := range files {
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, nodes
+}
+
+// takeOverLocalAgent keeps the chart's agent off the local node for the rest of the
+// test (its affinity leaves out nodes labelled sextant.io/agent=none), so the test's
+// own agent is the only one that pins and publishes there; the label goes when the
+// test ends, and the chart's agent comes back.
+func takeOverLocalAgent(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	label := func(value string) {
+		t.Helper()
+		patch := `{"metadata":{"labels":{"sextant.io/agent":null}}}`
+		if value != "" {
+			patch = fmt.Sprintf(`{"metadata":{"labels":{"sextant.io/agent":%q}}}`, value)
+		}
+		if _, err := local.kube.CoreV1().Nodes().Patch(ctx, local.nodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentPods := func() ([]corev1.Pod, error) {
+		list, err := local.kube.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/component=agent", FieldSelector: "spec.nodeName=" + local.nodeName,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return list.Items, nil
+	}
+	label("none")
+	t.Cleanup(func() {
+		label("")
+		eventually(t, 3*time.Minute, func() (bool, string) {
+			pods, err := agentPods()
+			if err != nil || len(pods) != 1 {
+				return false, fmt.Sprintf("the chart's agent is not back on %s: %d pods, %v", local.nodeName, len(pods), err)
+			}
+			for _, c := range pods[0].Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return true, ""
+				}
+			}
+			return false, "the chart's agent is back but not Ready"
+		})
+	})
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		pods, err := agentPods()
+		return err == nil && len(pods) == 0, fmt.Sprintf("the chart's agent still runs on %s (%d pods, %v)", local.nodeName, len(pods), err)
+	})
+}
+
+func podResourcesSocket(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(filepath.Dir(filepath.Dir(containerdSocket(t))), "kubelet", "root", "pod-resources", "kubelet.sock")
+	if _, err := os.Stat(sock); err != nil {
+		t.Skipf("no PodResources socket of the local kubelet at %s: %v", sock, err)
+	}
+	return sock
+}
+
+// numaAgent runs sextant-agent for the local node on the split tree.
+type numaAgent struct {
+	t       *testing.T
+	args    []string
+	metrics string
+	proc    *process
+}
+
+func (a *numaAgent) start() {
+	a.t.Helper()
+	a.proc = startProcess(a.t, agentBinary(a.t), a.args...)
+	waitForOutput(a.t, a.proc, `"msg":"pinning pods to their NUMA nodes"`, 30*time.Second)
+	eventually(a.t, 30*time.Second, func() (bool, string) {
+		resp, err := http.Get(a.metrics + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, "the agent is not ready: " + resp.Status
+	})
+}
+
+func (a *numaAgent) stop() { a.proc.stop() }
+
+// counter reads one sample of the agent's metrics, 0 if absent.
+func (a *numaAgent) counter(series string) float64 {
+	a.t.Helper()
+	resp, err := http.Get(a.metrics + "/metrics")
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
+			var f float64
+			_, _ = fmt.Sscan(v, &f)
+			return f
+		}
+	}
+	return 0
+}
+
+// allowed is what a container printed of /proc/self/status, one entry a print.
+type allowed struct{ cpus, mems string }
+
+const printAllowed = `grep -E '^(Cpus|Mems)_allowed_list' /proc/self/status`
+
+// allowedLog reads the Cpus_allowed_list/Mems_allowed_list pairs a container printed.
+func allowedLog(t *testing.T, ns, pod, container string) []allowed {
+	t.Helper()
+	logs, err := local.kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container}).DoRaw(context.Background())
+	if err != nil {
+		return nil
+	}
+	var out []allowed
+	for _, l := range strings.Split(string(logs), "\n") {
+		if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+			out = append(out, allowed{cpus: strings.TrimSpace(v)})
+		}
+		if v, ok := strings.CutPrefix(l, "Mems_allowed_list:"); ok && len(out) > 0 {
+			out[len(out)-1].mems = strings.TrimSpace(v)
+		}
+	}
+	return out
+}
+
+// numaHarness is the local node taken over by a test's agent that reads the split
+// two-NUMA tree, and a ranker of the test's own scheduler name.
+type numaHarness struct {
+	t         *testing.T
+	ns        string
+	scheduler string
+	agent     *numaAgent
+	numaCPUs  map[string]string // NUMA node ID -> its CPUs in the split tree
+	allCPUs   string
+}
+
+func newNUMAHarness(t *testing.T) *numaHarness {
+	t.Helper()
+	requireRoot(t)
+	installCRDs(t)
+	deployChart(t)
+	root, numaCPUs := splitNUMATree(t)
+	sock := containerdSocket(t)
+	prSock := podResourcesSocket(t)
+	online, _ := os.ReadFile("/sys/devices/system/cpu/online")
+	h := &numaHarness{t: t, numaCPUs: numaCPUs, allCPUs: strings.TrimSpace(string(online))}
+
+	takeOverLocalAgent(t)
+	pair := newVethPair(t, 7, "1gbit")
+	const metricsAddr = "127.0.0.1:19464"
+	h.agent = &numaAgent{t: t, metrics: "http://" + metricsAddr, args: []string{"run",
+		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
+		"--node-name", local.nodeName, "--metrics-addr", metricsAddr,
+		"--sysfs-root", root, "--topology-interval", "1s", "--numa-resync", "2s",
+		"--cri-endpoint", "unix://" + sock, "--pod-resources-socket", prSock, "--sidecar-terminator=false",
+		"--netns", "/var/run/netns/" + pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=1G"}}
+	h.agent.start()
+	eventually(t, time.Minute, func() (bool, string) {
+		nt, err := getNodeTopology(context.Background(), local.nodeName)
+		return err == nil && len(nt.Status.NUMANodes) == 2, fmt.Sprintf("NodeTopology of %s does not show the split tree yet (%v)", local.nodeName, err)
+	})
+	h.ns = testNamespace(t)
+	h.scheduler = "numa" + strings.TrimPrefix(h.ns, "e2e-")
+	startRanker(t, rankerOptions{scheduler: h.scheduler, port: 10390})
+	return h
+}
+
+// loop prints the container's allowed CPUs and memory nodes as its first command, then
+// every second.
+const loop = printAllowed + `; while sleep 1; do ` + printAllowed + `; done`
+
+func (h *numaHarness) container(name, script string) corev1.Container {
+	return corev1.Container{Name: name, Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
+		Command: []string{"sh", "-c", script},
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("5m"), corev1.ResourceMemory: resource.MustParse("4Mi")}}}
+}
+
+// pod is a single-numa-node pod for the ranker, of the given containers.
+func (h *numaHarness) pod(name string, init []corev1.Container, containers ...corev1.Container) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns,
+			Annotations: map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}},
+		Spec: corev1.PodSpec{
+			SchedulerName: h.scheduler, NodeSelector: map[string]string{"sextant.io/local": "true"},
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			InitContainers:                init,
+			Containers:                    containers,
+		},
+	}
+}
+
+func (h *numaHarness) create(p *corev1.Pod) {
+	h.t.Helper()
+	if _, err := local.kube.CoreV1().Pods(h.ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// want returns the CPUs of the NUMA node the ranker chose for the pod.
+func (h *numaHarness) want(name string) string {
+	h.t.Helper()
+	p := waitScheduled(h.t, h.ns, name, 2*time.Minute)
+	if p.Spec.NodeName != local.nodeName {
+		h.t.Fatalf("%s bound to %s, want %s", name, p.Spec.NodeName, local.nodeName)
+	}
+	v := p.Annotations[annotations.NUMANodes]
+	cpus, ok := h.numaCPUs[v]
+	if !ok {
+		h.t.Fatalf("%s: %s = %q, want one NUMA node of the split tree", name, annotations.NUMANodes, v)
+	}
+	return cpus
+}
+
+// prints waits for a container to have printed at least n times and returns them.
+func (h *numaHarness) prints(name, ctr string, n int) []allowed {
+	h.t.Helper()
+	var got []allowed
+	eventually(h.t, 3*time.Minute, func() (bool, string) {
+		got = allowedLog(h.t, h.ns, name, ctr)
+		return len(got) >= n, fmt.Sprintf("%s/%s printed %d times, want %d", name, ctr, len(got), n)
+	})
+	return got
+}
+
+// checkFirst: the container's first print shows its NUMA node's CPUs and node 0's
+// memory (node 1 has none: its CPUs take memory from the nearest node).
+func (h *numaHarness) checkFirst(name, ctr, cpus string) {
+	h.t.Helper()
+	if first := h.prints(name, ctr, 1)[0]; first.cpus != cpus || first.mems != "0" {
+		h.t.Errorf("%s/%s first ran on CPUs %q memory %q, want CPUs %q memory 0", name, ctr, first.cpus, first.mems, cpus)
+	}
+}
+
+// checkNow: the container's latest print, taken after at least two more, shows cpus.
+func (h *numaHarness) checkNow(name, ctr, cpus, when string) {
+	h.t.Helper()
+	n := len(allowedLog(h.t, h.ns, name, ctr))
+	got := h.prints(name, ctr, n+2)
+	if last := got[len(got)-1]; last.cpus != cpus {
+		h.t.Errorf("%s: %s/%s runs on CPUs %q, want %q", when, name, ctr, last.cpus, cpus)
+	}
+}
+
+// TestNUMAPinning: on the real node, with the agent reading a topology that splits the
+// CPUs over two NUMA nodes, a single-numa-node pod placed by the ranker runs on its NUMA
+// node's CPUs from its first instruction, in its main container, its native sidecar
+// and a container the kubelet restarts; it stays so across an agent restart, an
+// in-place resize and a kubelet restart; a pod that started while the agent was down
+// is caught up; a pod without the annotation keeps every CPU.
+func TestNUMAPinning(t *testing.T) {
+	h := newNUMAHarness(t)
+	ctx := context.Background()
+	ns := h.ns
+	numaPod := func(name string) *corev1.Pod {
+		side := h.container("side", loop)
+		side.RestartPolicy = ptr.To(corev1.ContainerRestartPolicyAlways)
+		return h.pod(name, []corev1.Container{side}, h.container("main", loop),
+			// Exits after its first print: the kubelet restarts it.
+			h.container("restarts", printAllowed+"; sleep 2; exit 1"))
+	}
+
+	h.create(numaPod("pinned"))
+	plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: ns},
+		Spec: corev1.PodSpec{NodeSelector: map[string]string{"sextant.io/local": "true"}, TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Containers: []corev1.Container{h.container("main", loop)}}}
+	h.create(plain)
+	cpus := h.want("pinned")
+	t.Logf("pinned: NUMA node CPUs %s of %s", cpus, h.allCPUs)
+	for _, c := range []string{"side", "main", "restarts"} {
+		h.checkFirst("pinned", c, cpus)
+	}
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		p, err := local.kube.CoreV1().Pods(ns).Get(ctx, "pinned", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := statusOf(p, "restarts")
+		return s != nil && s.RestartCount >= 1, "the kubelet has not restarted container restarts yet"
+	})
+	// The restarted container's own log is the new attempt's.
+	h.checkFirst("pinned", "restarts", cpus)
+	if got := h.prints("plain", "main", 1)[0]; got.cpus != h.allCPUs {
+		t.Errorf("a pod without the annotation runs on CPUs %q, want all (%s)", got.cpus, h.allCPUs)
+	}
+	// Pinned before any container of the pod existed: from the first instruction.
+	pinnedEvent(t, ns, "pinned", "pod-cgroup")
+
+	// The agent restarts; a pod starts while it is down.
+	h.agent.stop()
+	h.create(numaPod("during"))
+	duringCPUs := h.want("during")
+	h.prints("during", "main", 1)
+	h.agent.start()
+	pinnedEvent(t, ns, "during", "catch-up")
+	for _, c := range []string{"side", "main"} {
+		h.checkNow("during", c, duringCPUs, "caught up after the agent restart")
+		h.checkNow("pinned", c, cpus, "after the agent restart")
+	}
+	if n := h.agent.counter(`sextant_numa_pins_total{path="pod-cgroup"}`) + h.agent.counter(`sextant_numa_pins_total{path="repair"}`); n != 0 {
+		t.Errorf("the restarted agent pinned %v pods again; the pinned pod needed nothing", n)
+	}
+	if n := h.agent.counter(`sextant_numa_runtime_updates_total{result="updated"}`); n < 2 {
+		t.Errorf("runtime updates %v, want the caught-up pod's running containers told through CRI", n)
+	}
+
+	// An in-place resize: the kubelet's own UpdateContainerResources must not undo it.
+	patch := `{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"20m"}}}]}}`
+	if _, err := local.kube.CoreV1().Pods(ns).Patch(ctx, "during", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
+		t.Fatalf("resize: %v", err)
+	}
+	eventually(t, time.Minute, func() (bool, string) {
+		p, err := local.kube.CoreV1().Pods(ns).Get(ctx, "during", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := statusOf(p, "main")
+		if s == nil || s.Resources == nil {
+			return false, "no resources in main's status yet"
+		}
+		got := s.Resources.Requests.Cpu().String()
+		return got == "20m", fmt.Sprintf("resize not applied: main requests %s", got)
+	})
+	h.checkNow("during", "main", duringCPUs, "after an in-place resize")
+	checkContainerCgroups(t, ns, "during", duringCPUs)
+
+	// A kubelet restart.
+	out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "cluster.sh"), "restart-kubelet").CombinedOutput()
+	if err != nil {
+		t.Fatalf("restart the kubelet: %v\n%s", err, out)
+	}
+	for name, want := range map[string]string{"pinned": cpus, "during": duringCPUs} {
+		h.checkNow(name, "main", want, "after a kubelet restart")
+		checkContainerCgroups(t, ns, name, want)
+	}
+	if n := h.agent.counter(`sextant_numa_pins_total{path="repair"}`); n != 0 {
+		t.Errorf("%v repairs: the kubelet widened a pinned pod", n)
+	}
+	events, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=NUMAPinned"})
+	if err != nil || len(events.Items) != 2 {
+		t.Errorf("NUMAPinned events: %d (%v), want one for each pinned pod", len(events.Items), err)
+	}
+}
+
+// pinnedEvent waits for the agent's NUMAPinned event on the pod and checks the path it
+// names.
+func pinnedEvent(t *testing.T, ns, pod, path string) {
+	t.Helper()
+	var msg string
+	eventually(t, time.Minute, func() (bool, string) {
+		list, err := local.kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: "reason=NUMAPinned,involvedObject.name=" + pod})
+		if err != nil || len(list.Items) == 0 {
+			return false, fmt.Sprintf("no NUMAPinned event on %s (%v)", pod, err)
+		}
+		msg = list.Items[0].Message
+		return true, ""
+	})
+	if !strings.Contains(msg, "("+path+",") {
+		t.Errorf("%s: NUMAPinned %q, want path %s", pod, msg, path)
+	}
+	t.Logf("%s: %s", pod, msg)
+}
+
+// checkContainerCgroups reads the cpuset the kernel enforces on every cgroup of the
+// pod: the pod's and each of its containers'.
+func checkContainerCgroups(t *testing.T, ns, name, cpus string) {
+	t.Helper()
+	p, err := local.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/cpuset/kubepods/*/pod"+string(p.UID), "*", "cpuset.effective_cpus"))
+	pod, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/cpuset/kubepods/*/pod"+string(p.UID), "cpuset.effective_cpus"))
+	if len(dirs) == 0 || len(pod) != 1 {
+		t.Skipf("no cgroup v1 cpuset cgroups of pod %s found (%v, %v)", name, dirs, pod)
+	}
+	for _, f := range append(pod, dirs...) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a container that exited meanwhile
+		}
+		if got := strings.TrimSpace(string(b)); got != cpus {
+			t.Errorf("%s holds CPUs %s, want %s", f, got, cpus)
+		}
+	}
+}
+
+// pinLog is what the agent logged of each pin: its path and the seconds from the pod
+// being seen bound to the pin, by pod name.
+func (a *numaAgent) pinLog() map[string]struct {
+	path    string
+	seconds float64
+} {
+	out := map[string]struct {
+		path    string
+		seconds float64
+	}{}
+	for _, line := range strings.Split(a.proc.output(), "\n") {
+		var l struct {
+			Msg     string  `json:"msg"`
+			Pod     string  `json:"pod"`
+			Path    string  `json:"path"`
+			Seconds float64 `json:"seconds"`
+		}
+		if json.Unmarshal([]byte(line), &l) != nil || l.Msg != "pinned a pod to its NUMA nodes" {
+			continue
+		}
+		_, name, _ := strings.Cut(l.Pod, "/")
+		out[name] = struct {
+			path    string
+			seconds float64
+		}{l.Path, l.Seconds}
+	}
+	return out
+}
+
+// TestNUMABench is `make bench-numa`: 50 single-numa-node pods placed by the ranker on
+// the real node at once, then 50 more started while the agent was down. It prints the
+// share pinned from the first instruction (the pod's cgroup narrowed before any of its
+// containers existed, and the container's first print showing its NUMA node's CPUs;
+// goal 100%) and p50/p99 of the pin latency per path (goal for catch-up: p99 <= 100 ms).
+func TestNUMABench(t *testing.T) {
+	if os.Getenv("SEXTANT_BENCH_NUMA") == "" {
+		t.Skip("a benchmark: run it with `make bench-numa`")
+	}
+	const pods = 50
+	h := newNUMAHarness(t)
+	ctx := context.Background()
+	batch := func(prefix string) []string {
+		var names []string
+		for i := range pods {
+			name := fmt.Sprintf("%s-%02d", prefix, i)
+			h.create(h.pod(name, nil, h.container("main", printAllowed+"; exec sleep 3600")))
+			names = append(names, name)
+		}
+		return names
+	}
+	pct := func(xs []float64, p float64) time.Duration {
+		sort.Float64s(xs)
+		i := int(float64(len(xs))*p+0.999999) - 1 // nearest rank
+		return time.Duration(xs[max(0, min(i, len(xs)-1))] * float64(time.Second)).Round(100 * time.Microsecond)
+	}
+
+	// Placed while the agent runs: every pod should take the pod-cgroup path.
+	start := time.Now()
+	first := batch("first")
+	fromFirst := 0
+	for _, name := range first {
+		cpus := h.want(name)
+		if got := h.prints(name, "main", 1)[0]; got.cpus == cpus && got.mems == "0" {
+			fromFirst++ // confirmed below by the path
+		}
+	}
+	var pins map[string]struct {
+		path    string
+		seconds float64
+	}
+	eventually(t, time.Minute, func() (bool, string) {
+		pins = h.agent.pinLog()
+		return len(pins) >= pods, fmt.Sprintf("the agent logged %d pins, want %d", len(pins), pods)
+	})
+	var early []float64
+	notEarly := 0
+	for _, name := range first {
+		if p := pins[name]; p.path == "pod-cgroup" {
+			early = append(early, p.seconds)
+		} else {
+			notEarly++
+		}
+	}
+	fromFirst = min(fromFirst, len(early))
+	t.Logf("first batch of %d running %v after creation", pods, time.Since(start).Round(time.Second))
+
+	// Make room, then start 50 pods while the agent is down: all must be caught up.
+	if err := local.kube.CoreV1().Pods(h.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Minute, func() (bool, string) {
+		list, err := local.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, fmt.Sprintf("%d pods of the first batch left", len(list.Items))
+	})
+	h.agent.stop()
+	late := batch("late")
+	for _, name := range late {
+		h.want(name)
+		h.prints(name, "main", 1)
+	}
+	h.agent.start()
+	eventually(t, time.Minute, func() (bool, string) {
+		pins = h.agent.pinLog()
+		return len(pins) >= pods, fmt.Sprintf("the restarted agent logged %d pins, want %d", len(pins), pods)
+	})
+	var catchUp []float64
+	for _, name := range late {
+		if p := pins[name]; p.path == "catch-up" {
+			catchUp = append(catchUp, p.seconds)
+		}
+	}
+	for _, name := range late {
+		checkContainerCgroups(t, h.ns, name, h.want(name))
+	}
+	if len(early) == 0 || len(catchUp) == 0 {
+		t.Fatalf("pins by path: %d pod-cgroup of the first batch, %d catch-up of the second", len(early), len(catchUp))
+	}
+
+	share := float64(fromFirst) / pods
+	verdict := map[bool]string{true: "met", false: "MISSED"}
+	fmt.Printf("bench-numa: %d single-numa-node pods placed by the ranker at once on the real node (agent reading a split two-NUMA tree)\n", pods)
+	fmt.Printf("bench-numa: pinned from the first instruction: %d of %d (%.0f%%; %d not through the pod's cgroup) (goal 100%%: %s)\n",
+		fromFirst, pods, 100*share, notEarly, verdict[fromFirst == pods])
+	fmt.Printf("bench-numa: pod-cgroup path, pod seen bound -> pod cgroup narrowed (includes the kubelet making the cgroup): p50 %v  p99 %v\n",
+		pct(early, 0.50), pct(early, 0.99))
+	fmt.Printf("bench-numa: catch-up path, %d pods running when the agent started, agent start -> pinned: p50 %v  p99 %v  (goal p99 <= 100ms: %s)\n",
+		len(catchUp), pct(catchUp, 0.50), pct(catchUp, 0.99), verdict[pct(catchUp, 0.99) <= 100*time.Millisecond])
+}
