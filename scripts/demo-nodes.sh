@@ -54,13 +54,9 @@ up() {
     go build -o bin/fakenodes ./scripts/fakenodes) || die "demo-nodes: build failed"
 
   # The agents authenticate as the chart's agent ServiceAccount, with its RBAC.
-  local token agent_kubeconfig=$state/pki/demo-agent.kubeconfig
-  token=$($kubectl -n sextant-system create token sextant-agent --duration 24h) ||
+  local agent_kubeconfig
+  agent_kubeconfig=$(demo_agent_kubeconfig "$state" "$kubeconfig") ||
     die "demo-nodes: no sextant-agent ServiceAccount (make deploy first)"
-  cp "$kubeconfig" "$agent_kubeconfig"
-  local k="$state/kube-bin/kubectl --kubeconfig $agent_kubeconfig"
-  $k config set-credentials demo-agent --token "$token" >/dev/null
-  $k config set-context "$($k config current-context)" --user demo-agent >/dev/null
 
   local names=()
   for n in "${nodes[@]}"; do names+=("sextant-demo-$n"); done

@@ -125,6 +125,9 @@ EOT
 section "Sidecars: a Job with a sidecar runs to completion"
 "$here/demo-sidecar.sh"
 
+section "NUMA: pods run on the CPUs of the NUMA nodes the ranker chose"
+"$here/demo-numa.sh"
+
 cat <<EOT
 
 The peak stays for the agent's window (60s) after traffic stops; remaining follows it.
