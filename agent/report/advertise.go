@@ -13,14 +13,6 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 )
 
-// ResourcePrefix names the extended resources pods request devices by:
-// sextant.io/gpu, sextant.io/nic, sextant.io/nvme, sextant.io/accelerator.
-const ResourcePrefix = "sextant.io/"
-
-// advertisedKinds are the device kinds a pod can request. "other" (host bridges, DMA
-// engines, USB controllers) is not something to hand to a pod.
-var advertisedKinds = []v1alpha1.DeviceKind{v1alpha1.KindGPU, v1alpha1.KindNIC, v1alpha1.KindNVMe, v1alpha1.KindAccelerator}
-
 // DeviceCounts counts the healthy devices of each advertised kind as extended resources.
 func DeviceCounts(t v1alpha1.Topology) corev1.ResourceList {
 	counts := map[v1alpha1.DeviceKind]int64{}
@@ -30,8 +22,10 @@ func DeviceCounts(t v1alpha1.Topology) corev1.ResourceList {
 		}
 	}
 	out := corev1.ResourceList{}
-	for _, k := range advertisedKinds {
-		out[corev1.ResourceName(ResourcePrefix+string(k))] = *resource.NewQuantity(counts[k], resource.DecimalSI)
+	// "other" (host bridges, DMA engines, USB controllers) is not something to hand to
+	// a pod, so only the requestable kinds are advertised.
+	for _, k := range v1alpha1.RequestableDeviceKinds {
+		out[k.ResourceName()] = *resource.NewQuantity(counts[k], resource.DecimalSI)
 	}
 	return out
 }

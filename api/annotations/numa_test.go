@@ -114,3 +114,27 @@ func FuzzParseNUMAPolicy(f *testing.F) {
 		}
 	})
 }
+
+func TestParseNUMAPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    NUMAPolicyValue
+		wantErr bool
+	}{
+		{value: "single-numa-node", want: PolicySingleNUMANode},
+		{value: "", wantErr: true},
+		{value: "Single-NUMA-Node", wantErr: true},
+		{value: "best-effort", wantErr: true},
+	} {
+		got, err := ParseNUMAPolicy(tc.value)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseNUMAPolicy(%q) = %q, %v; want %q, error %v", tc.value, got, err, tc.want, tc.wantErr)
+		}
+		if err != nil && (!strings.Contains(err.Error(), NUMAPolicy) || !strings.Contains(err.Error(), "single-numa-node")) {
+			t.Errorf("ParseNUMAPolicy(%q) error %q must name the annotation and the accepted form", tc.value, err)
+		}
+	}
+	if p, err := PodNUMAPolicy(map[string]string{"other": "x"}); err != nil || p != PolicyNone {
+		t.Errorf("PodNUMAPolicy without the annotation = %q, %v; want none", p, err)
+	}
+}

@@ -105,7 +105,8 @@ const (
 // +kubebuilder:validation:Enum=gpu;nic;nvme;accelerator;other
 type DeviceKind string
 
-// The device kinds a pod can request as sextant.io/<kind>.
+// The device kinds the agent reports; all but KindOther can be requested by a pod as
+// sextant.io/<kind> (RequestableDeviceKinds).
 const (
 	KindGPU         DeviceKind = "gpu"
 	KindNIC         DeviceKind = "nic"

@@ -27,6 +27,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/bandwidth"
@@ -191,10 +192,10 @@ func benchCluster() ([]*v1.Node, *heartbeat.Store) {
 	for i := range nodes {
 		name := fmt.Sprintf("bench-node-%05d", i)
 		alloc := v1.ResourceList{
-			v1.ResourceCPU:                         *resource.NewQuantity(numaPerNode*cpusPerNUMA, resource.DecimalSI),
-			v1.ResourceMemory:                      *resource.NewQuantity(numaPerNode*memPerNUMA, resource.BinarySI),
-			v1.ResourcePods:                        *resource.NewQuantity(110, resource.DecimalSI),
-			devices.ResourceName(v1alpha1.KindGPU): *resource.NewQuantity(gpusPerNode, resource.DecimalSI),
+			v1.ResourceCPU:                  *resource.NewQuantity(numaPerNode*cpusPerNUMA, resource.DecimalSI),
+			v1.ResourceMemory:               *resource.NewQuantity(numaPerNode*memPerNUMA, resource.BinarySI),
+			v1.ResourcePods:                 *resource.NewQuantity(110, resource.DecimalSI),
+			v1alpha1.KindGPU.ResourceName(): *resource.NewQuantity(gpusPerNode, resource.DecimalSI),
 		}
 		nodes[i] = &v1.Node{
 			ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(name), Labels: map[string]string{
@@ -257,7 +258,7 @@ func benchPods(n int) []*v1.Pod {
 		case r < 0.10:
 			req[v1.ResourceCPU] = *resource.NewQuantity(between(1, 8), resource.DecimalSI)
 			req[v1.ResourceMemory] = *resource.NewQuantity(between(2, 16)<<30, resource.BinarySI)
-			req[devices.ResourceName(v1alpha1.KindGPU)] = *resource.NewQuantity(between(1, 2), resource.DecimalSI)
+			req[v1alpha1.KindGPU.ResourceName()] = *resource.NewQuantity(between(1, 2), resource.DecimalSI)
 		case r < 0.40:
 			req[v1.ResourceCPU] = *resource.NewQuantity(between(2, 24), resource.DecimalSI)
 			req[v1.ResourceMemory] = *resource.NewQuantity(between(4, 48)<<30, resource.BinarySI)
@@ -268,8 +269,8 @@ func benchPods(n int) []*v1.Pod {
 		ann := map[string]string{}
 		if rng.Float64() < 0.5 {
 			dirs := [][2]string{
-				{bandwidth.AnnotationIngressRequired, bandwidth.AnnotationIngressExpected},
-				{bandwidth.AnnotationEgressRequired, bandwidth.AnnotationEgressExpected},
+				{annotations.IngressRequired, annotations.IngressExpected},
+				{annotations.EgressRequired, annotations.EgressExpected},
 			}
 			for _, d := range [][]int{{0}, {1}, {0, 1}}[rng.Intn(3)] {
 				rate := between(1, 40) * 50_000_000

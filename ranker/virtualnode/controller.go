@@ -31,7 +31,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"sextant.io/sextant/agent/sidecar/rules"
-	"sextant.io/sextant/ranker/webhook"
+	"sextant.io/sextant/api/annotations"
 )
 
 // How a virtual node is recognised: virtual-kubelet's own label and taint.
@@ -88,7 +88,7 @@ func New(cfg Config, kube kubernetes.Interface, log *slog.Logger) (*Controller, 
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
-	selector := labels.SelectorFromSet(labels.Set{webhook.LabelPrepared: "true"}).String()
+	selector := labels.SelectorFromSet(labels.Set{annotations.SidecarPrepared: "true"}).String()
 	if cfg.PodSelector != "" {
 		if _, err := labels.Parse(cfg.PodSelector); err != nil {
 			return nil, fmt.Errorf("pod selector %q: %w", cfg.PodSelector, err)
@@ -242,7 +242,7 @@ func swap(pod *corev1.Pod, containers []string, exitImage string, exitCommand []
 		if c == nil || c.Image == exitImage {
 			continue
 		}
-		key := webhook.CommandAnnotation(name)
+		key := annotations.SidecarCommand(name)
 		wrapped := out.Annotations[key] != ""
 		if !wrapped && len(c.Command) > 0 {
 			// A command of the pod's own (the webhook could not move it into an

@@ -14,15 +14,16 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/webhook"
 )
 
 const exitImage = "sextant.local/exit0:test"
 
 func preparedPod(name, node string, policy corev1.RestartPolicy, mainExit *int32) *corev1.Pod {
-	key := webhook.CommandAnnotation("proxy")
+	key := annotations.SidecarCommand("proxy")
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{webhook.LabelPrepared: "true"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: map[string]string{annotations.SidecarPrepared: "true"},
 			Annotations: map[string]string{key: `["sleep","3600"]`}},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: policy,
 			InitContainers: []corev1.Container{{Name: "proxy", Image: "busybox", Command: []string{webhook.WrapperPath},
@@ -78,7 +79,7 @@ func TestSwapOnVirtualNodesOnly(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: sidecar not swapped", name)
 		}
-		if got := get(name).Annotations[webhook.CommandAnnotation("proxy")]; got != `["/exit0"]` {
+		if got := get(name).Annotations[annotations.SidecarCommand("proxy")]; got != `["/exit0"]` {
 			t.Errorf("%s: command annotation %q, want the exit command", name, got)
 		}
 		if img := get(name).Spec.Containers[0].Image; img != "busybox" {

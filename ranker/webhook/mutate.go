@@ -12,18 +12,10 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/api/annotations"
 )
 
 const (
-	// AnnotationCommandPrefix + container name holds a sidecar's command as a JSON array.
-	AnnotationCommandPrefix = "sidecar.sextant.io/command-"
-	// AnnotationNative set to "false" keeps the pod's sidecars regular containers (they
-	// are still wrapped, so their exit after a stop is 0).
-	AnnotationNative = "sidecar.sextant.io/native"
-	// LabelPrepared marks a pod the webhook prepared; the virtual-node controller
-	// watches only these.
-	LabelPrepared = "sidecar.sextant.io/prepared"
-
 	// EnvCommand is where the wrapper finds the command (downward API).
 	EnvCommand = "SEXTANT_SIDECAR_COMMAND"
 	// WrapperDir is where the wrapper is mounted in sidecars, WrapperPath the binary.
@@ -35,9 +27,6 @@ const (
 	// wrapperInImage is the wrapper's path in its own image.
 	wrapperInImage = "/sextant-sidecar-wrapper"
 )
-
-// CommandAnnotation is the annotation that holds the named container's command.
-func CommandAnnotation(container string) string { return AnnotationCommandPrefix + container }
 
 // MutatorConfig says what the webhook injects.
 type MutatorConfig struct {
@@ -88,7 +77,7 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	native := !strings.EqualFold(pod.Annotations[AnnotationNative], "false")
+	native := !strings.EqualFold(pod.Annotations[annotations.SidecarNative], "false")
 
 	wrapped := false
 	wrap := func(c *corev1.Container) error {
@@ -142,7 +131,7 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 	if pod.Labels == nil {
 		pod.Labels = map[string]string{}
 	}
-	pod.Labels[LabelPrepared] = "true"
+	pod.Labels[annotations.SidecarPrepared] = "true"
 	res.Changed = true
 	return res, nil
 }
@@ -153,7 +142,7 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 	if len(c.Command) > 0 && c.Command[0] == WrapperPath {
 		return true, "", nil // prepared before
 	}
-	key := CommandAnnotation(c.Name)
+	key := annotations.SidecarCommand(c.Name)
 	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
 		return false, fmt.Sprintf("sextant: sidecar %s: its name is too long for the annotation %s, so it is not wrapped; stopping it may take its grace period", c.Name, key), nil
 	}

@@ -4,25 +4,22 @@ import (
 	"errors"
 	"strings"
 
-	"sextant.io/sextant/ranker/plugins/bandwidth"
-	"sextant.io/sextant/ranker/plugins/numa"
+	"sextant.io/sextant/api/annotations"
 )
 
-// ValidateAnnotations checks sextant's scheduling annotations with the ranker's own
-// parsers, so the webhook refuses exactly what the ranker could not use. The error
+// ValidateAnnotations checks sextant's scheduling annotations with the parsers the ranker
+// and the agent use, so the webhook refuses exactly what they could not use. The error
 // names each malformed annotation and its accepted form.
-func ValidateAnnotations(annotations map[string]string) error {
+func ValidateAnnotations(podAnnotations map[string]string) error {
 	var errs []error
-	if _, err := bandwidth.ParseAnnotations(annotations); err != nil {
+	if _, err := annotations.ParseBandwidth(podAnnotations); err != nil {
 		errs = append(errs, err)
 	}
-	if v, ok := annotations[numa.PolicyAnnotation]; ok {
-		if _, err := numa.ParsePolicy(v); err != nil {
-			errs = append(errs, err)
-		}
+	if _, err := annotations.PodNUMAPolicy(podAnnotations); err != nil {
+		errs = append(errs, err)
 	}
-	for k, v := range annotations {
-		if strings.HasPrefix(k, AnnotationCommandPrefix) {
+	for k, v := range podAnnotations {
+		if strings.HasPrefix(k, annotations.SidecarCommandPrefix) {
 			if _, err := ParseCommand(v); err != nil {
 				errs = append(errs, errors.New("annotation "+k+"="+quote(v)+": "+err.Error()+`; want a non-empty JSON array of strings, e.g. ["/usr/local/bin/envoy"]`))
 			}
@@ -32,10 +29,10 @@ func ValidateAnnotations(annotations map[string]string) error {
 }
 
 // sextantAnnotations is the subset of annotations ValidateAnnotations looks at.
-func sextantAnnotations(annotations map[string]string) map[string]string {
+func sextantAnnotations(podAnnotations map[string]string) map[string]string {
 	out := map[string]string{}
-	for k, v := range annotations {
-		if strings.HasPrefix(k, bandwidth.AnnotationPrefix) || k == numa.PolicyAnnotation || strings.HasPrefix(k, AnnotationCommandPrefix) {
+	for k, v := range podAnnotations {
+		if strings.HasPrefix(k, annotations.BandwidthPrefix) || k == annotations.NUMAPolicy || strings.HasPrefix(k, annotations.SidecarCommandPrefix) {
 			out[k] = v
 		}
 	}

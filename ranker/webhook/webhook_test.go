@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/api/annotations"
 )
 
 var cfg = MutatorConfig{WrapperImage: "sextant.local/sextant-sidecar-wrapper:test", WrapperPullPolicy: corev1.PullNever}
@@ -69,7 +70,7 @@ func TestMutateConvertsAndWraps(t *testing.T) {
 	if strings.Join(proxy.Args, " ") != "--port $(PORT)" {
 		t.Errorf("args = %q, want them unchanged for the kubelet to expand", proxy.Args)
 	}
-	key := CommandAnnotation("proxy")
+	key := annotations.SidecarCommand("proxy")
 	if got := out.Annotations[key]; got != `["sleep","3600"]` {
 		t.Errorf("annotation %s = %q, want the original command", key, got)
 	}
@@ -100,7 +101,7 @@ func TestMutateConvertsAndWraps(t *testing.T) {
 	if len(out.Spec.Volumes) != 1 || out.Spec.Volumes[0].EmptyDir == nil {
 		t.Errorf("volumes = %+v, want one emptyDir", out.Spec.Volumes)
 	}
-	if out.Labels[LabelPrepared] != "true" {
+	if out.Labels[annotations.SidecarPrepared] != "true" {
 		t.Error("no prepared label")
 	}
 
@@ -150,12 +151,12 @@ func TestMutateCommandless(t *testing.T) {
 	if envoy == nil || !rules.IsNativeSidecar(envoy) || len(envoy.Command) != 0 {
 		t.Errorf("command-less sidecar: %+v; want converted to native, command untouched", envoy)
 	}
-	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], CommandAnnotation("envoy")) {
-		t.Errorf("warnings = %q, want one naming %s", res.Warnings, CommandAnnotation("envoy"))
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], annotations.SidecarCommand("envoy")) {
+		t.Errorf("warnings = %q, want one naming %s", res.Warnings, annotations.SidecarCommand("envoy"))
 	}
 
 	// With the entrypoint named in the annotation, it is wrapped.
-	pod.Annotations[CommandAnnotation("envoy")] = `["/usr/local/bin/envoy"]`
+	pod.Annotations[annotations.SidecarCommand("envoy")] = `["/usr/local/bin/envoy"]`
 	res, err = cfg.Mutate(pod)
 	if err != nil {
 		t.Fatal(err)
@@ -165,15 +166,15 @@ func TestMutateCommandless(t *testing.T) {
 		t.Errorf("annotated sidecar: command %q, warnings %q", envoy.Command, res.Warnings)
 	}
 
-	pod.Annotations[CommandAnnotation("envoy")] = `/usr/local/bin/envoy`
-	if _, err := cfg.Mutate(pod); err == nil || !strings.Contains(err.Error(), CommandAnnotation("envoy")) {
+	pod.Annotations[annotations.SidecarCommand("envoy")] = `/usr/local/bin/envoy`
+	if _, err := cfg.Mutate(pod); err == nil || !strings.Contains(err.Error(), annotations.SidecarCommand("envoy")) {
 		t.Errorf("malformed command annotation: err %v, want one naming it", err)
 	}
 }
 
 func TestMutateNativeOptOut(t *testing.T) {
 	pod := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep"))
-	pod.Annotations[AnnotationNative] = "false"
+	pod.Annotations[annotations.SidecarNative] = "false"
 	res, err := cfg.Mutate(pod)
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +216,7 @@ func TestValidateAnnotations(t *testing.T) {
 		"bandwidth.sextant.io/strategy":         {"cheapest", "best-fit or most-headroom"},
 		"numa.sextant.io/policy":                {"best-effort", "single-numa-node"},
 		"bandwidth.sextant.io/ingress-requried": {"1G", "unknown annotation"},
-		CommandAnnotation("proxy"):              {"envoy", "JSON array"},
+		annotations.SidecarCommand("proxy"):     {"envoy", "JSON array"},
 	}
 	for key, c := range cases {
 		err := ValidateAnnotations(map[string]string{key: c[0]})

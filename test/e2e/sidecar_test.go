@@ -36,6 +36,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/ranker/virtualnode"
 	"sextant.io/sextant/ranker/webhook"
@@ -308,7 +309,7 @@ func (h *sidecarHarness) startWebhook() {
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: h.ns, Labels: map[string]string{sidecarLabel: h.id}}, Spec: probe}
 		out, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && out.Labels[webhook.LabelPrepared] == "true", nil
+		return err == nil && out.Labels[annotations.SidecarPrepared] == "true", nil
 	})
 	if err != nil {
 		t.Fatalf("the webhook at %s is not called: %v", addr, err)
@@ -598,7 +599,7 @@ func TestSidecarNeverMainSucceeds(t *testing.T) {
 	if proxy == nil || !rules.IsNativeSidecar(proxy) || proxy.Command[0] != webhook.WrapperPath {
 		t.Errorf("sidecar not prepared by the webhook: %+v", proxy)
 	}
-	if got := pod.Annotations[webhook.CommandAnnotation("proxy")]; got != `["sleep","3600"]` {
+	if got := pod.Annotations[annotations.SidecarCommand("proxy")]; got != `["sleep","3600"]` {
 		t.Errorf("command annotation = %q", got)
 	}
 	if pod.Status.Phase != corev1.PodSucceeded {
@@ -616,7 +617,7 @@ func TestSidecarExitsNonZeroOnTerm(t *testing.T) {
 	script := []string{"sh", "-c", "trap 'exit 1' TERM; while true; do sleep 0.2; done"}
 	h.job("native", corev1.RestartPolicyNever, nil,
 		[]corev1.Container{h.main("main", "sleep 3; exit 0")}, []corev1.Container{h.sidecar("proxy", script...)})
-	h.job("regular", corev1.RestartPolicyNever, map[string]string{webhook.AnnotationNative: "false"},
+	h.job("regular", corev1.RestartPolicyNever, map[string]string{annotations.SidecarNative: "false"},
 		[]corev1.Container{h.main("main", "sleep 3; exit 0")}, []corev1.Container{h.sidecar("proxy", script...)})
 	for _, name := range []string{"native", "regular"} {
 		if got := h.waitJob(name, 2*time.Minute); got != batchv1.JobComplete {
@@ -760,7 +761,7 @@ func TestSidecarAlwaysPodUntouched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pod.Spec.InitContainers) != 0 || findContainer(pod.Spec.Containers, "proxy").Command[0] != "sleep" || pod.Labels[webhook.LabelPrepared] != "" {
+	if len(pod.Spec.InitContainers) != 0 || findContainer(pod.Spec.Containers, "proxy").Command[0] != "sleep" || pod.Labels[annotations.SidecarPrepared] != "" {
 		t.Errorf("the webhook changed an Always pod: init %d, containers %+v", len(pod.Spec.InitContainers), pod.Spec.Containers)
 	}
 	err = wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
@@ -788,7 +789,7 @@ func TestSidecarUnmarkedJobUntouched(t *testing.T) {
 	plain := corev1.Container{Name: "proxy", Image: busyboxImage, ImagePullPolicy: corev1.PullNever, Command: []string{"sleep", "3600"}}
 	h.job("plain", corev1.RestartPolicyNever, nil, []corev1.Container{h.main("main", "sleep 2; exit 0")}, []corev1.Container{plain})
 	pod := h.jobPod("plain")
-	if len(pod.Spec.InitContainers) != 0 || findContainer(pod.Spec.Containers, "proxy") == nil || pod.Labels[webhook.LabelPrepared] != "" {
+	if len(pod.Spec.InitContainers) != 0 || findContainer(pod.Spec.Containers, "proxy") == nil || pod.Labels[annotations.SidecarPrepared] != "" {
 		t.Errorf("the webhook changed a pod without a marker")
 	}
 	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
@@ -825,7 +826,7 @@ func TestSidecarUnmarkedJobUntouched(t *testing.T) {
 func TestSidecarAgentRestart(t *testing.T) {
 	t.Parallel()
 	h := newSidecarHarness(t)
-	regular := map[string]string{webhook.AnnotationNative: "false"}
+	regular := map[string]string{annotations.SidecarNative: "false"}
 	// 3 s to act on a SIGTERM: long enough to kill the agent in the middle of the stop.
 	sidecar := h.sidecar("proxy", "sh", "-c", "trap 'echo got TERM; sleep 3; exit 0' TERM; while true; do sleep 0.2; done")
 
@@ -912,7 +913,7 @@ func TestSidecarVirtualNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := webhook.CommandAnnotation("proxy")
+	key := annotations.SidecarCommand("proxy")
 	if pod.Annotations[key] != `["sleep","3600"]` {
 		t.Fatalf("the webhook did not rewrite the command into %s: %v", key, pod.Annotations)
 	}

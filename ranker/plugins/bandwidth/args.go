@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 // Args are the BandwidthAware plugin args of a KubeSchedulerConfiguration profile:
@@ -19,7 +21,7 @@ import (
 //	  args: {strategy: most-headroom, ingressWeight: 2, egressWeight: 1, staleAfter: 90s}
 type Args struct {
 	// Strategy is used for pods without the bandwidth.sextant.io/strategy annotation.
-	Strategy Strategy `json:"strategy,omitempty"`
+	Strategy annotations.Strategy `json:"strategy,omitempty"`
 	// IngressWeight and EgressWeight weigh the two directions' scores against each other.
 	IngressWeight int64 `json:"ingressWeight"`
 	EgressWeight  int64 `json:"egressWeight"`
@@ -32,7 +34,7 @@ type Args struct {
 // applied. RegisterFlags binds the --bandwidth-* flags to it, so explicit plugin args
 // override the flags, and the flags override the built-in defaults.
 var Defaults = Args{
-	Strategy:      BestFit,
+	Strategy:      annotations.BestFit,
 	IngressWeight: 1,
 	EgressWeight:  1,
 	StaleAfter:    metav1.Duration{Duration: 60 * time.Second},
@@ -42,7 +44,7 @@ var Defaults = Args{
 // the flags are parsed, e.g. on the scheduler command's flag set.
 func RegisterFlags(fs *pflag.FlagSet) {
 	fs.Var(strategyFlag{&Defaults.Strategy}, "bandwidth-strategy",
-		"BandwidthAware: scoring strategy for pods without the "+AnnotationStrategy+" annotation ("+strategyForm()+"); plugin args override it")
+		"BandwidthAware: scoring strategy for pods without the "+annotations.BandwidthStrategy+" annotation ("+annotations.StrategyForm()+"); plugin args override it")
 	fs.Int64Var(&Defaults.IngressWeight, "bandwidth-ingress-weight", Defaults.IngressWeight,
 		"BandwidthAware: weight of the ingress score against the egress score; plugin args override it")
 	fs.Int64Var(&Defaults.EgressWeight, "bandwidth-egress-weight", Defaults.EgressWeight,
@@ -53,7 +55,7 @@ func RegisterFlags(fs *pflag.FlagSet) {
 
 // strategyFlag rejects an unknown strategy when the flags are parsed, so a typo fails
 // at startup with the flag's name rather than later as a plugin error.
-type strategyFlag struct{ s *Strategy }
+type strategyFlag struct{ s *annotations.Strategy }
 
 func (f strategyFlag) String() string {
 	if f.s == nil {
@@ -63,9 +65,9 @@ func (f strategyFlag) String() string {
 }
 
 func (f strategyFlag) Set(v string) error {
-	st, ok := parseStrategy(v)
+	st, ok := annotations.ParseStrategy(v)
 	if !ok {
-		return fmt.Errorf("unknown strategy %q; want %s", v, strategyForm())
+		return fmt.Errorf("unknown strategy %q; want %s", v, annotations.StrategyForm())
 	}
 	*f.s = st
 	return nil
@@ -93,8 +95,8 @@ func decodeArgs(obj runtime.Object) (Args, error) {
 // Validate reports every invalid field, naming the plugin arg and the flag that set it.
 func (a Args) Validate() error {
 	var errs []error
-	if _, ok := parseStrategy(string(a.Strategy)); !ok {
-		errs = append(errs, fmt.Errorf("strategy (--bandwidth-strategy) %q unknown; want %s", a.Strategy, strategyForm()))
+	if _, ok := annotations.ParseStrategy(string(a.Strategy)); !ok {
+		errs = append(errs, fmt.Errorf("strategy (--bandwidth-strategy) %q unknown; want %s", a.Strategy, annotations.StrategyForm()))
 	}
 	if a.IngressWeight < 0 {
 		errs = append(errs, fmt.Errorf("ingressWeight (--bandwidth-ingress-weight) %d is negative; want 0 or more", a.IngressWeight))

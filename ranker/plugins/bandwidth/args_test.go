@@ -8,6 +8,8 @@ import (
 	"github.com/spf13/pflag"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 func TestArgsValidate(t *testing.T) {
@@ -17,7 +19,7 @@ func TestArgsValidate(t *testing.T) {
 		wantErr []string
 	}{
 		{name: "defaults", mut: func(a *Args) { *a = Defaults }},
-		{name: "most-headroom, one weight zero", mut: func(a *Args) { a.Strategy = MostHeadroom; a.EgressWeight = 0 }},
+		{name: "most-headroom, one weight zero", mut: func(a *Args) { a.Strategy = annotations.MostHeadroom; a.EgressWeight = 0 }},
 		{name: "unknown strategy", mut: func(a *Args) { a.Strategy = "fastest" }, wantErr: []string{`strategy (--bandwidth-strategy) "fastest" unknown; want best-fit or most-headroom`}},
 		{name: "empty strategy", mut: func(a *Args) { a.Strategy = "" }, wantErr: []string{"strategy"}},
 		{name: "negative ingress weight", mut: func(a *Args) { a.IngressWeight = -1 }, wantErr: []string{"ingressWeight (--bandwidth-ingress-weight) -1 is negative"}},
@@ -72,7 +74,7 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Args{Strategy: MostHeadroom, IngressWeight: 3, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 2 * time.Minute}}
+	want := Args{Strategy: annotations.MostHeadroom, IngressWeight: 3, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 2 * time.Minute}}
 	if got != want {
 		t.Errorf("flags only: got %+v, want %+v", got, want)
 	}
@@ -89,7 +91,7 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		want := Args{Strategy: BestFit, IngressWeight: 0, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 30 * time.Second}}
+		want := Args{Strategy: annotations.BestFit, IngressWeight: 0, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 30 * time.Second}}
 		if got != want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, want)
 		}

@@ -16,7 +16,7 @@
 //
 // # Malformed annotations
 //
-// ParseAnnotations (shared with the admission webhook) reports every malformed
+// annotations.ParseBandwidth (shared with the webhook and the agent) reports every malformed
 // annotation, any unknown key under bandwidth.sextant.io/ (a typo would otherwise be
 // silently ignored), and expected < required. PreFilter turns that into
 // UnschedulableAndUnresolvable with the message, which the scheduler records in the

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -79,7 +80,7 @@ func isSchedulableAfterPodDeleted(_ klog.Logger, _ *v1.Pod, oldObj, _ any) (fwk.
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if deleted.Spec.NodeName == "" || !HasAnnotations(deleted.Annotations) {
+	if deleted.Spec.NodeName == "" || !annotations.HasBandwidth(deleted.Annotations) {
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil
@@ -101,10 +102,10 @@ func isSchedulableAfterPodUpdated(_ klog.Logger, pod *v1.Pod, oldObj, newObj any
 	return fwk.Queue, nil
 }
 
-func bandwidthAnnotations(annotations map[string]string) map[string]string {
+func bandwidthAnnotations(all map[string]string) map[string]string {
 	out := map[string]string{}
-	for k, v := range annotations {
-		if strings.HasPrefix(k, AnnotationPrefix) {
+	for k, v := range all {
+		if strings.HasPrefix(k, annotations.BandwidthPrefix) {
 			out[k] = v
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -36,7 +37,7 @@ func TestEventsToRegister(t *testing.T) {
 func TestQueueingHintReport(t *testing.T) {
 	logger := klog.Background()
 	pl := testPlugin(t, testArgs(nil))
-	pod := testPod(map[string]string{AnnotationIngressRequired: "400M"})
+	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
 	toUnstructured := func(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 		if err != nil {
@@ -77,15 +78,15 @@ func TestQueueingHintReport(t *testing.T) {
 	// A pod placed earlier still holds 300M on n in the ledger when the report that
 	// covers its traffic arrives: the ledger's own handler may not have released it yet,
 	// so the hint must not count it, or the pending pod would wait for the flush.
-	held := testPod(map[string]string{AnnotationIngressRequired: "300M"})
-	pl.ledger.Reserve(held, "n", Request{Ingress: Direction{Required: 300e6, HasRequired: true}})
+	held := testPod(map[string]string{annotations.IngressRequired: "300M"})
+	pl.ledger.Reserve(held, "n", annotations.BandwidthRequest{Ingress: annotations.Direction{Required: 300e6, HasRequired: true}})
 	if got, _ := pl.isSchedulableAfterReport(logger, pod, nil, report("n", "500M", "1G", now)); got != fwk.Queue {
 		t.Errorf("a report with room for the pod before the ledger caught up with it: got %v, want Queue", got)
 	}
 	if in, _ := pl.ledger.Reserved("n"); in != 300e6 {
 		t.Errorf("the hint changed the ledger: %d reserved, want 300M", in)
 	}
-	malformed := testPod(map[string]string{AnnotationIngressRequired: "x"})
+	malformed := testPod(map[string]string{annotations.IngressRequired: "x"})
 	if got, _ := pl.isSchedulableAfterReport(logger, malformed, nil, report("n", "5G", "5G", now)); got != fwk.QueueSkip {
 		t.Error("a report cannot fix malformed annotations")
 	}
@@ -93,9 +94,9 @@ func TestQueueingHintReport(t *testing.T) {
 
 func TestQueueingHintPods(t *testing.T) {
 	logger := klog.Background()
-	pod := testPod(map[string]string{AnnotationIngressRequired: "x"})
+	pod := testPod(map[string]string{annotations.IngressRequired: "x"})
 	fixed := pod.DeepCopy()
-	fixed.Annotations = map[string]string{AnnotationIngressRequired: "400M"}
+	fixed.Annotations = map[string]string{annotations.IngressRequired: "400M"}
 	relabeled := pod.DeepCopy()
 	relabeled.Labels = map[string]string{"a": "b"}
 	if got, _ := isSchedulableAfterPodUpdated(logger, pod, pod, fixed); got != fwk.Queue {
@@ -104,12 +105,12 @@ func TestQueueingHintPods(t *testing.T) {
 	if got, _ := isSchedulableAfterPodUpdated(logger, pod, pod, relabeled); got != fwk.QueueSkip {
 		t.Error("an unrelated update should not requeue")
 	}
-	other := testPod(map[string]string{AnnotationIngressRequired: "1M"})
+	other := testPod(map[string]string{annotations.IngressRequired: "1M"})
 	if got, _ := isSchedulableAfterPodUpdated(logger, pod, other, other); got != fwk.QueueSkip {
 		t.Error("another pod's update should not requeue")
 	}
 
-	bound := testPod(map[string]string{AnnotationIngressRequired: "1M"})
+	bound := testPod(map[string]string{annotations.IngressRequired: "1M"})
 	bound.Spec.NodeName = "n"
 	if got, _ := isSchedulableAfterPodDeleted(logger, pod, bound, nil); got != fwk.Queue {
 		t.Error("deleting a bound bandwidth pod frees its reservation")
@@ -123,9 +124,9 @@ func TestQueueingHintPods(t *testing.T) {
 
 func TestSignPod(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil))
-	a := testPod(map[string]string{AnnotationIngressRequired: "1M", "other": "1"})
-	b := testPod(map[string]string{AnnotationIngressRequired: "1M", "other": "2"})
-	c := testPod(map[string]string{AnnotationIngressRequired: "2M"})
+	a := testPod(map[string]string{annotations.IngressRequired: "1M", "other": "1"})
+	b := testPod(map[string]string{annotations.IngressRequired: "1M", "other": "2"})
+	c := testPod(map[string]string{annotations.IngressRequired: "2M"})
 	sign := func(p *v1.Pod) string {
 		f, st := pl.SignPod(context.Background(), p)
 		if !st.IsSuccess() || len(f) != 1 || f[0].Key != signerName {
@@ -152,10 +153,10 @@ func TestQueueingHintAdvancesStore(t *testing.T) {
 	logger := klog.Background()
 	old := report("n", "100M", "1G", now.Add(-10*time.Second))
 	pl := testPlugin(t, testArgs(nil), old)
-	pod := testPod(map[string]string{AnnotationIngressRequired: "400M"})
+	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
 	// A pod on n that started 65s ago: the old report's 60s window began before it
 	// ran, the new one's after.
-	held := testPod(map[string]string{AnnotationIngressRequired: "300M"})
+	held := testPod(map[string]string{annotations.IngressRequired: "300M"})
 	pl.Ledger().ObservePod(runningPod(held, "n", now.Add(-65*time.Second)))
 	if pl.Ledger().Len() != 1 {
 		t.Fatal("setup: the running pod holds no reservation")

@@ -9,6 +9,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
@@ -82,7 +83,7 @@ func staleMessage(staleAfter time.Duration) string {
 // check returns the reason why a node with this report (nil: none) and these
 // reservations cannot take req at now, or "" if it can; with detail, also a message
 // with the node's figures (for logs and tests: building it allocates).
-func (pl *BandwidthAware) check(req Request, report *heartbeat.Bandwidth, resIn, resEg int64, now time.Time, detail bool) (reason, msg string) {
+func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartbeat.Bandwidth, resIn, resEg int64, now time.Time, detail bool) (reason, msg string) {
 	if report == nil {
 		return reasonNoReport, "node has no NodeBandwidth"
 	}
@@ -98,7 +99,7 @@ func (pl *BandwidthAware) check(req Request, report *heartbeat.Bandwidth, resIn,
 	}
 	dirs := [...]struct {
 		name     string
-		d        Direction
+		d        annotations.Direction
 		reported int64
 		known    bool
 		reserved int64
@@ -127,9 +128,9 @@ func (pl *BandwidthAware) check(req Request, report *heartbeat.Bandwidth, resIn,
 		case dir.reserved > 0:
 			// Reservations can exceed what was reported (expected > required); say 0.
 			return dir.reason, fmt.Sprintf("%s remaining %s (%s reported - %s reserved) < required %s",
-				dir.name, formatRate(max(avail, 0)), formatRate(dir.reported), formatRate(dir.reserved), formatRate(dir.d.Required))
+				dir.name, annotations.FormatRate(max(avail, 0)), annotations.FormatRate(dir.reported), annotations.FormatRate(dir.reserved), annotations.FormatRate(dir.d.Required))
 		default:
-			return dir.reason, fmt.Sprintf("%s remaining %s < required %s", dir.name, formatRate(avail), formatRate(dir.d.Required))
+			return dir.reason, fmt.Sprintf("%s remaining %s < required %s", dir.name, annotations.FormatRate(avail), annotations.FormatRate(dir.d.Required))
 		}
 	}
 	return "", ""

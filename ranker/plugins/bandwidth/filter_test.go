@@ -11,6 +11,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -41,7 +42,7 @@ func TestFilter(t *testing.T) {
 	noTime.Status.SampleTime = nil
 	reports = append(reports, noTime)
 
-	ingress400 := map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M"}
+	ingress400 := map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"}
 	tests := []struct {
 		name        string
 		annotations map[string]string
@@ -63,10 +64,10 @@ func TestFilter(t *testing.T) {
 			wantMsg: "node(s) had no fresh NodeBandwidth (none sampled within stale-after 1m0s)", wantDetail: "NodeBandwidth has no sampleTime"},
 		{name: "unknown capacity", annotations: ingress400, node: "no-capacity", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonUnknownCapacity,
 			wantMsg: msgUnknownCapacity, wantDetail: "NodeBandwidth has no ingress remaining (capacity unknown)"},
-		{name: "unknown capacity in a direction not required", annotations: map[string]string{AnnotationEgressRequired: "1G"}, node: "no-capacity", wantCode: fwk.Success},
-		{name: "egress floor", annotations: map[string]string{AnnotationIngressRequired: "1G", AnnotationEgressRequired: "200M"}, node: "egress-poor", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonEgress,
+		{name: "unknown capacity in a direction not required", annotations: map[string]string{annotations.EgressRequired: "1G"}, node: "no-capacity", wantCode: fwk.Success},
+		{name: "egress floor", annotations: map[string]string{annotations.IngressRequired: "1G", annotations.EgressRequired: "200M"}, node: "egress-poor", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonEgress,
 			wantMsg: msgEgress, wantDetail: "egress remaining 100M < required 200M"},
-		{name: "expected only does not filter", annotations: map[string]string{AnnotationIngressExpected: "20G"}, node: "unknown-node", wantCode: fwk.Success},
+		{name: "expected only does not filter", annotations: map[string]string{annotations.IngressExpected: "20G"}, node: "unknown-node", wantCode: fwk.Success},
 		{name: "no annotations does not filter", annotations: nil, node: "unknown-node", wantCode: fwk.Success},
 	}
 	for _, tc := range tests {
@@ -110,9 +111,9 @@ func TestFilter(t *testing.T) {
 }
 
 func TestFilterSeedExample(t *testing.T) {
-	for _, strategy := range []Strategy{BestFit, MostHeadroom} {
+	for _, strategy := range []annotations.Strategy{annotations.BestFit, annotations.MostHeadroom} {
 		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = strategy }), seedReports()...)
-		pod := testPod(map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M"})
+		pod := testPod(map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"})
 		c := schedule(t, pl, pod, seedNodes, false)
 		if len(c.filtered) != 1 || c.filtered["node-4"] == nil {
 			t.Fatalf("%s: want only node-4 filtered, got %v", strategy, c.filtered)
@@ -128,9 +129,9 @@ func TestFilterSeedExample(t *testing.T) {
 
 func TestFilterSubtractsReservations(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil), report("n", "1G", "1G", now))
-	first := testPod(map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "700M"})
+	first := testPod(map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "700M"})
 	pl.Ledger().Reserve(first, "n", mustParse(t, first))
-	second := testPod(map[string]string{AnnotationIngressRequired: "400M"})
+	second := testPod(map[string]string{annotations.IngressRequired: "400M"})
 	st := pl.Filter(context.Background(), nil, second, nodeInfo("n"))
 	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != msgIngress {
 		t.Fatalf("got %v, want %q", st, msgIngress)
@@ -158,9 +159,9 @@ func checkDetail(pl *BandwidthAware, pod *v1.Pod, node string) string {
 	return detail
 }
 
-func mustParse(t *testing.T, pod interface{ GetAnnotations() map[string]string }) Request {
+func mustParse(t *testing.T, pod interface{ GetAnnotations() map[string]string }) annotations.BandwidthRequest {
 	t.Helper()
-	req, err := ParseAnnotations(pod.GetAnnotations())
+	req, err := annotations.ParseBandwidth(pod.GetAnnotations())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +170,12 @@ func mustParse(t *testing.T, pod interface{ GetAnnotations() map[string]string }
 
 func TestPreFilter(t *testing.T) {
 	malformed := []struct{ key, value string }{
-		{AnnotationIngressRequired, "4OOM"},
-		{AnnotationEgressRequired, "-1"},
-		{AnnotationIngressExpected, "fast"},
-		{AnnotationEgressExpected, "1.5.0G"},
-		{AnnotationStrategy, "cheapest"},
-		{AnnotationPrefix + "egress-limit", "1G"},
+		{annotations.IngressRequired, "4OOM"},
+		{annotations.EgressRequired, "-1"},
+		{annotations.IngressExpected, "fast"},
+		{annotations.EgressExpected, "1.5.0G"},
+		{annotations.BandwidthStrategy, "cheapest"},
+		{annotations.BandwidthPrefix + "egress-limit", "1G"},
 	}
 	for _, m := range malformed {
 		t.Run("malformed "+m.key, func(t *testing.T) {
@@ -196,9 +197,9 @@ func TestPreFilter(t *testing.T) {
 	}
 	t.Run("expected below required", func(t *testing.T) {
 		pl := testPlugin(t, testArgs(nil))
-		pod := testPod(map[string]string{AnnotationEgressRequired: "500M", AnnotationEgressExpected: "400M"})
+		pod := testPod(map[string]string{annotations.EgressRequired: "500M", annotations.EgressExpected: "400M"})
 		_, st := pl.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)
-		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), AnnotationEgressExpected) {
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), annotations.EgressExpected) {
 			t.Fatalf("got %v", st)
 		}
 	})
@@ -215,7 +216,7 @@ func TestPreFilter(t *testing.T) {
 	})
 	t.Run("required: success with state", func(t *testing.T) {
 		pl := testPlugin(t, testArgs(nil))
-		pod := testPod(map[string]string{AnnotationIngressRequired: "1M"})
+		pod := testPod(map[string]string{annotations.IngressRequired: "1M"})
 		state := framework.NewCycleState()
 		if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
 			t.Fatalf("got %v, want Success", st)

@@ -22,6 +22,7 @@ import (
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
@@ -43,7 +44,7 @@ func TestInFramework(t *testing.T) {
 	sharedStore = func(context.Context, *rest.Config) (*heartbeat.Store, error) { return store, nil }
 	t.Cleanup(func() { sharedStore = saved })
 
-	bound := testPod(map[string]string{AnnotationIngressRequired: "100M"})
+	bound := testPod(map[string]string{annotations.IngressRequired: "100M"})
 	bound.Spec.NodeName = "node-3"
 	client := fake.NewClientset(bound)
 	factory := informers.NewSharedInformerFactory(client, 0)
@@ -76,7 +77,7 @@ func TestInFramework(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NewFramework: %v", err)
 	}
-	if pl.args.Strategy != MostHeadroom {
+	if pl.args.Strategy != annotations.MostHeadroom {
 		t.Errorf("args not applied: %+v", pl.args)
 	}
 
@@ -107,15 +108,15 @@ func TestInFramework(t *testing.T) {
 		}
 	})
 	t.Run("malformed: unresolvable with the annotation named", func(t *testing.T) {
-		pod := testPod(map[string]string{AnnotationEgressRequired: "10 gigs"})
+		pod := testPod(map[string]string{annotations.EgressRequired: "10 gigs"})
 		_, st, _ := fw.RunPreFilterPlugins(ctx, framework.NewCycleState(), pod)
-		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), AnnotationEgressRequired) {
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), annotations.EgressRequired) {
 			t.Fatalf("got %v", st)
 		}
 	})
 	t.Run("seed example, most-headroom from args", func(t *testing.T) {
 		state := framework.NewCycleState()
-		pod := testPod(map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M"})
+		pod := testPod(map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"})
 		if _, st, _ := fw.RunPreFilterPlugins(ctx, state, pod); !st.IsSuccess() {
 			t.Fatalf("PreFilter: %v", st)
 		}
@@ -150,11 +151,11 @@ func TestInFramework(t *testing.T) {
 			t.Fatalf("Reserve: %v", st)
 		}
 		if in, _ := pl.Ledger().Reserved("node-1"); in != 500e6 {
-			t.Errorf("node-1 reserved %s, want 500M", formatRate(in))
+			t.Errorf("node-1 reserved %s, want 500M", annotations.FormatRate(in))
 		}
 		fw.RunReservePluginsUnreserve(ctx, state, pod, "node-1")
 		if in, _ := pl.Ledger().Reserved("node-1"); in != 0 {
-			t.Errorf("node-1 still reserved %s after Unreserve", formatRate(in))
+			t.Errorf("node-1 still reserved %s after Unreserve", annotations.FormatRate(in))
 		}
 	})
 }

@@ -15,6 +15,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -58,7 +59,7 @@ func testPlugin(t *testing.T, args Args, reports ...*v1alpha1.NodeBandwidth) *Ba
 }
 
 func testArgs(mut func(*Args)) Args {
-	a := Args{Strategy: BestFit, IngressWeight: 1, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: time.Minute}}
+	a := Args{Strategy: annotations.BestFit, IngressWeight: 1, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: time.Minute}}
 	if mut != nil {
 		mut(&a)
 	}
@@ -67,11 +68,11 @@ func testArgs(mut func(*Args)) Args {
 
 var podSeq int
 
-func testPod(annotations map[string]string) *v1.Pod {
+func testPod(podAnnotations map[string]string) *v1.Pod {
 	podSeq++
 	name := fmt.Sprintf("pod-%d", podSeq)
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name: name, Namespace: "default", UID: types.UID(name), Annotations: annotations,
+		Name: name, Namespace: "default", UID: types.UID(name), Annotations: podAnnotations,
 		CreationTimestamp: metav1.NewTime(now.Add(-time.Minute)),
 	}}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -155,7 +156,7 @@ func (l *Ledger) Has(uid types.UID) (string, bool) {
 }
 
 // Reserve records that pod, asking req, was placed on node by this scheduler.
-func (l *Ledger) Reserve(pod *v1.Pod, node string, req Request) {
+func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequest) {
 	in, _ := req.Ingress.Target()
 	eg, _ := req.Egress.Target()
 	l.mu.Lock()
@@ -254,7 +255,7 @@ func finished(pod *v1.Pod) bool {
 // reserved pod running, releases it when finished or covered, and reserves bound pods
 // the ledger does not know (rebuild after a leader change, pods of other schedulers).
 func (l *Ledger) ObservePod(pod *v1.Pod) {
-	if !HasAnnotations(pod.Annotations) {
+	if !annotations.HasBandwidth(pod.Annotations) {
 		return
 	}
 	l.mu.Lock()
@@ -279,7 +280,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		if _, done := l.covered[pod.UID]; done {
 			return
 		}
-		req, err := ParseAnnotations(pod.Annotations)
+		req, err := annotations.ParseBandwidth(pod.Annotations)
 		if err != nil || req.Empty() {
 			return
 		}

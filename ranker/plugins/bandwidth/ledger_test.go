@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/testutil"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -31,23 +32,23 @@ func gauge(t *testing.T) float64 {
 func TestLedgerBurstNeverOverfills(t *testing.T) {
 	remaining := map[string]int64{"node-1": 1000e6, "node-2": 700e6, "node-3": 450e6, "node-4": 300e6}
 	for _, tc := range []struct {
-		strategy           Strategy
+		strategy           annotations.Strategy
 		required, expected string
 		wantPlaced         int
 	}{
 		// Reserving exactly what is required packs 1000/150=6, 4, 3 and 2 pods.
-		{BestFit, "150M", "150M", 15},
-		{MostHeadroom, "150M", "150M", 15},
+		{annotations.BestFit, "150M", "150M", 15},
+		{annotations.MostHeadroom, "150M", "150M", 15},
 		// Reserving 150M but needing only 100M free lets one more pod onto a node while
 		// 100M-150M is left (1000M: 7, 700M: 5, 450M: 3, 300M: 2).
-		{BestFit, "100M", "150M", 17},
-		{MostHeadroom, "100M", "150M", 17},
+		{annotations.BestFit, "100M", "150M", 17},
+		{annotations.MostHeadroom, "100M", "150M", 17},
 	} {
 		t.Run(fmt.Sprintf("%s %s/%s", tc.strategy, tc.required, tc.expected), func(t *testing.T) {
 			var reports []*v1alpha1.NodeBandwidth
 			var nodes []string
 			for n, r := range remaining {
-				reports = append(reports, report(n, formatRate(r), "10G", now.Add(-time.Second)))
+				reports = append(reports, report(n, annotations.FormatRate(r), "10G", now.Add(-time.Second)))
 				nodes = append(nodes, n)
 			}
 			pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = tc.strategy }), reports...)
@@ -55,7 +56,7 @@ func TestLedgerBurstNeverOverfills(t *testing.T) {
 			requiredOn := map[string]int64{}
 			placed := 0
 			for i := 0; i < 20; i++ {
-				pod := testPod(map[string]string{AnnotationIngressRequired: tc.required, AnnotationIngressExpected: tc.expected})
+				pod := testPod(map[string]string{annotations.IngressRequired: tc.required, annotations.IngressExpected: tc.expected})
 				c := schedule(t, pl, pod, nodes, true)
 				if c.chosen == "" {
 					continue
@@ -64,11 +65,11 @@ func TestLedgerBurstNeverOverfills(t *testing.T) {
 				requiredOn[c.chosen] += mustParse(t, pod).Ingress.Required
 				for n, r := range remaining {
 					if requiredOn[n] > r {
-						t.Fatalf("after pod %d, %s holds %s required > %s remaining", i, n, formatRate(requiredOn[n]), formatRate(r))
+						t.Fatalf("after pod %d, %s holds %s required > %s remaining", i, n, annotations.FormatRate(requiredOn[n]), annotations.FormatRate(r))
 					}
 					if tc.required == tc.expected {
 						if in, _ := pl.Ledger().Reserved(n); in > r {
-							t.Fatalf("after pod %d, %s has %s reserved > %s remaining", i, n, formatRate(in), formatRate(r))
+							t.Fatalf("after pod %d, %s has %s reserved > %s remaining", i, n, annotations.FormatRate(in), annotations.FormatRate(r))
 						}
 					}
 				}
@@ -95,10 +96,10 @@ func runningPod(pod *v1.Pod, node string, startedAt time.Time) *v1.Pod {
 }
 
 func TestLedgerRelease(t *testing.T) {
-	annotations := map[string]string{AnnotationIngressRequired: "100M", AnnotationEgressExpected: "50M"}
+	podAnnotations := map[string]string{annotations.IngressRequired: "100M", annotations.EgressExpected: "50M"}
 	setup := func(t *testing.T) (*BandwidthAware, *v1.Pod) {
 		pl := testPlugin(t, testArgs(nil), report("n", "1G", "1G", now.Add(-time.Minute)))
-		pod := testPod(annotations)
+		pod := testPod(podAnnotations)
 		pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
 		if in, eg := pl.Ledger().Reserved("n"); in != 100e6 || eg != 50e6 {
 			t.Fatalf("reserved %d/%d, want 100M/50M", in, eg)
@@ -158,7 +159,7 @@ func TestLedgerRelease(t *testing.T) {
 	})
 	t.Run("pod running when its node's report already covers it", func(t *testing.T) {
 		pl := testPlugin(t, testArgs(nil), report("n", "1G", "1G", now.Add(2*time.Minute)))
-		pod := testPod(annotations)
+		pod := testPod(podAnnotations)
 		pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
 		pl.Ledger().ObservePod(runningPod(pod, "n", now))
 		if pl.Ledger().Len() != 0 {
@@ -212,7 +213,7 @@ func TestLedgerRelease(t *testing.T) {
 
 // TestLedgerRebuild is a leader change: a fresh ledger fed the pods the informer lists.
 func TestLedgerRebuild(t *testing.T) {
-	ann := map[string]string{AnnotationIngressRequired: "100M", AnnotationIngressExpected: "200M"}
+	ann := map[string]string{annotations.IngressRequired: "100M", annotations.IngressExpected: "200M"}
 	pl := testPlugin(t, testArgs(nil),
 		report("n1", "1G", "1G", now.Add(-10*time.Second)),
 		report("n2", "1G", "1G", now.Add(-10*time.Second)))
@@ -225,7 +226,7 @@ func TestLedgerRebuild(t *testing.T) {
 	finishedPod := runningPod(testPod(ann), "n2", now.Add(-time.Hour))
 	finishedPod.Status.Phase = v1.PodFailed
 	unannotated := runningPod(testPod(nil), "n1", now)
-	malformed := testPod(map[string]string{AnnotationIngressRequired: "lots"})
+	malformed := testPod(map[string]string{annotations.IngressRequired: "lots"})
 	malformed.Spec.NodeName = "n2"
 
 	before, _ := testutil.GetCounterMetricValue(reservationsTotal.WithLabelValues("observed"))
@@ -237,17 +238,17 @@ func TestLedgerRebuild(t *testing.T) {
 		t.Fatalf("rebuilt %d reservations, want 2 (justBound, startingUp)", got)
 	}
 	if in, _ := pl.Ledger().Reserved("n1"); in != 400e6 {
-		t.Errorf("n1 reserved %s, want 400M", formatRate(in))
+		t.Errorf("n1 reserved %s, want 400M", annotations.FormatRate(in))
 	}
 	if in, _ := pl.Ledger().Reserved("n2"); in != 0 {
-		t.Errorf("n2 reserved %s, want 0", formatRate(in))
+		t.Errorf("n2 reserved %s, want 0", annotations.FormatRate(in))
 	}
 	after, _ := testutil.GetCounterMetricValue(reservationsTotal.WithLabelValues("observed"))
 	if after != before+2 {
 		t.Errorf("reservations_total{source=observed} grew by %v, want 2", after-before)
 	}
 	// The rebuilt reservations count in Filter: 1G - 400M leaves 600M.
-	pod := testPod(map[string]string{AnnotationIngressRequired: "700M"})
+	pod := testPod(map[string]string{annotations.IngressRequired: "700M"})
 	if st := pl.Filter(context.Background(), nil, pod, nodeInfo("n1")); st.IsSuccess() {
 		t.Error("Filter ignored rebuilt reservations")
 	}
@@ -260,7 +261,7 @@ func TestLedgerRebuild(t *testing.T) {
 
 func TestReserveSkipsPodsWithoutRates(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil))
-	for i, ann := range []map[string]string{nil, {AnnotationStrategy: "best-fit"}, {"app": "x"}} {
+	for i, ann := range []map[string]string{nil, {annotations.BandwidthStrategy: "best-fit"}, {"app": "x"}} {
 		pod := testPod(ann)
 		if st := pl.Reserve(context.Background(), nil, pod, "n"); !st.IsSuccess() {
 			t.Fatalf("case %d: %v", i, st)
@@ -278,7 +279,7 @@ func TestReserveSkipsPodsWithoutRates(t *testing.T) {
 func TestReservedOnMatchesTheBooks(t *testing.T) {
 	store := heartbeat.NewFromObjects(report("with-report", "10G", "10G", now))
 	l, other := NewLedger(store), NewLedger(store)
-	req := Request{Ingress: Direction{Required: 100, HasRequired: true}, Egress: Direction{Required: 30, HasRequired: true}}
+	req := annotations.BandwidthRequest{Ingress: annotations.Direction{Required: 100, HasRequired: true}, Egress: annotations.Direction{Required: 30, HasRequired: true}}
 	a, b := testPod(nil), testPod(nil)
 	check := func(step, node string, wantIn, wantEg int64) {
 		t.Helper()

@@ -4,12 +4,14 @@ import (
 	"testing"
 
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 // TestMetricNames pins the exported names: dashboards and alerts query them.
 func TestMetricNames(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil))
-	pod := testPod(map[string]string{AnnotationIngressRequired: "1M"})
+	pod := testPod(map[string]string{annotations.IngressRequired: "1M"})
 	pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
 	pl.Ledger().Unreserve(pod.UID)
 	filterRejections.WithLabelValues(reasonNoReport).Add(0)

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/plugins/cyclestate"
 )
 
@@ -15,7 +16,7 @@ const stateKey fwk.StateKey = Name + "/request"
 // podState is the pod's parsed request, written by PreFilter and only read afterwards,
 // so Clone can share it.
 type podState struct {
-	req Request
+	req annotations.BandwidthRequest
 	// now is when the cycle began: reports are judged stale against it, so that one
 	// cycle judges every node by the same clock and reads it once, not per node.
 	now time.Time
@@ -34,10 +35,10 @@ var (
 // by Filter (and PreScore skips Score); a pod with malformed ones is unschedulable
 // until they are fixed, with a message naming the annotation and its accepted form.
 func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	if !HasAnnotations(pod.Annotations) {
+	if !annotations.HasBandwidth(pod.Annotations) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	req, err := ParseAnnotations(pod.Annotations)
+	req, err := annotations.ParseBandwidth(pod.Annotations)
 	if err != nil {
 		filterRejections.WithLabelValues(reasonInvalidAnnotation).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -58,7 +59,7 @@ func (pl *BandwidthAware) PreFilterExtensions() fwk.PreFilterExtensions { return
 // request returns the pod's request from the cycle state, or parses it when a caller
 // (preemption dry runs, tests) did not run PreFilter. ok is false for pods the plugin
 // ignores, including malformed ones (PreFilter already rejected those).
-func (pl *BandwidthAware) request(state fwk.CycleState, pod *v1.Pod) (Request, bool) {
+func (pl *BandwidthAware) request(state fwk.CycleState, pod *v1.Pod) (annotations.BandwidthRequest, bool) {
 	s, ok := pl.podState(state, pod)
 	return s.req, ok
 }
@@ -69,10 +70,10 @@ func (pl *BandwidthAware) podState(state fwk.CycleState, pod *v1.Pod) (podState,
 	if s, ok := requestMemo.Read(state); ok {
 		return *s, true
 	}
-	if !HasAnnotations(pod.Annotations) {
+	if !annotations.HasBandwidth(pod.Annotations) {
 		return podState{}, false
 	}
-	req, err := ParseAnnotations(pod.Annotations)
+	req, err := annotations.ParseBandwidth(pod.Annotations)
 	if err != nil {
 		return podState{}, false
 	}

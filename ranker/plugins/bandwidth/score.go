@@ -7,6 +7,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 const scoreKey fwk.StateKey = Name + "/scores"
@@ -25,7 +27,7 @@ const scoreKey fwk.StateKey = Name + "/scores"
 // the raw score rather than a per-cycle table of the nodes: building that table (a map
 // from Node to entry) in PreScore was itself serial work and ~18 KB per pod.
 type scoreState struct {
-	req Request
+	req annotations.BandwidthRequest
 	now time.Time
 }
 
@@ -126,7 +128,7 @@ func stretch(scores fwk.NodeScoreList) {
 
 // weighted reports whether any direction of req counts in the score: it has a target
 // and a weight above 0.
-func (pl *BandwidthAware) weighted(req Request) bool {
+func (pl *BandwidthAware) weighted(req annotations.BandwidthRequest) bool {
 	_, in := req.Ingress.Target()
 	_, eg := req.Egress.Target()
 	return in && pl.args.IngressWeight > 0 || eg && pl.args.EgressWeight > 0
@@ -144,7 +146,7 @@ func (pl *BandwidthAware) weighted(req Request) bool {
 // difference keeps the scale anchored at zero). A node without a usable report scores 0
 // in that direction. Directions combine as a weighted mean with the ingress/egress
 // weights; all scores are 0 when no direction counts (see weighted).
-func (pl *BandwidthAware) scoreAvailable(req Request, scores fwk.NodeScoreList) {
+func (pl *BandwidthAware) scoreAvailable(req annotations.BandwidthRequest, scores fwk.NodeScoreList) {
 	strategy := req.Strategy
 	if strategy == "" {
 		strategy = pl.args.Strategy
@@ -152,7 +154,7 @@ func (pl *BandwidthAware) scoreAvailable(req Request, scores fwk.NodeScoreList) 
 	var dirs [2]directionScale
 	var weightSum float64
 	for i, d := range [2]struct {
-		dir    Direction
+		dir    annotations.Direction
 		weight int64
 	}{{req.Ingress, pl.args.IngressWeight}, {req.Egress, pl.args.EgressWeight}} {
 		target, ok := d.dir.Target()
@@ -184,7 +186,7 @@ func (pl *BandwidthAware) scoreAvailable(req Request, scores fwk.NodeScoreList) 
 // every node's available rate first, then ask for each node's weighted score.
 type directionScale struct {
 	counts   bool // the pod has a target in this direction and its weight is above 0
-	strategy Strategy
+	strategy annotations.Strategy
 	target   int64
 	weight   float64
 	// scale is the largest available (most-headroom) or the largest distance from the
@@ -196,7 +198,7 @@ func (d *directionScale) see(a avail) {
 	if !d.counts || !a.ok {
 		return
 	}
-	if d.strategy == MostHeadroom {
+	if d.strategy == annotations.MostHeadroom {
 		d.scale = max(d.scale, float64(a.bits))
 		return
 	}
@@ -208,7 +210,7 @@ func (d *directionScale) weighted(a avail) float64 {
 	if !d.counts || !a.ok {
 		return 0
 	}
-	if d.strategy == MostHeadroom {
+	if d.strategy == annotations.MostHeadroom {
 		if d.scale <= 0 || a.bits <= 0 {
 			return 0
 		}

@@ -8,14 +8,15 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
 func TestScoreSeedExample(t *testing.T) {
-	seedPod := map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M"}
+	seedPod := map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"}
 	bothDirections := map[string]string{
-		AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M",
-		AnnotationEgressRequired: "400M", AnnotationEgressExpected: "500M",
+		annotations.IngressRequired: "400M", annotations.IngressExpected: "500M",
+		annotations.EgressRequired: "400M", annotations.EgressExpected: "500M",
 	}
 	tests := []struct {
 		name        string
@@ -32,18 +33,18 @@ func TestScoreSeedExample(t *testing.T) {
 			wantScores: map[string]int64{"node-1": 0, "node-2": 100, "node-3": 50},
 		},
 		{
-			name: "most-headroom from args", args: testArgs(func(a *Args) { a.Strategy = MostHeadroom }), annotations: seedPod,
+			name: "most-headroom from args", args: testArgs(func(a *Args) { a.Strategy = annotations.MostHeadroom }), annotations: seedPod,
 			wantChosen: "node-1", wantOrder: []string{"node-1", "node-3", "node-2"},
 			wantScores: map[string]int64{"node-1": 100, "node-2": 56, "node-3": 78},
 		},
 		{
 			name: "most-headroom from the annotation overrides best-fit args", args: testArgs(nil),
-			annotations: map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M", AnnotationStrategy: "most-headroom"},
+			annotations: map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M", annotations.BandwidthStrategy: "most-headroom"},
 			wantChosen:  "node-1", wantOrder: []string{"node-1", "node-3", "node-2"},
 		},
 		{
-			name: "best-fit from the annotation overrides most-headroom args", args: testArgs(func(a *Args) { a.Strategy = MostHeadroom }),
-			annotations: map[string]string{AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M", AnnotationStrategy: "best-fit"},
+			name: "best-fit from the annotation overrides most-headroom args", args: testArgs(func(a *Args) { a.Strategy = annotations.MostHeadroom }),
+			annotations: map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M", annotations.BandwidthStrategy: "best-fit"},
 			wantChosen:  "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
 		},
 		{
@@ -51,11 +52,11 @@ func TestScoreSeedExample(t *testing.T) {
 			wantChosen: "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
 		},
 		{
-			name: "both directions, most-headroom", args: testArgs(func(a *Args) { a.Strategy = MostHeadroom }), annotations: bothDirections,
+			name: "both directions, most-headroom", args: testArgs(func(a *Args) { a.Strategy = annotations.MostHeadroom }), annotations: bothDirections,
 			wantChosen: "node-1", wantOrder: []string{"node-1", "node-3", "node-2"},
 		},
 		{
-			name: "required only is the target", args: testArgs(nil), annotations: map[string]string{AnnotationIngressRequired: "500M"},
+			name: "required only is the target", args: testArgs(nil), annotations: map[string]string{annotations.IngressRequired: "500M"},
 			wantChosen: "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
 		},
 	}
@@ -92,21 +93,21 @@ func TestScoreWeightsFlipDecision(t *testing.T) {
 		report("node-b", "3G", "500M", fresh),
 	}
 	pod := map[string]string{
-		AnnotationIngressRequired: "400M", AnnotationIngressExpected: "500M",
-		AnnotationEgressRequired: "400M", AnnotationEgressExpected: "500M",
+		annotations.IngressRequired: "400M", annotations.IngressExpected: "500M",
+		annotations.EgressRequired: "400M", annotations.EgressExpected: "500M",
 	}
 	for _, tc := range []struct {
-		strategy        Strategy
+		strategy        annotations.Strategy
 		ingress, egress int64
 		want            string
 	}{
-		{BestFit, 3, 1, "node-a"},
-		{BestFit, 1, 3, "node-b"},
-		{BestFit, 1, 0, "node-a"},
-		{BestFit, 0, 1, "node-b"},
+		{annotations.BestFit, 3, 1, "node-a"},
+		{annotations.BestFit, 1, 3, "node-b"},
+		{annotations.BestFit, 1, 0, "node-a"},
+		{annotations.BestFit, 0, 1, "node-b"},
 		// most-headroom prefers the node with more room in the heavier direction.
-		{MostHeadroom, 3, 1, "node-b"},
-		{MostHeadroom, 1, 3, "node-a"},
+		{annotations.MostHeadroom, 3, 1, "node-b"},
+		{annotations.MostHeadroom, 1, 3, "node-a"},
 	} {
 		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy, a.IngressWeight, a.EgressWeight = tc.strategy, tc.ingress, tc.egress }), reports...)
 		c := schedule(t, pl, testPod(pod), []string{"node-a", "node-b"}, false)
@@ -142,7 +143,7 @@ func TestScoreIgnoresPodsWithoutAnnotations(t *testing.T) {
 
 func TestScoreStrategyOnlyAnnotationSkips(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil), seedReports()...)
-	pod := testPod(map[string]string{AnnotationStrategy: "most-headroom"})
+	pod := testPod(map[string]string{annotations.BandwidthStrategy: "most-headroom"})
 	c := schedule(t, pl, pod, seedNodes, true)
 	if !c.preFilter.IsSkip() || c.scores != nil || pl.Ledger().Len() != 0 {
 		t.Errorf("a strategy without rates should change nothing: %+v", c)
@@ -151,7 +152,7 @@ func TestScoreStrategyOnlyAnnotationSkips(t *testing.T) {
 
 func TestScoreExpectedOnlyNodesWithoutReportScoreZero(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil), report("reported", "1G", "1G", now))
-	pod := testPod(map[string]string{AnnotationIngressExpected: "1G"})
+	pod := testPod(map[string]string{annotations.IngressExpected: "1G"})
 	c := schedule(t, pl, pod, []string{"reported", "silent"}, false)
 	if c.chosen != "reported" || c.scores["silent"] != 0 || c.scores["reported"] != fwk.MaxNodeScore {
 		t.Errorf("got %+v", c)
@@ -228,12 +229,12 @@ func TestNormalizeScoreWithoutPreScore(t *testing.T) {
 // NormalizeScore runs once per pod over every feasible node (~500 at 5000 nodes): it
 // scores them in place, without allocating.
 func TestNormalizeScoreAllocatesNothing(t *testing.T) {
-	for _, strategy := range []Strategy{BestFit, MostHeadroom} {
+	for _, strategy := range []annotations.Strategy{annotations.BestFit, annotations.MostHeadroom} {
 		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = strategy }))
 		state := framework.NewCycleState()
-		scoreMemo.Write(state, &scoreState{req: Request{
-			Ingress: Direction{Required: 400e6, HasRequired: true},
-			Egress:  Direction{Expected: 1e9, HasExpected: true},
+		scoreMemo.Write(state, &scoreState{req: annotations.BandwidthRequest{
+			Ingress: annotations.Direction{Required: 400e6, HasRequired: true},
+			Egress:  annotations.Direction{Expected: 1e9, HasExpected: true},
 		}})
 		raw := make(fwk.NodeScoreList, 500)
 		for i := range raw {

@@ -2,8 +2,6 @@ package devices
 
 import (
 	"cmp"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -12,21 +10,12 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
-// ResourcePrefix is the prefix of the extended resources devices are requested as.
-const ResourcePrefix = "sextant.io/"
-
-// Kinds are the device kinds a pod can request as sextant.io/<kind>. Other sextant.io/
-// resources are not devices and are ignored here. A kind's index here is its index in
-// Free and Want.
-var Kinds = [...]v1alpha1.DeviceKind{v1alpha1.KindGPU, v1alpha1.KindNIC, v1alpha1.KindNVMe, v1alpha1.KindAccelerator}
-
-// ResourceName is the extended resource a kind is requested as.
-func ResourceName(kind v1alpha1.DeviceKind) v1.ResourceName {
-	return v1.ResourceName(ResourcePrefix + string(kind))
-}
+// Kinds are the device kinds a pod can request, indexed as in Free and Want.
+var Kinds = v1alpha1.RequestableDeviceKinds
 
 // Request is how many devices of each kind a pod asks for; kinds it does not ask for are
 // absent.
@@ -74,7 +63,7 @@ func PodRequest(pod *v1.Pod) Request {
 	fill := func(cs []v1.Container) {
 		for i := range cs {
 			for name, q := range cs[i].Resources.Limits {
-				if !strings.HasPrefix(string(name), ResourcePrefix) {
+				if !strings.HasPrefix(string(name), v1alpha1.ResourcePrefix) {
 					continue
 				}
 				if _, ok := cs[i].Resources.Requests[name]; !ok {
@@ -91,7 +80,7 @@ func PodRequest(pod *v1.Pod) Request {
 	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	out := Request{}
 	for _, k := range Kinds {
-		if q, ok := reqs[ResourceName(k)]; ok && q.Value() > 0 {
+		if q, ok := reqs[k.ResourceName()]; ok && q.Value() > 0 {
 			out[k] = q.Value()
 		}
 	}
@@ -106,7 +95,7 @@ func asksForDevices(pod *v1.Pod) bool {
 		for i := range cs {
 			for _, l := range []v1.ResourceList{cs[i].Resources.Requests, cs[i].Resources.Limits} {
 				for name := range l {
-					if strings.HasPrefix(string(name), ResourcePrefix) {
+					if strings.HasPrefix(string(name), v1alpha1.ResourcePrefix) {
 						return true
 					}
 				}
@@ -116,43 +105,20 @@ func asksForDevices(pod *v1.Pod) bool {
 	return false
 }
 
-// Allocation maps a resource name (sextant.io/<kind>) to the PCI addresses given to a
-// pod. It is the JSON of devices.sextant.io/allocated.
-type Allocation map[v1.ResourceName][]string
-
-// ParseAllocation parses a devices.sextant.io/allocated value.
-func ParseAllocation(value string) (Allocation, error) {
-	var a Allocation
-	if err := json.Unmarshal([]byte(value), &a); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w; the accepted form is a JSON map from resource name to PCI addresses, e.g. {\"sextant.io/gpu\":[\"0000:3b:00.0\"]}", AllocatedAnnotation, err)
-	}
-	return a, nil
-}
-
-// String is the annotation value: JSON, keys and addresses sorted.
-func (a Allocation) String() string {
-	sorted := make(Allocation, len(a))
-	for k, ids := range a {
-		sorted[k] = slices.Sorted(slices.Values(ids))
-	}
-	b, _ := json.Marshal(sorted) // a map of string slices always encodes
-	return string(b)
-}
-
 // FreeDevices returns the node's healthy devices of the device kinds that no pod on the
 // node holds, by kind, ordered by address. A pod holds the devices in its
 // devices.sextant.io/allocated annotation or, lacking one, those reserved(pod) returns.
 // A malformed annotation is logged and ignored: it must not stop scheduling.
-func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (Allocation, bool)) *Free {
+func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (annotations.Allocation, bool)) *Free {
 	taken := map[string]bool{}
 	for _, pi := range pods {
 		pod := pi.GetPod()
 		if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 			continue
 		}
-		var alloc Allocation
-		if value, ok := pod.Annotations[AllocatedAnnotation]; ok {
-			a, err := ParseAllocation(value)
+		var alloc annotations.Allocation
+		if value, ok := pod.Annotations[annotations.DevicesAllocated]; ok {
+			a, err := annotations.ParseAllocation(value)
 			if err != nil {
 				klog.V(2).InfoS("Ignoring malformed device allocation", "pod", klog.KObj(pod), "err", err)
 				continue
@@ -251,8 +217,8 @@ func FromPreferred(free *Free, want Want, preferred []int32) int64 {
 // from as few other NUMA nodes as possible (devices of unknown locality last), in address
 // order within a NUMA node.
 // ok is false when a kind has too few free devices.
-func Pick(free *Free, want Want, preferred []int32) (Allocation, bool) {
-	out := Allocation{}
+func Pick(free *Free, want Want, preferred []int32) (annotations.Allocation, bool) {
+	out := annotations.Allocation{}
 	for _, w := range want {
 		need, devices := int(w.N), free.devices[w.Kind]
 		if len(devices) < need {
@@ -307,7 +273,7 @@ func Pick(free *Free, want Want, preferred []int32) (Allocation, bool) {
 			}
 		}
 		slices.Sort(chosen)
-		out[ResourceName(Kinds[w.Kind])] = chosen
+		out[Kinds[w.Kind].ResourceName()] = chosen
 	}
 	return out, true
 }

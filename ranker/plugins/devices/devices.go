@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/cyclestate"
@@ -41,10 +42,6 @@ import (
 
 // Name is the plugin's name in the scheduler configuration.
 const Name = "DeviceAware"
-
-// AllocatedAnnotation is what PreBind writes: a JSON map from resource name to the PCI
-// addresses given to the pod, e.g. {"sextant.io/gpu":["0000:3b:00.0"]}.
-const AllocatedAnnotation = "devices.sextant.io/allocated"
 
 // Nodes gives a node's heartbeat record, nil when it has none. *heartbeat.Store
 // implements it.
@@ -64,7 +61,7 @@ type DeviceAware struct {
 	client    kubernetes.Interface
 	// ledger holds the devices Reserve took for pods whose devices.sextant.io/allocated
 	// is not visible yet; FreeDevices consults it only for pods without the annotation.
-	ledger *podledger.Ledger[Allocation]
+	ledger *podledger.Ledger[annotations.Allocation]
 	// freeCache holds each node's free devices between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, *Free]
 }
@@ -106,7 +103,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
 	registerMetrics()
 	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client,
-		ledger:    podledger.New[Allocation](func(n int) { reservations.Set(float64(n)) }),
+		ledger:    podledger.New[annotations.Allocation](func(n int) { reservations.Set(float64(n)) }),
 		freeCache: nodecache.New[*v1alpha1.NodeTopology, *Free](heartbeat.SlotDeviceFree)}
 }
 
@@ -114,7 +111,7 @@ func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *Dev
 func (pl *DeviceAware) Name() string { return Name }
 
 func isAnnotated(pod *v1.Pod) bool {
-	_, ok := pod.Annotations[AllocatedAnnotation]
+	_, ok := pod.Annotations[annotations.DevicesAllocated]
 	return ok && pod.Spec.NodeName != ""
 }
 
@@ -136,17 +133,17 @@ func (s *cycleState) Clone() fwk.StateData { return s }
 
 type pickMap struct {
 	mu sync.Mutex
-	m  map[string]Allocation
+	m  map[string]annotations.Allocation
 }
 
-func (p *pickMap) get(node string) (Allocation, bool) {
+func (p *pickMap) get(node string) (annotations.Allocation, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	a, ok := p.m[node]
 	return a, ok
 }
 
-func (p *pickMap) set(node string, a Allocation) {
+func (p *pickMap) set(node string, a annotations.Allocation) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.m[node] = a

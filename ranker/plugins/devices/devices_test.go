@@ -19,6 +19,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/numa"
@@ -76,7 +77,7 @@ func pod(name, cpu string, devs map[v1alpha1.DeviceKind]int64, annotations map[s
 		p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse(cpu)
 	}
 	for k, n := range devs {
-		p.Spec.Containers[0].Resources.Limits[ResourceName(k)] = *resource.NewQuantity(n, resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Limits[k.ResourceName()] = *resource.NewQuantity(n, resource.DecimalSI)
 	}
 	return p
 }
@@ -87,7 +88,7 @@ func on(node string, p *v1.Pod) *v1.Pod {
 }
 
 func allocated(kind v1alpha1.DeviceKind, ids ...string) map[string]string {
-	return map[string]string{AllocatedAnnotation: Allocation{ResourceName(kind): ids}.String()}
+	return map[string]string{annotations.DevicesAllocated: annotations.Allocation{kind.ResourceName(): ids}.String()}
 }
 
 func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
@@ -209,7 +210,7 @@ func schedule(t *testing.T, p *v1.Pod, infos []*framework.NodeInfo, pls ...plugi
 	return r
 }
 
-func picked(t *testing.T, state fwk.CycleState, node string) Allocation {
+func picked(t *testing.T, state fwk.CycleState, node string) annotations.Allocation {
 	t.Helper()
 	s, ok := readState(state)
 	if !ok {
@@ -225,7 +226,7 @@ func picked(t *testing.T, state fwk.CycleState, node string) Allocation {
 func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
 	topo := topology("node-1", 2, 4,
 		gpu("0000:3b:00.0", 0), gpu("0000:3c:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1))
-	busy := on("node-1", pod("busy", "3", nil, map[string]string{numa.NodesAnnotation: "0"}))
+	busy := on("node-1", pod("busy", "3", nil, map[string]string{annotations.NUMANodes: "0"}))
 	ni := nodeInfo("node-1", busy)
 	np, dp, client := plugins(t, []*framework.NodeInfo{ni}, topo)
 	p := pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil)
@@ -238,10 +239,10 @@ func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
 		t.Fatalf("not scheduled: %v", r.filter)
 	}
 	cpus, ok := numa.ReservedNUMANodes(r.state, "node-1")
-	if !ok || numa.FormatNodes(cpus) != "1" {
+	if !ok || annotations.FormatNUMANodes(cpus) != "1" {
 		t.Fatalf("NUMAAware chose %v, want NUMA node 1", cpus)
 	}
-	want := Allocation{"sextant.io/gpu": {"0000:af:00.0", "0000:b0:00.0"}}
+	want := annotations.Allocation{"sextant.io/gpu": {"0000:af:00.0", "0000:b0:00.0"}}
 	if got := picked(t, r.state, "node-1"); got.String() != want.String() {
 		t.Fatalf("picked %s, want %s (both on NUMA node 1)", got, want)
 	}
@@ -257,7 +258,7 @@ func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Annotations[numa.NodesAnnotation] != "1" || got.Annotations[AllocatedAnnotation] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
+	if got.Annotations[annotations.NUMANodes] != "1" || got.Annotations[annotations.DevicesAllocated] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
 		t.Errorf("annotations = %v", got.Annotations)
 	}
 }
@@ -266,7 +267,7 @@ func TestPodRequest(t *testing.T) {
 	p := pod("p", "1", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2, v1alpha1.KindNIC: 1}, nil)
 	p.Spec.Containers[0].Resources.Limits["sextant.io/bandwidth"] = resource.MustParse("1") // not a device kind
 	p.Spec.InitContainers = []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
-		ResourceName(v1alpha1.KindGPU): resource.MustParse("3"),
+		v1alpha1.KindGPU.ResourceName(): resource.MustParse("3"),
 	}}}}
 	got := PodRequest(p)
 	want := Request{v1alpha1.KindGPU: 3, v1alpha1.KindNIC: 1}
@@ -307,8 +308,8 @@ func TestFilter(t *testing.T) {
 		{
 			name: "malformed annotation is ignored", topo: topology("n", 2, 4, four...), req: twoGPUs,
 			pods: []*v1.Pod{
-				on("n", pod("a", "", nil, map[string]string{AllocatedAnnotation: "0000:01:00.0"})),
-				on("n", pod("b", "", nil, map[string]string{AllocatedAnnotation: `{"sextant.io/gpu":"0000:02:00.0"}`})),
+				on("n", pod("a", "", nil, map[string]string{annotations.DevicesAllocated: "0000:01:00.0"})),
+				on("n", pod("b", "", nil, map[string]string{annotations.DevicesAllocated: `{"sextant.io/gpu":"0000:02:00.0"}`})),
 			},
 		},
 		{
@@ -527,7 +528,7 @@ func TestPreBind(t *testing.T) {
 			ctx := context.Background()
 			p := pod("p", "", tc.req, map[string]string{"keep": "me"})
 			if tc.stale {
-				p.Annotations[AllocatedAnnotation] = `{"sextant.io/gpu":["0000:99:00.0"]}` // from an attempt whose binding failed
+				p.Annotations[annotations.DevicesAllocated] = `{"sextant.io/gpu":["0000:99:00.0"]}` // from an attempt whose binding failed
 			}
 			if tc.create {
 				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -544,8 +545,8 @@ func TestPreBind(t *testing.T) {
 			}
 			st = dp.PreBind(ctx, r.state, p, "n")
 			if tc.wantErr {
-				if st.Code() != fwk.Error || !strings.Contains(st.Message(), AllocatedAnnotation) {
-					t.Fatalf("PreBind = %v, want an error naming %s", st, AllocatedAnnotation)
+				if st.Code() != fwk.Error || !strings.Contains(st.Message(), annotations.DevicesAllocated) {
+					t.Fatalf("PreBind = %v, want an error naming %s", st, annotations.DevicesAllocated)
 				}
 				return
 			}
@@ -556,9 +557,9 @@ func TestPreBind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			v, has := got.Annotations[AllocatedAnnotation]
+			v, has := got.Annotations[annotations.DevicesAllocated]
 			if v != tc.want || has != (tc.want != "") || got.Annotations["keep"] != "me" {
-				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, AllocatedAnnotation, tc.want)
+				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, annotations.DevicesAllocated, tc.want)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -14,7 +15,7 @@ import (
 const msgNoTopology = "node(s) had no NodeTopology to pick devices from"
 
 func msgInsufficient(kind v1alpha1.DeviceKind) string {
-	return "node(s) didn't have enough healthy, unallocated " + string(ResourceName(kind)) + " devices"
+	return "node(s) didn't have enough healthy, unallocated " + string(kind.ResourceName()) + " devices"
 }
 
 // Filter keeps a node only if its NodeTopology has enough healthy, unallocated devices
@@ -54,7 +55,7 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 func (pl *DeviceAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *Free {
 	return *pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() *Free {
 		node := rec.Name() // on a miss only: outside the record's first cache line
-		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (Allocation, bool) {
+		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (annotations.Allocation, bool) {
 			return pl.ledger.Get(p.UID, node)
 		})
 	})

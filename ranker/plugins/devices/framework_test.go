@@ -18,6 +18,7 @@ import (
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/binder"
@@ -41,7 +42,7 @@ func testThroughFramework(t *testing.T, binderName string) {
 	schedmetrics.Register() // the runtime instruments plugins with the scheduler's metrics
 	topo := topology("node-1", 2, 4,
 		gpu("0000:3b:00.0", 0), gpu("0000:3c:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1))
-	busy := on("node-1", pod("busy", "3", nil, map[string]string{numa.NodesAnnotation: "0"}))
+	busy := on("node-1", pod("busy", "3", nil, map[string]string{annotations.NUMANodes: "0"}))
 	nodes := []*v1.Node{
 		{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}}, // no NodeTopology
@@ -161,18 +162,18 @@ func testThroughFramework(t *testing.T, binderName string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			annotations := got.Annotations
+			podAnnotations := got.Annotations
 			if binderName == binder.Name {
-				annotations = bindings[tc.pod.Name].Annotations
+				podAnnotations = bindings[tc.pod.Name].Annotations
 				for _, a := range client.Actions() {
 					if a.GetVerb() == "patch" {
 						t.Errorf("SextantBinder profile patched the pod: %v", a)
 					}
 				}
 			}
-			if annotations[numa.NodesAnnotation] != tc.wantNUMA || annotations[AllocatedAnnotation] != tc.wantDevices {
-				t.Errorf("annotations = %v, want %s=%q and %s=%q", annotations,
-					numa.NodesAnnotation, tc.wantNUMA, AllocatedAnnotation, tc.wantDevices)
+			if podAnnotations[annotations.NUMANodes] != tc.wantNUMA || podAnnotations[annotations.DevicesAllocated] != tc.wantDevices {
+				t.Errorf("annotations = %v, want %s=%q and %s=%q", podAnnotations,
+					annotations.NUMANodes, tc.wantNUMA, annotations.DevicesAllocated, tc.wantDevices)
 			}
 			if b := bindings[tc.pod.Name]; b == nil || b.Target.Name != best.Name {
 				t.Errorf("binding = %+v, want one to %s", b, best.Name)

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/plugins/binder"
 )
 
@@ -20,10 +21,10 @@ import (
 // in parallel with other PreBinds.
 func (pl *DeviceAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	alloc, picked := pick(state, nodeName)
-	if picked && binder.Carries(state, AllocatedAnnotation, alloc.String()) {
+	if picked && binder.Carries(state, annotations.DevicesAllocated, alloc.String()) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	_, stale := p.Annotations[AllocatedAnnotation]
+	_, stale := p.Annotations[annotations.DevicesAllocated]
 	if !picked && !stale {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -38,22 +39,22 @@ func (pl *DeviceAware) PreBind(ctx context.Context, state fwk.CycleState, pod *v
 	if alloc, ok := pick(state, nodeName); ok {
 		v := alloc.String()
 		value = &v
-	} else if _, stale := pod.Annotations[AllocatedAnnotation]; !stale {
+	} else if _, stale := pod.Annotations[annotations.DevicesAllocated]; !stale {
 		return nil
 	}
 	patch, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]*string{AllocatedAnnotation: value}},
+		"metadata": map[string]any{"annotations": map[string]*string{annotations.DevicesAllocated: value}},
 	})
 	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("encode %s patch: %w", AllocatedAnnotation, err))
+		return fwk.AsStatus(fmt.Errorf("encode %s patch: %w", annotations.DevicesAllocated, err))
 	}
 	if _, err := pl.client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fwk.AsStatus(fmt.Errorf("write %s on pod %s/%s: %w", AllocatedAnnotation, pod.Namespace, pod.Name, err))
+		return fwk.AsStatus(fmt.Errorf("write %s on pod %s/%s: %w", annotations.DevicesAllocated, pod.Namespace, pod.Name, err))
 	}
 	return nil
 }
 
-func pick(state fwk.CycleState, node string) (Allocation, bool) {
+func pick(state fwk.CycleState, node string) (annotations.Allocation, bool) {
 	s, ok := readState(state)
 	if !ok {
 		return nil, false

@@ -5,13 +5,15 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 // PreFilter reads the pod's device requests once per cycle; a pod asking for no devices
 // skips DeviceAware's Filter.
 func (pl *DeviceAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	req := PodRequest(pod)
-	s := &cycleState{req: req, want: req.Want(), total: req.Total(), picks: &pickMap{m: map[string]Allocation{}}}
+	s := &cycleState{req: req, want: req.Want(), total: req.Total(), picks: &pickMap{m: map[string]annotations.Allocation{}}}
 	stateMemo.Write(state, s)
 	if s.total == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/plugins/binder"
 )
 
@@ -41,7 +42,7 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	}
 	s.picks.set(nodeName, alloc)
 	pl.ledger.Reserve(pod.UID, nodeName, alloc)
-	binder.Stage(state, AllocatedAnnotation, alloc.String())
+	binder.Stage(state, annotations.DevicesAllocated, alloc.String())
 	return nil
 }
 
@@ -49,7 +50,7 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 // idempotent.
 func (pl *DeviceAware) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) {
 	pl.ledger.Forget(pod.UID)
-	binder.Unstage(state, AllocatedAnnotation)
+	binder.Unstage(state, annotations.DevicesAllocated)
 	if s, ok := readState(state); ok {
 		s.picks.delete(nodeName)
 	}

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
@@ -18,7 +19,7 @@ import (
 func BenchmarkFilterScore(b *testing.B) {
 	var pods []*v1.Pod
 	for i := range 40 {
-		pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "1", gi, map[string]string{NodesAnnotation: fmt.Sprint(i % 8)})))
+		pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "1", gi, map[string]string{annotations.NUMANodes: fmt.Sprint(i % 8)})))
 	}
 	ni := nodeInfo("n", pods...)
 	pl := NewWith(heartbeat.NewFromObjects(uniform("n", 8, 8, 32*gi)), nil, nil)
@@ -43,7 +44,7 @@ func BenchmarkBestChoice(b *testing.B) {
 	topo := uniform("n", 8, 8, 32*gi)
 	var pods []*v1.Pod
 	for i := range 40 {
-		pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "1", gi, map[string]string{NodesAnnotation: fmt.Sprint(i % 8)})))
+		pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "1", gi, map[string]string{annotations.NUMANodes: fmt.Sprint(i % 8)})))
 	}
 	free := FreeCapacity(topo, nodeInfo("n", pods...).GetPods(), nil)
 	for _, bc := range []struct {

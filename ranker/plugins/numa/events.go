@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
@@ -48,15 +49,15 @@ func terminal(p *v1.Pod) bool {
 // equal NUMA results on the same node state, which lets opportunistic batching reuse a
 // cycle's node ranking.
 type signature struct {
-	MilliCPU int64  `json:"milliCPU"`
-	Memory   int64  `json:"memory"`
-	Policy   Policy `json:"policy"`
+	MilliCPU int64                       `json:"milliCPU"`
+	Memory   int64                       `json:"memory"`
+	Policy   annotations.NUMAPolicyValue `json:"policy"`
 }
 
 // SignPod signs the pod's CPU and memory requests and policy. A pod with a malformed
 // policy is not signed (no batching for it).
 func (pl *NUMAAware) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	policy, err := PodPolicy(pod)
+	policy, err := annotations.PodNUMAPolicy(pod.Annotations)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}

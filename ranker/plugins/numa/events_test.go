@@ -7,12 +7,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 func TestPodUpdateHint(t *testing.T) {
-	pending := pod("pending", "1", gi, map[string]string{PolicyAnnotation: "single"})
+	pending := pod("pending", "1", gi, map[string]string{annotations.NUMAPolicy: "single"})
 	fixed := pending.DeepCopy()
-	fixed.Annotations[PolicyAnnotation] = "single-numa-node"
+	fixed.Annotations[annotations.NUMAPolicy] = "single-numa-node"
 	running := on("n", pod("other", "1", gi, nil))
 	running.Status.Phase = v1.PodRunning
 	done := running.DeepCopy()
@@ -42,7 +44,7 @@ func TestSignPod(t *testing.T) {
 	if !st.IsSuccess() || len(a) != 1 || a[0].Value != b[0].Value {
 		t.Errorf("equal pods signed %v and %v (%v)", a, b, st)
 	}
-	if _, st := pl.SignPod(context.Background(), pod("c", "1", gi, map[string]string{PolicyAnnotation: "x"})); st.Code() != fwk.Unschedulable {
+	if _, st := pl.SignPod(context.Background(), pod("c", "1", gi, map[string]string{annotations.NUMAPolicy: "x"})); st.Code() != fwk.Unschedulable {
 		t.Errorf("malformed policy signed: %v", st)
 	}
 }

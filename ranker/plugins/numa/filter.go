@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -15,8 +16,8 @@ import (
 // over nodes.
 const (
 	msgNoFit          = "node(s) didn't have enough free CPU and memory in their NUMA nodes for the pod"
-	msgSingleNUMANode = "node(s) had no single NUMA node with enough free CPU and memory (" + PolicyAnnotation + ": single-numa-node)"
-	msgNoTopology     = "node(s) had no NodeTopology to check " + PolicyAnnotation + ": single-numa-node against"
+	msgSingleNUMANode = "node(s) had no single NUMA node with enough free CPU and memory (" + annotations.NUMAPolicy + ": single-numa-node)"
+	msgNoTopology     = "node(s) had no NodeTopology to check " + annotations.NUMAPolicy + ": single-numa-node against"
 )
 
 // Filter drops a node whose NUMA nodes together cannot give the pod its CPU and memory
@@ -37,7 +38,7 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 	}
 	nf, _, ok := pl.numaFree(node, nodeInfo)
 	if !ok {
-		if s.policy == PolicySingleNUMANode {
+		if s.policy == annotations.PolicySingleNUMANode {
 			filterRejections.WithLabelValues(reasonNoTopology).Inc()
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
 		}
@@ -65,14 +66,14 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 // (BestChoice's ok): which set is best is Score's and Reserve's question, and searching
 // it for every node was about a fifth of this Filter's time in a profile of make
 // bench-ranker at 5000 nodes.
-func fit(free []Free, req Request, policy Policy) (reason string, uneven bool) {
+func fit(free []Free, req Request, policy annotations.NUMAPolicyValue) (reason string, uneven bool) {
 	if _, one := singleChoice(free, req); one {
 		return "", false
 	}
 	if !fitsAll(free, req) {
 		return reasonNoFit, false
 	}
-	if policy == PolicySingleNUMANode {
+	if policy == annotations.PolicySingleNUMANode {
 		return reasonSingleNUMANode, false
 	}
 	return "", true

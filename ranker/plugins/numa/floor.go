@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 // floor is free capacity that one NUMA node of every node of the scheduler's snapshot
@@ -184,7 +186,7 @@ func (pl *NUMAAware) voidFloorOnPod(old, pod *v1.Pod) {
 		return
 	}
 	if old != nil && isAnnotated(old) && old.Spec.NodeName == pod.Spec.NodeName &&
-		old.Annotations[NodesAnnotation] == pod.Annotations[NodesAnnotation] {
+		old.Annotations[annotations.NUMANodes] == pod.Annotations[annotations.NUMANodes] {
 		return
 	}
 	if _, held := pl.ledger.Get(pod.UID, pod.Spec.NodeName); held {

@@ -12,6 +12,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -48,7 +49,7 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 			var pods []*v1.Pod
 			for i := range rng.Intn(4) {
 				p := pod(fmt.Sprint(name, "-", i), fmt.Sprint(1+rng.Intn(4)), int64(1+rng.Intn(6))*gi,
-					map[string]string{NodesAnnotation: fmt.Sprint(rng.Intn(numa))})
+					map[string]string{annotations.NUMANodes: fmt.Sprint(rng.Intn(numa))})
 				p.UID = types.UID(p.Name)
 				pods = append(pods, on(name, p))
 			}
@@ -59,7 +60,7 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 		for range 5 {
 			ann := map[string]string(nil)
 			if rng.Intn(3) == 0 {
-				ann = map[string]string{PolicyAnnotation: string(PolicySingleNUMANode)}
+				ann = map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}
 			}
 			p := pod("p", fmt.Sprintf("%dm", 100+rng.Intn(4000)), int64(1+rng.Intn(8))*gi/2, ann)
 			if rng.Intn(4) == 0 { // larger than many NUMA nodes
@@ -77,7 +78,7 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 			for _, ni := range infos {
 				nf, _, ok := pl.numaFree(ni.Node(), ni)
 				if !ok {
-					if s.policy == PolicySingleNUMANode {
+					if s.policy == annotations.PolicySingleNUMANode {
 						t.Fatalf("cluster %d: PreFilter skipped Filter of a single-numa-node pod with a node without topology", c)
 					}
 					wantUneven = true
@@ -97,7 +98,7 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 				skippedUneven++
 			}
 			if !one {
-				if s.policy == PolicySingleNUMANode {
+				if s.policy == annotations.PolicySingleNUMANode {
 					t.Fatalf("cluster %d: PreFilter skipped Filter of a single-numa-node pod above the one-NUMA-node floor", c)
 				}
 				skippedTogether++
@@ -169,7 +170,7 @@ func TestFloorLoweredByReserve(t *testing.T) {
 	if st := pl.Reserve(ctx, state, wide, "b"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if nodes, _ := ReservedNUMANodes(state, "b"); FormatNodes(nodes) != "0,1" {
+	if nodes, _ := ReservedNUMANodes(state, "b"); annotations.FormatNUMANodes(nodes) != "0,1" {
 		t.Fatalf("wide pod got NUMA nodes %v, want 0,1", nodes)
 	}
 	infos[1].AddPod(on("b", wide.DeepCopy()))
@@ -222,7 +223,7 @@ func TestFloorVoided(t *testing.T) {
 		}},
 		{"pod bound and annotated elsewhere", func(_ *testing.T, pl *NUMAAware, _ *heartbeat.Store, infos []*framework.NodeInfo) {
 			for _, numa := range []string{"0", "1"} {
-				other := on("a", pod("other-"+numa, "3", 6*gi, map[string]string{NodesAnnotation: numa}))
+				other := on("a", pod("other-"+numa, "3", 6*gi, map[string]string{annotations.NUMANodes: numa}))
 				other.UID = types.UID(other.Name)
 				infos[0].AddPod(other)
 				pl.voidFloorOnPod(nil, other)
@@ -263,7 +264,7 @@ func TestFloorVoided(t *testing.T) {
 		mine.UID = "mine"
 		pl.ledger.Reserve(mine.UID, "a", reservation{nodes: []int32{0}, req: PodRequest(mine)})
 		bound := on("a", mine.DeepCopy())
-		bound.Annotations = map[string]string{NodesAnnotation: "0"}
+		bound.Annotations = map[string]string{annotations.NUMANodes: "0"}
 		infos[0].AddPod(bound)
 		pl.voidFloorOnPod(mine, bound)
 		if v := pl.floor.voids.Load(); v != 0 {
@@ -278,7 +279,7 @@ func TestFloorVoided(t *testing.T) {
 		}
 		// Room taken by pods the plugin has not heard of yet.
 		for _, numa := range []string{"0", "1"} {
-			infos[1].AddPod(on("b", pod("late-"+numa, "4", 8*gi, map[string]string{NodesAnnotation: numa})))
+			infos[1].AddPod(on("b", pod("late-"+numa, "4", 8*gi, map[string]string{annotations.NUMANodes: numa})))
 		}
 		state := framework.NewCycleState()
 		if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() != fwk.Skip {

@@ -8,6 +8,8 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 // New must be usable as app.WithPlugin(Name, New).
@@ -18,7 +20,7 @@ func TestFilterRejectionMetric(t *testing.T) {
 	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, uniform("n", 2, 1, gi))
 	counter := filterRejections.WithLabelValues(reasonSingleNUMANode)
 	before, _ := testutil.GetCounterMetricValue(counter)
-	p := pod("p", "2", gi, map[string]string{PolicyAnnotation: "single-numa-node"})
+	p := pod("p", "2", gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
 	state := framework.NewCycleState()
 	pl.PreFilter(context.Background(), state, p, nil)
 	if st := pl.Filter(context.Background(), state, p, ni); st.IsSuccess() {

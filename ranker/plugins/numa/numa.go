@@ -39,6 +39,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/cyclestate"
@@ -48,13 +49,6 @@ import (
 
 // Name is the plugin's name in the scheduler configuration.
 const Name = "NUMAAware"
-
-const (
-	// PolicyAnnotation is what users write to make one NUMA node a hard requirement.
-	PolicyAnnotation = "numa.sextant.io/policy"
-	// NodesAnnotation is what PreBind writes: the NUMA node IDs chosen for the pod.
-	NodesAnnotation = "numa.sextant.io/nodes"
-)
 
 // Nodes gives a node's heartbeat record, nil when it has none. *heartbeat.Store
 // implements it.
@@ -137,7 +131,7 @@ func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *NUM
 func (pl *NUMAAware) Name() string { return Name }
 
 func isAnnotated(pod *v1.Pod) bool {
-	_, ok := pod.Annotations[NodesAnnotation]
+	_, ok := pod.Annotations[annotations.NUMANodes]
 	return ok && pod.Spec.NodeName != ""
 }
 
@@ -148,7 +142,7 @@ const stateKey fwk.StateKey = Name
 // it depends on which clone reads it, and reserved is written once, by Reserve.
 type cycleState struct {
 	req    Request
-	policy Policy
+	policy annotations.NUMAPolicyValue
 	// pl lets ChosenNUMANodes, called by DeviceAware, compute the choice.
 	pl       *NUMAAware
 	reserved atomic.Pointer[reservedChoice]
@@ -200,7 +194,7 @@ func ChosenNUMANodes(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool
 		return nil, false
 	}
 	ch, ok := nf.choose(topo, s.req)
-	if !ok || s.policy == PolicySingleNUMANode && len(ch.Nodes) > 1 {
+	if !ok || s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		return nil, false // Filter rejects the node: there is no choice on it
 	}
 	return ch.Nodes, true

@@ -2,12 +2,9 @@ package numa
 
 import (
 	"cmp"
-	"fmt"
 	"math/bits"
 	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -15,76 +12,9 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
-
-// Policy is the value of numa.sextant.io/policy.
-type Policy string
-
-const (
-	// PolicyNone (annotation absent): fewer NUMA nodes are preferred, not required.
-	PolicyNone Policy = ""
-	// PolicySingleNUMANode: the pod must fit one NUMA node.
-	PolicySingleNUMANode Policy = "single-numa-node"
-)
-
-// ParsePolicy parses a numa.sextant.io/policy value. The webhook uses it to reject
-// malformed values with the same message the plugin gives.
-func ParsePolicy(value string) (Policy, error) {
-	switch Policy(value) {
-	case PolicySingleNUMANode:
-		return PolicySingleNUMANode, nil
-	default:
-		return PolicyNone, fmt.Errorf("annotation %s: invalid value %q, the accepted form is %q (or no annotation)",
-			PolicyAnnotation, value, PolicySingleNUMANode)
-	}
-}
-
-// PodPolicy returns the pod's NUMA policy; PolicyNone when it has no annotation.
-func PodPolicy(pod *v1.Pod) (Policy, error) {
-	value, ok := pod.Annotations[PolicyAnnotation]
-	if !ok {
-		return PolicyNone, nil
-	}
-	return ParsePolicy(value)
-}
-
-// ParseNodes parses a numa.sextant.io/nodes value such as "1" or "0,1".
-func ParseNodes(value string) ([]int32, error) {
-	return parseNodes(value, nil)
-}
-
-// parseNodes appends the IDs to buf, sorted and without duplicates; FreeCapacity passes
-// a reused buffer because it parses every pod on every node it filters.
-func parseNodes(value string, buf []int32) ([]int32, error) {
-	ids := buf[:0]
-	rest := value
-	for {
-		part, tail, more := strings.Cut(rest, ",")
-		id, err := strconv.ParseInt(strings.TrimSpace(part), 10, 32)
-		if err != nil || id < 0 {
-			return nil, fmt.Errorf("annotation %s: invalid NUMA node ID %q in %q, the accepted form is comma-separated NUMA node IDs such as \"0,1\"", NodesAnnotation, part, value)
-		}
-		if !slices.Contains(ids, int32(id)) {
-			ids = append(ids, int32(id))
-		}
-		if !more {
-			break
-		}
-		rest = tail
-	}
-	slices.Sort(ids)
-	return ids, nil
-}
-
-// FormatNodes formats NUMA node IDs the way numa.sextant.io/nodes holds them.
-func FormatNodes(ids []int32) string {
-	parts := make([]string, len(ids))
-	for i, id := range ids {
-		parts[i] = strconv.FormatInt(int64(id), 10)
-	}
-	return strings.Join(parts, ",")
-}
 
 // Request is a pod's CPU (millicores) and memory (bytes) request.
 type Request struct {
@@ -150,8 +80,8 @@ func FreeCapacity(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func
 		}
 		var ids []int32
 		var req Request
-		if value, ok := pod.Annotations[NodesAnnotation]; ok {
-			parsed, err := parseNodes(value, buf[:0])
+		if value, ok := pod.Annotations[annotations.NUMANodes]; ok {
+			parsed, err := annotations.AppendNUMANodes(buf[:0], value)
 			if err != nil {
 				// Another writer's mistake must not stop scheduling; the pod is just not
 				// counted per NUMA node.

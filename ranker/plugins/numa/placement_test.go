@@ -3,62 +3,15 @@ package numa
 import (
 	"math/rand"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
-
-func TestParsePolicy(t *testing.T) {
-	for _, tc := range []struct {
-		value   string
-		want    Policy
-		wantErr bool
-	}{
-		{value: "single-numa-node", want: PolicySingleNUMANode},
-		{value: "", wantErr: true},
-		{value: "Single-NUMA-Node", wantErr: true},
-		{value: "best-effort", wantErr: true},
-	} {
-		got, err := ParsePolicy(tc.value)
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("ParsePolicy(%q) = %q, %v; want %q, error %v", tc.value, got, err, tc.want, tc.wantErr)
-		}
-		if err != nil && (!strings.Contains(err.Error(), PolicyAnnotation) || !strings.Contains(err.Error(), "single-numa-node")) {
-			t.Errorf("ParsePolicy(%q) error %q must name the annotation and the accepted form", tc.value, err)
-		}
-	}
-	if p, err := PodPolicy(pod("p", "1", 0, nil)); err != nil || p != PolicyNone {
-		t.Errorf("PodPolicy without annotation = %q, %v; want none", p, err)
-	}
-}
-
-func TestParseNodes(t *testing.T) {
-	for _, tc := range []struct {
-		value   string
-		want    []int32
-		wantErr bool
-	}{
-		{value: "1", want: []int32{1}},
-		{value: "0,1", want: []int32{0, 1}},
-		{value: " 3, 1 ,1", want: []int32{1, 3}},
-		{value: "", wantErr: true},
-		{value: "0,x", wantErr: true},
-		{value: "-1", wantErr: true},
-	} {
-		got, err := ParseNodes(tc.value)
-		if (err != nil) != tc.wantErr || !slices.Equal(got, tc.want) {
-			t.Errorf("ParseNodes(%q) = %v, %v; want %v, error %v", tc.value, got, err, tc.want, tc.wantErr)
-		}
-	}
-	if got := FormatNodes([]int32{0, 1}); got != "0,1" {
-		t.Errorf("FormatNodes = %q, want 0,1", got)
-	}
-}
 
 func TestPodRequestHonorsInitContainers(t *testing.T) {
 	p := pod("p", "1", 2*gi, nil)
@@ -177,16 +130,16 @@ func TestFitAgreesWithBestChoice(t *testing.T) {
 		}
 		req := Request{MilliCPU: rng.Int63n(40) * 1000, Memory: rng.Int63n(120) * gi}
 		ch, ok := BestChoice(nt, free, req)
-		for _, policy := range []Policy{PolicyNone, PolicySingleNUMANode} {
+		for _, policy := range []annotations.NUMAPolicyValue{annotations.PolicyNone, annotations.PolicySingleNUMANode} {
 			reason, uneven := fit(free, req, policy)
 			var wantReason string
 			switch {
 			case !ok:
 				wantReason = reasonNoFit
-			case len(ch.Nodes) > 1 && policy == PolicySingleNUMANode:
+			case len(ch.Nodes) > 1 && policy == annotations.PolicySingleNUMANode:
 				wantReason = reasonSingleNUMANode
 			}
-			wantUneven := ok && len(ch.Nodes) > 1 && policy == PolicyNone
+			wantUneven := ok && len(ch.Nodes) > 1 && policy == annotations.PolicyNone
 			if reason != wantReason || uneven != wantUneven {
 				t.Fatalf("case %d, policy %q, free %v, request %v: fit = %q, uneven %v; BestChoice %v, %v wants %q, uneven %v",
 					i, policy, free, req, reason, uneven, ch.Nodes, ok, wantReason, wantUneven)
@@ -198,12 +151,12 @@ func TestFitAgreesWithBestChoice(t *testing.T) {
 func TestFreeCapacity(t *testing.T) {
 	nt := uniform("n", 2, 4, 8*gi)
 	pods := []*v1.Pod{
-		on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0"})),
-		on("n", pod("b", "2", 2*gi, map[string]string{NodesAnnotation: "0,1"})),  // 1 CPU, 1Gi on each
-		on("n", pod("c", "8", 8*gi, map[string]string{NodesAnnotation: "zero"})), // malformed: ignored
-		on("n", pod("d", "8", 8*gi, nil)),                                        // not ours: ignored
-		on("n", pod("e", "1", 1*gi, map[string]string{NodesAnnotation: "1,7"})),  // 7 unknown: its half is dropped
-		on("n", pod("f", "500m", 0, nil)),                                        // reserved below
+		on("n", pod("a", "2", 4*gi, map[string]string{annotations.NUMANodes: "0"})),
+		on("n", pod("b", "2", 2*gi, map[string]string{annotations.NUMANodes: "0,1"})),  // 1 CPU, 1Gi on each
+		on("n", pod("c", "8", 8*gi, map[string]string{annotations.NUMANodes: "zero"})), // malformed: ignored
+		on("n", pod("d", "8", 8*gi, nil)),                                              // not ours: ignored
+		on("n", pod("e", "1", 1*gi, map[string]string{annotations.NUMANodes: "1,7"})),  // 7 unknown: its half is dropped
+		on("n", pod("f", "500m", 0, nil)),                                              // reserved below
 	}
 	reserved := func(p *v1.Pod) ([]int32, Request, bool) {
 		if p.Name == "f" {

@@ -11,6 +11,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -55,8 +56,8 @@ func TestSeedExample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := got.Annotations[NodesAnnotation]; v != "0" {
-		t.Errorf("%s = %q, want \"0\"", NodesAnnotation, v)
+	if v := got.Annotations[annotations.NUMANodes]; v != "0" {
+		t.Errorf("%s = %q, want \"0\"", annotations.NUMANodes, v)
 	}
 }
 
@@ -75,28 +76,28 @@ func TestFilter(t *testing.T) {
 		{name: "no requests: skipped", topo: twoByTwo, pod: pod("p", "", 0, nil), wantPre: fwk.Skip},
 		{name: "no topology: passes", pod: pod("p", "2", 4*gi, nil)},
 		{
-			name: "no topology, single-numa-node: unresolvable", pod: pod("p", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+			name: "no topology, single-numa-node: unresolvable", pod: pod("p", "2", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"}),
 			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "no NodeTopology",
 		},
 		{name: "fits one", topo: twoByTwo, pod: pod("p", "2", 4*gi, nil), wantNodes: "0"},
 		{name: "needs both", topo: twoByTwo, pod: pod("p", "3", 4*gi, nil), wantNodes: "0,1"},
 		{
 			name: "single-numa-node, fits one", topo: twoByTwo, wantNodes: "0",
-			pod: pod("p", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+			pod: pod("p", "2", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"}),
 		},
 		{
 			name: "single-numa-node, needs two", topo: twoByTwo,
-			pod:      pod("p", "3", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+			pod:      pod("p", "3", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"}),
 			wantCode: fwk.Unschedulable, wantReason: "single-numa-node",
 		},
 		{
 			name: "single-numa-node, NUMA node 0 taken: 1 is chosen", topo: twoByTwo, wantNodes: "1",
-			pods: []*v1.Pod{on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0"}))},
-			pod:  pod("p", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"}),
+			pods: []*v1.Pod{on("n", pod("a", "2", 4*gi, map[string]string{annotations.NUMANodes: "0"}))},
+			pod:  pod("p", "2", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"}),
 		},
 		{
 			name: "half of each taken: fits only across both", topo: twoByTwo, wantNodes: "0,1",
-			pods: []*v1.Pod{on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0,1"}))},
+			pods: []*v1.Pod{on("n", pod("a", "2", 4*gi, map[string]string{annotations.NUMANodes: "0,1"}))},
 			pod:  pod("p", "2", 4*gi, nil),
 		},
 		{
@@ -105,8 +106,8 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name: "malformed policy: unresolvable, names annotation and form", topo: twoByTwo,
-			pod:     pod("p", "1", gi, map[string]string{PolicyAnnotation: "single"}),
-			wantPre: fwk.UnschedulableAndUnresolvable, wantReason: PolicyAnnotation,
+			pod:     pod("p", "1", gi, map[string]string{annotations.NUMAPolicy: "single"}),
+			wantPre: fwk.UnschedulableAndUnresolvable, wantReason: annotations.NUMAPolicy,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -139,7 +140,7 @@ func TestFilter(t *testing.T) {
 				t.Errorf("Filter message %q, want it to mention %q", st.Message(), tc.wantReason)
 			}
 			nodes, ok := ChosenNUMANodes(state, ni)
-			if got := FormatNodes(nodes); ok && got != tc.wantNodes || !ok && tc.wantNodes != "" {
+			if got := annotations.FormatNUMANodes(nodes); ok && got != tc.wantNodes || !ok && tc.wantNodes != "" {
 				t.Errorf("chosen = %q (%v), want %q", got, ok, tc.wantNodes)
 			}
 		})
@@ -212,7 +213,7 @@ func TestReserveUnreserve(t *testing.T) {
 	ni := nodeInfo("n")
 	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, uniform("n", 2, 2, 4*gi))
 	ctx := context.Background()
-	first := pod("first", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"})
+	first := pod("first", "2", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
 	r := schedule(t, pl, first, []*framework.NodeInfo{ni})
 	if st := pl.Reserve(ctx, r.state, first, "n"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
@@ -221,9 +222,9 @@ func TestReserveUnreserve(t *testing.T) {
 	// must count it on the NUMA node it was given.
 	ni.AddPod(on("n", first.DeepCopy()))
 
-	second := pod("second", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"})
+	second := pod("second", "2", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
 	r2 := schedule(t, pl, second, []*framework.NodeInfo{ni})
-	if nodes, _ := ChosenNUMANodes(r2.state, ni); FormatNodes(nodes) != "1" {
+	if nodes, _ := ChosenNUMANodes(r2.state, ni); annotations.FormatNUMANodes(nodes) != "1" {
 		t.Fatalf("second pod got NUMA nodes %v, want 1 (0 is reserved)", nodes)
 	}
 	if st := pl.Reserve(ctx, r2.state, second, "n"); !st.IsSuccess() {
@@ -231,7 +232,7 @@ func TestReserveUnreserve(t *testing.T) {
 	}
 	ni.AddPod(on("n", second.DeepCopy()))
 
-	third := pod("third", "2", 4*gi, map[string]string{PolicyAnnotation: "single-numa-node"})
+	third := pod("third", "2", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
 	if r3 := schedule(t, pl, third, []*framework.NodeInfo{ni}); r3.filter["n"].Code() != fwk.Unschedulable {
 		t.Fatalf("third pod on a full node: Filter = %v, want Unschedulable", r3.filter["n"])
 	}
@@ -252,7 +253,7 @@ func TestReserveUnreserve(t *testing.T) {
 // Reserve must choose on its own when Filter and Score did not run on this state for the
 // node (one feasible node, or a node hint from opportunistic batching).
 func TestReserveWithoutFilter(t *testing.T) {
-	ni := nodeInfo("n", on("n", pod("a", "2", 4*gi, map[string]string{NodesAnnotation: "0"})))
+	ni := nodeInfo("n", on("n", pod("a", "2", 4*gi, map[string]string{annotations.NUMANodes: "0"})))
 	pl, client := newPlugin(t, []*framework.NodeInfo{ni}, uniform("n", 2, 2, 4*gi))
 	ctx := context.Background()
 	p := pod("p", "1", gi, nil)
@@ -266,7 +267,7 @@ func TestReserveWithoutFilter(t *testing.T) {
 	if st := pl.Reserve(ctx, state, p, "n"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if nodes, _ := ReservedNUMANodes(state, "n"); FormatNodes(nodes) != "1" {
+	if nodes, _ := ReservedNUMANodes(state, "n"); annotations.FormatNUMANodes(nodes) != "1" {
 		t.Errorf("chosen %v, want 1", nodes)
 	}
 	// No topology for "missing": nothing to reserve, which is success.
@@ -304,7 +305,7 @@ func TestPreBind(t *testing.T) {
 			p := tc.pod
 			p.Annotations = map[string]string{"keep": "me"}
 			if tc.stale {
-				p.Annotations[NodesAnnotation] = "3" // from an attempt whose binding failed
+				p.Annotations[annotations.NUMANodes] = "3" // from an attempt whose binding failed
 			}
 			if tc.create {
 				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -324,8 +325,8 @@ func TestPreBind(t *testing.T) {
 			}
 			st = pl.PreBind(ctx, r.state, p, "n")
 			if tc.wantErr {
-				if st.Code() != fwk.Error || !strings.Contains(st.Message(), NodesAnnotation) {
-					t.Fatalf("PreBind = %v, want an error naming %s", st, NodesAnnotation)
+				if st.Code() != fwk.Error || !strings.Contains(st.Message(), annotations.NUMANodes) {
+					t.Fatalf("PreBind = %v, want an error naming %s", st, annotations.NUMANodes)
 				}
 				return
 			}
@@ -336,9 +337,9 @@ func TestPreBind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			v, has := got.Annotations[NodesAnnotation]
+			v, has := got.Annotations[annotations.NUMANodes]
 			if v != tc.wantValue || has != (tc.wantValue != "") || got.Annotations["keep"] != "me" {
-				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, NodesAnnotation, tc.wantValue)
+				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, annotations.NUMANodes, tc.wantValue)
 			}
 		})
 	}
@@ -347,7 +348,7 @@ func TestPreBind(t *testing.T) {
 // The choice remembered with a node's free capacity belongs to one request: another
 // pod's cycle on the same, unchanged node must get its own.
 func TestChoiceMemoIsPerRequest(t *testing.T) {
-	ni := nodeInfo("n", on("n", pod("a", "1", gi, map[string]string{NodesAnnotation: "0"})))
+	ni := nodeInfo("n", on("n", pod("a", "1", gi, map[string]string{annotations.NUMANodes: "0"})))
 	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, uniform("n", 2, 2, 4*gi))
 	ctx := context.Background()
 	rec := pl.nodes.Node("n")
@@ -368,7 +369,7 @@ func TestChoiceMemoIsPerRequest(t *testing.T) {
 		if st := pl.Filter(ctx, state, tc.pod, ni); !st.IsSuccess() {
 			t.Fatalf("%s: Filter: %v", tc.pod.Name, st)
 		}
-		if nodes, _ := ChosenNUMANodes(state, ni); FormatNodes(nodes) != tc.want {
+		if nodes, _ := ChosenNUMANodes(state, ni); annotations.FormatNUMANodes(nodes) != tc.want {
 			t.Errorf("%s: chosen %v, want %s", tc.pod.Name, nodes, tc.want)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/plugins/binder"
 )
 
@@ -21,10 +22,10 @@ import (
 // PreBinds.
 func (pl *NUMAAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p *v1.Pod, nodeName string) (*fwk.PreBindPreFlightResult, *fwk.Status) {
 	nodes, chosen := ReservedNUMANodes(state, nodeName)
-	if chosen && binder.Carries(state, NodesAnnotation, FormatNodes(nodes)) {
+	if chosen && binder.Carries(state, annotations.NUMANodes, annotations.FormatNUMANodes(nodes)) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	_, stale := p.Annotations[NodesAnnotation]
+	_, stale := p.Annotations[annotations.NUMANodes]
 	if !chosen && !stale {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -38,12 +39,12 @@ func (pl *NUMAAware) PreBindPreFlight(_ context.Context, state fwk.CycleState, p
 func (pl *NUMAAware) PreBind(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	var value *string
 	if nodes, ok := ReservedNUMANodes(state, nodeName); ok {
-		v := FormatNodes(nodes)
+		v := annotations.FormatNUMANodes(nodes)
 		value = &v
-	} else if _, stale := pod.Annotations[NodesAnnotation]; !stale {
+	} else if _, stale := pod.Annotations[annotations.NUMANodes]; !stale {
 		return nil
 	}
-	if err := patchAnnotation(ctx, pl.client, pod, NodesAnnotation, value); err != nil {
+	if err := patchAnnotation(ctx, pl.client, pod, annotations.NUMANodes, value); err != nil {
 		return fwk.AsStatus(err)
 	}
 	return nil

@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 // PreFilter computes the pod's CPU and memory request and parses its policy once per
@@ -13,7 +15,7 @@ import (
 // memory skips NUMAAware's Filter, and so does one that fits one NUMA node of every
 // node or, without a policy, all NUMA nodes of every node together (see floor).
 func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	policy, err := PodPolicy(pod)
+	policy, err := annotations.PodNUMAPolicy(pod.Annotations)
 	if err != nil {
 		filterRejections.WithLabelValues(reasonMalformedPolicy).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -26,13 +28,13 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 	// Filter would pass every node: those without NodeTopology too, unless the policy
 	// is single-numa-node; PreScore looks for them among the feasible nodes.
 	one, together, bare := pl.fitsFloor(s.req, nodes)
-	if one && (s.policy == PolicyNone || len(bare) == 0) {
+	if one && (s.policy == annotations.PolicyNone || len(bare) == 0) {
 		s.bare = bare
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	// Without a policy, Filter would also pass every node whose NUMA nodes together hold
 	// the pod; whether some need more than one is then Score's to find out.
-	if together && s.policy == PolicyNone {
+	if together && s.policy == annotations.PolicyNone {
 		s.uneven.Store(true)
 		return nil, fwk.NewStatus(fwk.Skip)
 	}

@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/plugins/binder"
 )
 
@@ -40,14 +41,14 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		filterRejections.WithLabelValues(reasonNoFit).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgNoFit)
 	}
-	if s.policy == PolicySingleNUMANode && len(ch.Nodes) > 1 {
+	if s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode)
 	}
 	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
 	pl.ledger.Reserve(pod.UID, nodeName, reservation{nodes: ch.Nodes, req: s.req})
 	pl.lowerFloor(nf.free(), ch.Nodes, s.req)
-	binder.Stage(state, NodesAnnotation, FormatNodes(ch.Nodes))
+	binder.Stage(state, annotations.NUMANodes, annotations.FormatNUMANodes(ch.Nodes))
 	return nil
 }
 
@@ -64,5 +65,5 @@ func (pl *NUMAAware) Unreserve(_ context.Context, state fwk.CycleState, pod *v1.
 	if s, ok := readState(state); ok {
 		s.reserved.Store(nil)
 	}
-	binder.Unstage(state, NodesAnnotation)
+	binder.Unstage(state, annotations.NUMANodes)
 }

@@ -1,4 +1,4 @@
-package bandwidth
+package annotations
 
 import (
 	"fmt"
@@ -8,23 +8,23 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
-// The pod annotations of DESIGN.md "Pod annotations". Values are Kubernetes quantities
-// in bits per second, like kubernetes.io/egress-bandwidth.
+// The bandwidth annotations pod authors write. Rates are Kubernetes quantities in bits
+// per second, like kubernetes.io/egress-bandwidth.
 const (
-	AnnotationPrefix          = "bandwidth.sextant.io/"
-	AnnotationIngressRequired = AnnotationPrefix + "ingress-required"
-	AnnotationEgressRequired  = AnnotationPrefix + "egress-required"
-	AnnotationIngressExpected = AnnotationPrefix + "ingress-expected"
-	AnnotationEgressExpected  = AnnotationPrefix + "egress-expected"
-	AnnotationStrategy        = AnnotationPrefix + "strategy"
+	BandwidthPrefix   = "bandwidth.sextant.io/"
+	IngressRequired   = BandwidthPrefix + "ingress-required"
+	EgressRequired    = BandwidthPrefix + "egress-required"
+	IngressExpected   = BandwidthPrefix + "ingress-expected"
+	EgressExpected    = BandwidthPrefix + "egress-expected"
+	BandwidthStrategy = BandwidthPrefix + "strategy"
 )
 
-// knownAnnotations lists every annotation under AnnotationPrefix the ranker understands,
+// bandwidthKeys lists every annotation under BandwidthPrefix the ranker understands,
 // so that a typo (ingress-requried) is refused instead of silently ignored.
-var knownAnnotations = []string{
-	AnnotationIngressRequired, AnnotationEgressRequired,
-	AnnotationIngressExpected, AnnotationEgressExpected,
-	AnnotationStrategy,
+var bandwidthKeys = []string{
+	IngressRequired, EgressRequired,
+	IngressExpected, EgressExpected,
+	BandwidthStrategy,
 }
 
 // Strategy is how Score ranks the nodes that passed Filter.
@@ -42,7 +42,8 @@ const (
 // Strategies lists the accepted strategies, for messages and validation.
 var Strategies = []Strategy{BestFit, MostHeadroom}
 
-func parseStrategy(s string) (Strategy, bool) {
+// ParseStrategy returns the strategy named s; ok is false for any other value.
+func ParseStrategy(s string) (Strategy, bool) {
 	for _, st := range Strategies {
 		if s == string(st) {
 			return st, true
@@ -51,11 +52,12 @@ func parseStrategy(s string) (Strategy, bool) {
 	return "", false
 }
 
-// maxRate bounds a rate annotation so that sums of many reservations stay far from
+// MaxRate bounds a rate annotation so that sums of many reservations stay far from
 // int64 overflow; 1 Pbit/s is three orders of magnitude above any NIC made today.
-const maxRate = int64(1_000_000_000_000_000)
+const MaxRate = int64(1_000_000_000_000_000)
 
-const quantityForm = "a non-negative quantity in bits/s such as 400M or 10G, at most 1P"
+// RateForm is the accepted form of a rate annotation, for error messages.
+const RateForm = "a non-negative quantity in bits/s such as 400M or 10G, at most 1P"
 
 // Direction is what a pod asks of one traffic direction, in bits per second.
 type Direction struct {
@@ -78,8 +80,8 @@ func (d Direction) Target() (int64, bool) {
 	return 0, false
 }
 
-// Request is the parsed bandwidth request of a pod.
-type Request struct {
+// BandwidthRequest is the parsed bandwidth request of a pod.
+type BandwidthRequest struct {
 	Ingress Direction
 	Egress  Direction
 	// Strategy is empty when the pod leaves it to the ranker's default.
@@ -88,19 +90,19 @@ type Request struct {
 
 // Empty reports whether the request has no rate at all, i.e. the plugin has nothing to
 // filter, score or reserve for the pod.
-func (r Request) Empty() bool {
+func (r BandwidthRequest) Empty() bool {
 	_, in := r.Ingress.Target()
 	_, eg := r.Egress.Target()
 	return !in && !eg
 }
 
 // HasRequired reports whether Filter has anything to check.
-func (r Request) HasRequired() bool { return r.Ingress.HasRequired || r.Egress.HasRequired }
+func (r BandwidthRequest) HasRequired() bool { return r.Ingress.HasRequired || r.Egress.HasRequired }
 
-// AnnotationError says which annotation is malformed and what it accepts. The admission
+// Error says which annotation is malformed and what it accepts. The admission
 // webhook turns each one into a field error; the scheduler puts its text in the pod's
 // FailedScheduling event.
-type AnnotationError struct {
+type Error struct {
 	Annotation string
 	Value      string
 	// Problem says what is wrong with Value.
@@ -109,14 +111,14 @@ type AnnotationError struct {
 	Want string
 }
 
-func (e *AnnotationError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("annotation %s=%q: %s; want %s", e.Annotation, e.Value, e.Problem, e.Want)
 }
 
-// AnnotationErrors is every problem found in a pod's annotations, in a stable order.
-type AnnotationErrors []*AnnotationError
+// Errors is every problem found in a pod's annotations, in a stable order.
+type Errors []*Error
 
-func (es AnnotationErrors) Error() string {
+func (es Errors) Error() string {
 	msgs := make([]string, len(es))
 	for i, e := range es {
 		msgs[i] = e.Error()
@@ -125,8 +127,8 @@ func (es AnnotationErrors) Error() string {
 	return strings.Join(msgs, "; ")
 }
 
-// Unwrap lets errors.As find each AnnotationError.
-func (es AnnotationErrors) Unwrap() []error {
+// Unwrap lets errors.As find each Error.
+func (es Errors) Unwrap() []error {
 	out := make([]error, len(es))
 	for i, e := range es {
 		out[i] = e
@@ -134,35 +136,35 @@ func (es AnnotationErrors) Unwrap() []error {
 	return out
 }
 
-// HasAnnotations reports whether any annotation under AnnotationPrefix is present, i.e.
+// HasBandwidth reports whether any annotation under BandwidthPrefix is present, i.e.
 // whether the plugin has anything to do with the pod at all.
-func HasAnnotations(annotations map[string]string) bool {
+func HasBandwidth(annotations map[string]string) bool {
 	for k := range annotations {
-		if strings.HasPrefix(k, AnnotationPrefix) {
+		if strings.HasPrefix(k, BandwidthPrefix) {
 			return true
 		}
 	}
 	return false
 }
 
-// ParseAnnotations parses the bandwidth annotations of a pod. A pod without any yields an
-// empty Request and no error. The error, if any, is an AnnotationErrors naming every bad
+// ParseBandwidth parses the bandwidth annotations of a pod. A pod without any yields an
+// empty BandwidthRequest and no error. The error, if any, is an Errors naming every bad
 // annotation and its accepted form.
-func ParseAnnotations(annotations map[string]string) (Request, error) {
-	var req Request
-	var errs AnnotationErrors
+func ParseBandwidth(annotations map[string]string) (BandwidthRequest, error) {
+	var req BandwidthRequest
+	var errs Errors
 
 	var unknown []string
 	for k := range annotations {
-		if strings.HasPrefix(k, AnnotationPrefix) && !isKnown(k) {
+		if strings.HasPrefix(k, BandwidthPrefix) && !isBandwidthKey(k) {
 			unknown = append(unknown, k)
 		}
 	}
 	sort.Strings(unknown)
 	for _, k := range unknown {
-		errs = append(errs, &AnnotationError{
-			Annotation: k, Value: annotations[k], Problem: "unknown annotation",
-			Want: "one of " + strings.Join(knownAnnotations, ", "),
+		errs = append(errs, &Error{
+			Annotation: truncate(k), Value: truncate(annotations[k]), Problem: "unknown annotation",
+			Want: "one of " + strings.Join(bandwidthKeys, ", "),
 		})
 	}
 
@@ -173,34 +175,34 @@ func ParseAnnotations(annotations map[string]string) (Request, error) {
 		}
 		n, problem := parseRateValue(v)
 		if problem != "" {
-			errs = append(errs, &AnnotationError{Annotation: key, Value: v, Problem: problem, Want: quantityForm})
+			errs = append(errs, &Error{Annotation: key, Value: truncate(v), Problem: problem, Want: RateForm})
 			return
 		}
 		*into, *set = n, true
 	}
-	parseRate(AnnotationIngressRequired, &req.Ingress.Required, &req.Ingress.HasRequired)
-	parseRate(AnnotationIngressExpected, &req.Ingress.Expected, &req.Ingress.HasExpected)
-	parseRate(AnnotationEgressRequired, &req.Egress.Required, &req.Egress.HasRequired)
-	parseRate(AnnotationEgressExpected, &req.Egress.Expected, &req.Egress.HasExpected)
+	parseRate(IngressRequired, &req.Ingress.Required, &req.Ingress.HasRequired)
+	parseRate(IngressExpected, &req.Ingress.Expected, &req.Ingress.HasExpected)
+	parseRate(EgressRequired, &req.Egress.Required, &req.Egress.HasRequired)
+	parseRate(EgressExpected, &req.Egress.Expected, &req.Egress.HasExpected)
 
 	checkOrder := func(d Direction, expectedKey, requiredKey string) {
 		if d.HasRequired && d.HasExpected && d.Expected < d.Required {
-			errs = append(errs, &AnnotationError{
+			errs = append(errs, &Error{
 				Annotation: expectedKey, Value: annotations[expectedKey],
 				Problem: fmt.Sprintf("less than %s=%s", requiredKey, annotations[requiredKey]),
 				Want:    fmt.Sprintf("a quantity in bits/s at least %s", requiredKey),
 			})
 		}
 	}
-	checkOrder(req.Ingress, AnnotationIngressExpected, AnnotationIngressRequired)
-	checkOrder(req.Egress, AnnotationEgressExpected, AnnotationEgressRequired)
+	checkOrder(req.Ingress, IngressExpected, IngressRequired)
+	checkOrder(req.Egress, EgressExpected, EgressRequired)
 
-	if v, ok := annotations[AnnotationStrategy]; ok {
-		st, ok := parseStrategy(strings.TrimSpace(v))
+	if v, ok := annotations[BandwidthStrategy]; ok {
+		st, ok := ParseStrategy(strings.TrimSpace(v))
 		if !ok {
-			errs = append(errs, &AnnotationError{
-				Annotation: AnnotationStrategy, Value: v, Problem: "unknown strategy",
-				Want: strategyForm(),
+			errs = append(errs, &Error{
+				Annotation: BandwidthStrategy, Value: truncate(v), Problem: "unknown strategy",
+				Want: StrategyForm(),
 			})
 		} else {
 			req.Strategy = st
@@ -208,12 +210,12 @@ func ParseAnnotations(annotations map[string]string) (Request, error) {
 	}
 
 	if len(errs) > 0 {
-		return Request{}, errs
+		return BandwidthRequest{}, errs
 	}
 	return req, nil
 }
 
-func strategyForm() string {
+func StrategyForm() string {
 	names := make([]string, len(Strategies))
 	for i, s := range Strategies {
 		names[i] = string(s)
@@ -221,8 +223,8 @@ func strategyForm() string {
 	return strings.Join(names, " or ")
 }
 
-func isKnown(key string) bool {
-	for _, k := range knownAnnotations {
+func isBandwidthKey(key string) bool {
+	for _, k := range bandwidthKeys {
 		if k == key {
 			return true
 		}
@@ -230,8 +232,15 @@ func isKnown(key string) bool {
 	return false
 }
 
+// maxRateLen bounds a rate value before it is parsed: "1000000000000000" is 16
+// characters, and anything much longer is not a rate a person wrote.
+const maxRateLen = 32
+
 // parseRateValue returns the rate in bits/s, or a description of what is wrong.
 func parseRateValue(v string) (int64, string) {
+	if len(v) > maxRateLen {
+		return 0, fmt.Sprintf("longer than %d characters", maxRateLen)
+	}
 	q, err := resource.ParseQuantity(strings.TrimSpace(v))
 	if err != nil {
 		return 0, "not a quantity"
@@ -239,14 +248,14 @@ func parseRateValue(v string) (int64, string) {
 	if q.Sign() < 0 {
 		return 0, "negative"
 	}
-	if q.CmpInt64(maxRate) > 0 {
+	if q.CmpInt64(MaxRate) > 0 {
 		return 0, "too large"
 	}
 	// Round fractions of a bit up: a floor must never be weakened by rounding.
 	return q.Value(), ""
 }
 
-// formatRate prints bits/s the way users write them (400M, 1500M, 10G).
-func formatRate(bits int64) string {
+// FormatRate prints bits/s the way users write them (400M, 1500M, 10G).
+func FormatRate(bits int64) string {
 	return resource.NewQuantity(bits, resource.DecimalSI).String()
 }

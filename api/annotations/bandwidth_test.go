@@ -1,0 +1,146 @@
+package annotations
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseBandwidth(t *testing.T) {
+	tests := []struct {
+		name        string
+		annotations map[string]string
+		want        BandwidthRequest
+		// wantErrs are the annotations the error must name, in order.
+		wantErrs []string
+		// wantForm must appear in the error: the accepted form.
+		wantForm string
+	}{
+		{name: "none", annotations: map[string]string{"other": "x"}, want: BandwidthRequest{}},
+		{
+			name: "seed example",
+			annotations: map[string]string{
+				IngressRequired: "400M", IngressExpected: "500M",
+				EgressRequired: "1G", BandwidthStrategy: "most-headroom",
+			},
+			want: BandwidthRequest{
+				Ingress:  Direction{Required: 400e6, HasRequired: true, Expected: 500e6, HasExpected: true},
+				Egress:   Direction{Required: 1e9, HasRequired: true},
+				Strategy: MostHeadroom,
+			},
+		},
+		{
+			name:        "expected equal to required, binary suffix, spaces",
+			annotations: map[string]string{EgressRequired: " 1Gi", EgressExpected: "1Gi "},
+			want:        BandwidthRequest{Egress: Direction{Required: 1 << 30, HasRequired: true, Expected: 1 << 30, HasExpected: true}},
+		},
+		{
+			name:        "zero is allowed",
+			annotations: map[string]string{IngressRequired: "0"},
+			want:        BandwidthRequest{Ingress: Direction{HasRequired: true}},
+		},
+		{name: "ingress-required not a quantity", annotations: map[string]string{IngressRequired: "lots"}, wantErrs: []string{IngressRequired}, wantForm: RateForm},
+		{name: "egress-required negative", annotations: map[string]string{EgressRequired: "-1M"}, wantErrs: []string{EgressRequired}, wantForm: RateForm},
+		{name: "ingress-expected unit typo", annotations: map[string]string{IngressExpected: "500Mbps"}, wantErrs: []string{IngressExpected}, wantForm: RateForm},
+		{name: "egress-expected empty", annotations: map[string]string{EgressExpected: ""}, wantErrs: []string{EgressExpected}, wantForm: RateForm},
+		{name: "too large", annotations: map[string]string{IngressRequired: "2E"}, wantErrs: []string{IngressRequired}, wantForm: RateForm},
+		{name: "too long", annotations: map[string]string{IngressRequired: strings.Repeat("1", 40)}, wantErrs: []string{IngressRequired}, wantForm: RateForm},
+		{name: "strategy unknown", annotations: map[string]string{BandwidthStrategy: "fastest"}, wantErrs: []string{BandwidthStrategy}, wantForm: "best-fit or most-headroom"},
+		{
+			name:        "ingress expected below required",
+			annotations: map[string]string{IngressRequired: "400M", IngressExpected: "300M"},
+			wantErrs:    []string{IngressExpected}, wantForm: "at least " + IngressRequired,
+		},
+		{
+			name:        "egress expected below required",
+			annotations: map[string]string{EgressRequired: "1G", EgressExpected: "999M"},
+			wantErrs:    []string{EgressExpected}, wantForm: "at least " + EgressRequired,
+		},
+		{
+			name:        "unknown annotation under the prefix (typo)",
+			annotations: map[string]string{BandwidthPrefix + "ingress-requried": "400M"},
+			wantErrs:    []string{BandwidthPrefix + "ingress-requried"}, wantForm: IngressRequired,
+		},
+		{
+			name:        "every problem reported",
+			annotations: map[string]string{IngressRequired: "x", EgressExpected: "y", BandwidthStrategy: "z"},
+			wantErrs:    []string{IngressRequired, EgressExpected, BandwidthStrategy},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseBandwidth(tc.annotations)
+			if len(tc.wantErrs) == 0 {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if got != tc.want {
+					t.Fatalf("got %+v, want %+v", got, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("want an error naming %v, got %+v", tc.wantErrs, got)
+			}
+			var es Errors
+			if !errors.As(err, &es) {
+				t.Fatalf("error %T is not Errors", err)
+			}
+			if len(es) != len(tc.wantErrs) {
+				t.Fatalf("got %d errors (%v), want %d", len(es), err, len(tc.wantErrs))
+			}
+			for i, e := range es {
+				if e.Annotation != tc.wantErrs[i] {
+					t.Errorf("error %d names %s, want %s", i, e.Annotation, tc.wantErrs[i])
+				}
+			}
+			if !strings.Contains(err.Error(), tc.wantErrs[0]) || !strings.Contains(err.Error(), tc.wantForm) {
+				t.Errorf("message %q should name %s and the accepted form %q", err, tc.wantErrs[0], tc.wantForm)
+			}
+			var one *Error
+			if !errors.As(err, &one) {
+				t.Error("errors.As should find an *Error")
+			}
+		})
+	}
+}
+
+func TestDirectionTarget(t *testing.T) {
+	if v, ok := (Direction{Required: 1, HasRequired: true, Expected: 2, HasExpected: true}).Target(); !ok || v != 2 {
+		t.Errorf("expected wins: %d %v", v, ok)
+	}
+	if v, ok := (Direction{Required: 1, HasRequired: true}).Target(); !ok || v != 1 {
+		t.Errorf("required is the fallback: %d %v", v, ok)
+	}
+	if _, ok := (Direction{}).Target(); ok {
+		t.Error("no value, no target")
+	}
+}
+
+func FuzzParseBandwidth(f *testing.F) {
+	for _, v := range []string{"400M", " 1Gi", "0", "-1M", "2E", "1e.5", "500Mbps", "", "1P", "0.5"} {
+		f.Add(v, "best-fit")
+	}
+	f.Fuzz(func(t *testing.T, rate, strategy string) {
+		req, err := ParseBandwidth(map[string]string{IngressRequired: rate, EgressExpected: rate, BandwidthStrategy: strategy})
+		if err != nil {
+			if !strings.Contains(err.Error(), "want ") {
+				t.Fatalf("error %q does not say what is accepted", err)
+			}
+			return
+		}
+		for _, v := range []int64{req.Ingress.Required, req.Egress.Expected} {
+			if v < 0 || v > MaxRate {
+				t.Fatalf("ParseBandwidth(%q) = %d bits/s, outside [0, %d]", rate, v, MaxRate)
+			}
+		}
+		if !req.Ingress.HasRequired || !req.Egress.HasExpected {
+			t.Fatalf("ParseBandwidth(%q) accepted the rate but did not set it: %+v", rate, req)
+		}
+		// What FormatRate prints parses back to the same rate.
+		again, err := ParseBandwidth(map[string]string{IngressRequired: FormatRate(req.Ingress.Required)})
+		if err != nil || again.Ingress.Required != req.Ingress.Required {
+			t.Fatalf("round trip of %d: %+v, %v", req.Ingress.Required, again, err)
+		}
+	})
+}
