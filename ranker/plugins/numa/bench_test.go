@@ -46,7 +46,7 @@ func BenchmarkBestChoice(b *testing.B) {
 	for i := range 40 {
 		pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "1", gi, map[string]string{annotations.NUMANodes: fmt.Sprint(i % 8)})))
 	}
-	free := FreeCapacity(topo, nodeInfo("n", pods...).GetPods(), nil)
+	free := FreeCapacity(topo, nil, nodeInfo("n", pods...).GetPods(), nil)
 	for _, bc := range []struct {
 		name string
 		req  Request
@@ -60,6 +60,35 @@ func BenchmarkBestChoice(b *testing.B) {
 				if _, ok := BestChoice(topo, free, bc.req); !ok {
 					b.Fatal("no fit")
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkFreeCapacity is one node's free capacity, computed once per node and NodeInfo
+// generation, on a full node (110 pods, the kubelet's default maximum): all of them
+// pinned, and half of them pods the ranker did not place, which are spread over all
+// NUMA nodes. The ratio of the two is what counting unpinned pods costs.
+func BenchmarkFreeCapacity(b *testing.B) {
+	topo := uniform("n", 8, 8, 32*gi)
+	node := &v1.Node{Status: v1.NodeStatus{
+		Capacity:    v1.ResourceList{v1.ResourceCPU: mustQuantity("64"), v1.ResourceMemory: mustQuantity("256Gi")},
+		Allocatable: v1.ResourceList{v1.ResourceCPU: mustQuantity("62"), v1.ResourceMemory: mustQuantity("250Gi")},
+	}}
+	for _, unpinned := range []int{0, 55} {
+		var pods []*v1.Pod
+		for i := range 110 {
+			ann := map[string]string{annotations.NUMANodes: fmt.Sprint(i % 8)}
+			if i < unpinned {
+				ann = nil
+			}
+			pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "100m", gi/8, ann)))
+		}
+		infos := nodeInfo("n", pods...).GetPods()
+		b.Run(fmt.Sprintf("unpinned=%d", unpinned), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				FreeCapacity(topo, node, infos, nil)
 			}
 		})
 	}

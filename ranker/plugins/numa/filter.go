@@ -182,7 +182,9 @@ const memoFromNUMANodes = 4
 // free is the node's free capacity per NUMA node, counting this plugin's reservations
 // for pods whose annotation is not visible yet. The result is shared: do not modify it.
 //
-// It is cached per (NodeInfo generation, NodeTopology object). The ledger is not part
+// It is cached per (NodeInfo generation, NodeTopology object). The scheduler gives the
+// NodeInfo a new generation when the Node object changes too, so a new allocatable
+// (what the kubelet reserves) is seen at once. The ledger is not part
 // of the key, and need not be: it is consulted only for a pod on the node without the
 // annotation, and each change to such an entry comes with a new generation of the
 // node: Reserve follows the scheduler's assume of the same pod, Unreserve precedes its
@@ -193,7 +195,7 @@ func (pl *NUMAAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, node
 		// The name is read here, on a miss only: it is outside the record's first cache
 		// line.
 		node := rec.Name()
-		return newNodeFree(FreeCapacity(topo, nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
+		return newNodeFree(FreeCapacity(topo, nodeInfo.Node(), nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
 			r, ok := pl.ledger.Get(p.UID, node)
 			return r.nodes, r.req, ok
 		}))

@@ -37,10 +37,12 @@ import (
 // The floor is computed over every node of the snapshot, then lowered by each
 // reservation this plugin makes. Anything else that may take NUMA capacity voids it: a
 // NodeTopology added, replaced or removed (Store.TopologyVersion), a node added or
-// removed (the snapshot's node list changes), a pod that shows up bound and annotated
-// without this plugin's reservation (another profile's, another scheduler's, a user's),
-// a Reserve that finds less free than the floor promised. It is also recomputed every
-// floorRefresh, to rise again as pods leave. A pod bound in the moment between such an
+// removed (the snapshot's node list changes), a pod asking for CPU or memory that shows
+// up bound without this plugin's reservation (another profile's, another scheduler's,
+// a DaemonSet's; annotated or not, since FreeCapacity counts both), a pod whose NUMA
+// annotation changes, a Reserve that finds less free than the floor promised. It is
+// also recomputed every floorRefresh, to rise again as pods leave and to follow a
+// kubelet that reserves more. A pod bound in the moment between such an
 // event and its informer notification can slip past the floor; Reserve recomputes the
 // node's choice from the snapshot and turns the pod back then (Unschedulable, retried),
 // so no NUMA node is overcommitted.
@@ -178,18 +180,21 @@ func roomiest(free []Free, taken []int32, share Request) Request {
 	return best
 }
 
-// voidFloorOnPod voids the floor when a pod newly shows up bound and annotated with NUMA
-// nodes (or with others than before) without this plugin's reservation for it there:
-// it takes capacity the floor does not know of.
+// voidFloorOnPod voids the floor when a pod asking for CPU or memory newly shows up
+// bound to a node without this plugin's reservation for it there, or when a bound
+// pod's NUMA annotation changes: either takes capacity the floor does not know of.
 func (pl *NUMAAware) voidFloorOnPod(old, pod *v1.Pod) {
-	if !isAnnotated(pod) {
+	if pod.Spec.NodeName == "" || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 		return
 	}
-	if old != nil && isAnnotated(old) && old.Spec.NodeName == pod.Spec.NodeName &&
+	if old != nil && old.Spec.NodeName == pod.Spec.NodeName &&
 		old.Annotations[annotations.NUMANodes] == pod.Annotations[annotations.NUMANodes] {
 		return
 	}
 	if _, held := pl.ledger.Get(pod.UID, pod.Spec.NodeName); held {
+		return
+	}
+	if PodRequest(pod).IsZero() {
 		return
 	}
 	pl.floor.void()

@@ -229,6 +229,12 @@ func TestFloorVoided(t *testing.T) {
 				pl.voidFloorOnPod(nil, other)
 			}
 		}},
+		{"pod of another scheduler bound without annotation", func(_ *testing.T, pl *NUMAAware, _ *heartbeat.Store, infos []*framework.NodeInfo) {
+			pending := pod("daemon", "6", 12*gi, nil)
+			bound := on("a", pending.DeepCopy())
+			infos[0].AddPod(bound)
+			pl.voidFloorOnPod(pending, bound)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pl, store, infos, nodes := setup(t)
@@ -242,6 +248,25 @@ func TestFloorVoided(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("pods that take nothing keep the floor", func(t *testing.T) {
+		pl, _, _, nodes := setup(t)
+		if !skips(pl, nodes) {
+			t.Fatal("PreFilter does not skip Filter of a pod that fits everywhere")
+		}
+		empty := on("a", pod("besteffort", "", 0, nil))
+		done := on("a", pod("done", "8", 16*gi, nil))
+		done.Status.Phase = v1.PodSucceeded
+		pending := pod("pending", "8", 16*gi, nil)
+		for _, p := range []*v1.Pod{empty, done, pending} {
+			pl.voidFloorOnPod(nil, p)
+		}
+		relabelled := on("a", pod("running", "1", gi, nil))
+		pl.voidFloorOnPod(relabelled, relabelled.DeepCopy())
+		if v := pl.floor.voids.Load(); v != 0 {
+			t.Errorf("the floor was voided %d times by pods that take no NUMA capacity or took it before", v)
+		}
+	})
 
 	t.Run("node added", func(t *testing.T) {
 		pl, store, infos, nodes := setup(t)

@@ -4,12 +4,13 @@
 // nodes onto the pod before it is bound.
 //
 // Free capacity per NUMA node is the agent's NodeTopology (CPUs and memoryBytes of each
-// NUMA node) minus what the pods already on the node take there. A pod takes NUMA
-// capacity when it carries the annotation numa.sextant.io/nodes (written by this plugin's
-// PreBind), its CPU and memory requests split evenly over the listed NUMA nodes, or when
-// this plugin reserved it and the annotation is not visible yet. Pods placed by other
-// schedulers carry no annotation and are not counted per NUMA node; NodeResourcesFit
-// still counts them against the node as a whole.
+// NUMA node) minus what the pods already on the node and its kubelet take there. A pod
+// that carries numa.sextant.io/nodes (which the agent pins it to), or that this plugin
+// reserved and whose annotation is not visible yet, takes its CPU and memory requests
+// split evenly over those NUMA nodes. Every other running pod (other schedulers',
+// DaemonSets, a refused annotation's) and the kubelet's reservation (capacity −
+// allocatable) are spread over all NUMA nodes in proportion to their CPUs and memory
+// (FreeCapacity).
 //
 // Decisions:
 //   - Pods asking for neither CPU nor memory are not filtered or scored (PreFilter and
@@ -23,7 +24,8 @@
 //   - The choice is the smallest set of NUMA nodes whose free CPU and memory together
 //     cover the request, ties by the smallest sum of pairwise SLIT distances, then lowest
 //     IDs. Every subset is tried up to 12 NUMA nodes; beyond, a greedy choice is used.
-//   - Nominated pods (preemption in progress) carry no annotation and are not counted.
+//   - Nominated pods (preemption in progress) count like any pod without the
+//     annotation where the framework adds them to the node.
 //   - When every node that passed Filter fits the pod in one NUMA node, Score is skipped:
 //     the scores would all be equal and rank nothing. Most pods are such pods.
 package numa

@@ -61,17 +61,27 @@ type Free struct {
 	Memory   int64
 }
 
-// FreeCapacity is the topology's capacity per NUMA node minus what the pods on the node
-// take there, in NUMA node ID order. A pod annotated with k NUMA nodes takes 1/k of its
-// CPU and memory requests from each (the kubelet's own split is not visible to the
-// scheduler; an even split is the neutral estimate). Values are floored at 0.
-func FreeCapacity(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) ([]int32, Request, bool)) []Free {
+// FreeCapacity is the topology's capacity per NUMA node minus what the node's pods and
+// its kubelet take there, in NUMA node ID order. Values are floored at 0.
+//
+//   - A pod annotated with k NUMA nodes of the topology, or reserved by this plugin on
+//     them (reserved), takes 1/k of its CPU and memory requests from each: the agent
+//     confines it to them, and the kubelet's split among them is not visible to the
+//     scheduler, so an even split is the neutral estimate.
+//   - Every other pod that has not finished runs wherever the kernel puts it: pods of
+//     other schedulers, DaemonSets, and pods whose annotation the agent refuses
+//     (malformed, or naming a NUMA node the topology lacks). Its requests are spread
+//     over all NUMA nodes, CPU in proportion to their CPUs and memory to their memory.
+//   - What the kubelet holds back (node capacity − allocatable, when node is given) is
+//     spread the same way.
+func FreeCapacity(topo *v1alpha1.NodeTopology, node *v1.Node, pods []fwk.PodInfo, reserved func(*v1.Pod) ([]int32, Request, bool)) []Free {
 	free := make([]Free, 0, len(topo.Status.NUMANodes))
 	index := make(map[int32]int, len(topo.Status.NUMANodes))
 	for _, n := range topo.Status.NUMANodes {
 		index[n.ID] = len(free)
 		free = append(free, Free{ID: n.ID, MilliCPU: int64(len(n.CPUs)) * 1000, Memory: n.MemoryBytes})
 	}
+	spread := kubeletReserved(node)
 	var buf [8]int32
 	for _, pi := range pods {
 		pod := pi.GetPod()
@@ -83,31 +93,38 @@ func FreeCapacity(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func
 		if value, ok := pod.Annotations[annotations.NUMANodes]; ok {
 			parsed, err := annotations.AppendNUMANodes(buf[:0], value)
 			if err != nil {
-				// Another writer's mistake must not stop scheduling; the pod is just not
-				// counted per NUMA node.
-				klog.V(4).InfoS("Ignoring malformed NUMA annotation", "pod", klog.KObj(pod), "err", err)
-				continue
+				klog.V(4).InfoS("Counting a pod with a malformed NUMA annotation as unpinned", "pod", klog.KObj(pod), "err", err)
 			}
 			ids, req = parsed, podInfoRequest(pi)
 		} else if reserved != nil {
 			var ok bool
 			if ids, req, ok = reserved(pod); !ok {
-				continue
+				req = podInfoRequest(pi)
 			}
 		} else {
-			continue
+			req = podInfoRequest(pi)
 		}
-		if len(ids) == 0 {
+		if !allKnown(ids, index) {
+			spread.MilliCPU += req.MilliCPU
+			spread.Memory += req.Memory
 			continue
 		}
 		k := int64(len(ids))
 		for _, id := range ids {
-			i, ok := index[id]
-			if !ok {
-				continue
-			}
+			i := index[id]
 			free[i].MilliCPU -= req.MilliCPU / k
 			free[i].Memory -= req.Memory / k
+		}
+	}
+	if spread.MilliCPU > 0 || spread.Memory > 0 {
+		var cpus, mem int64
+		for _, n := range topo.Status.NUMANodes {
+			cpus += int64(len(n.CPUs))
+			mem += max(n.MemoryBytes, 0)
+		}
+		for i, n := range topo.Status.NUMANodes {
+			free[i].MilliCPU -= proportion(spread.MilliCPU, int64(len(n.CPUs)), cpus)
+			free[i].Memory -= proportion(spread.Memory, max(n.MemoryBytes, 0), mem)
 		}
 	}
 	for i := range free {
@@ -116,6 +133,48 @@ func FreeCapacity(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func
 	}
 	sort.Slice(free, func(a, b int) bool { return free[a].ID < free[b].ID })
 	return free
+}
+
+// allKnown reports whether ids is a non-empty set of NUMA nodes the topology has, i.e.
+// whether the agent pins a pod annotated with them.
+func allKnown(ids []int32, index map[int32]int) bool {
+	if len(ids) == 0 {
+		return false
+	}
+	for _, id := range ids {
+		if _, ok := index[id]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// kubeletReserved is the CPU and memory the kubelet keeps from pods on node (system and
+// kube reserved, the eviction threshold): capacity − allocatable. Zero without a node.
+func kubeletReserved(node *v1.Node) Request {
+	if node == nil {
+		return Request{}
+	}
+	capacity, allocatable := node.Status.Capacity, node.Status.Allocatable
+	return Request{
+		MilliCPU: max(capacity.Cpu().MilliValue()-allocatable.Cpu().MilliValue(), 0),
+		Memory:   max(capacity.Memory().Value()-allocatable.Memory().Value(), 0),
+	}
+}
+
+// proportion is total·part/whole, rounded up so that what is spread is never
+// understated, without overflow: memory totals times memory sizes exceed int64.
+func proportion(total, part, whole int64) int64 {
+	if total <= 0 || part <= 0 || whole <= 0 {
+		return 0
+	}
+	part = min(part, whole)
+	hi, lo := bits.Mul64(uint64(total), uint64(part))
+	q, r := bits.Div64(hi, lo, uint64(whole)) // hi < whole since part ≤ whole and total < 2^63
+	if r != 0 {
+		q++
+	}
+	return int64(q)
 }
 
 // Choice is a set of NUMA nodes chosen for a pod on one node.

@@ -1,12 +1,14 @@
 package numa
 
 import (
+	"math"
 	"math/rand"
 	"slices"
 	"sync/atomic"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
@@ -56,7 +58,7 @@ func TestBestChoice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			free := tc.free
 			if free == nil {
-				free = FreeCapacity(twoSockets, nil, nil)
+				free = FreeCapacity(twoSockets, nil, nil, nil)
 			}
 			got, ok := BestChoice(twoSockets, free, tc.req)
 			if ok != tc.wantFit || !slices.Equal(got.Nodes, tc.want) {
@@ -97,7 +99,7 @@ func TestBestChoiceIDs(t *testing.T) {
 
 func TestBestChoiceGreedyBeyondCap(t *testing.T) {
 	nt := uniform("n", maxExhaustiveNUMANodes+4, 1, gi)
-	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil), Request{3000, gi})
+	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil, nil), Request{3000, gi})
 	if !ok || len(got.Nodes) != 3 {
 		t.Errorf("BestChoice on %d NUMA nodes = %v, %v; want 3 nodes", maxExhaustiveNUMANodes+4, got.Nodes, ok)
 	}
@@ -110,7 +112,7 @@ func TestBestChoiceSingleBeyondCap(t *testing.T) {
 	nt := uniform("n", maxExhaustiveNUMANodes+4, 1, 8*gi)
 	nt.Status.NUMANodes[0].CPUs = []int32{0, 100, 101, 102}
 	nt.Status.NUMANodes[0].MemoryBytes = gi
-	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil), Request{1000, 4 * gi})
+	got, ok := BestChoice(nt, FreeCapacity(nt, nil, nil, nil), Request{1000, 4 * gi})
 	if !ok || !slices.Equal(got.Nodes, []int32{1}) {
 		t.Errorf("BestChoice = %v, %v; want NUMA node [1]", got.Nodes, ok)
 	}
@@ -149,29 +151,75 @@ func TestFitAgreesWithBestChoice(t *testing.T) {
 }
 
 func TestFreeCapacity(t *testing.T) {
-	nt := uniform("n", 2, 4, 8*gi)
-	pods := []*v1.Pod{
-		on("n", pod("a", "2", 4*gi, map[string]string{annotations.NUMANodes: "0"})),
-		on("n", pod("b", "2", 2*gi, map[string]string{annotations.NUMANodes: "0,1"})),  // 1 CPU, 1Gi on each
-		on("n", pod("c", "8", 8*gi, map[string]string{annotations.NUMANodes: "zero"})), // malformed: ignored
-		on("n", pod("d", "8", 8*gi, nil)),                                              // not ours: ignored
-		on("n", pod("e", "1", 1*gi, map[string]string{annotations.NUMANodes: "1,7"})),  // 7 unknown: its half is dropped
-		on("n", pod("f", "500m", 0, nil)),                                              // reserved below
+	// Node 0: 4 CPUs, 8Gi; node 1: 4 CPUs, 8Gi; node 2: 8 CPUs, memoryless.
+	topo := topology("n", numaSpec{cpus: 4, mem: 8 * gi}, numaSpec{cpus: 4, mem: 8 * gi}, numaSpec{cpus: 8})
+	annotated := func(name, cpu string, mem int64, nodes string) *v1.Pod {
+		return on("n", pod(name, cpu, mem, map[string]string{annotations.NUMANodes: nodes}))
 	}
-	reserved := func(p *v1.Pod) ([]int32, Request, bool) {
-		if p.Name == "f" {
-			return []int32{1}, Request{MilliCPU: 500}, true
+	finished := on("n", pod("done", "16", 16*gi, nil))
+	finished.Status.Phase = v1.PodSucceeded
+	kubelet := &v1.Node{Status: v1.NodeStatus{
+		Capacity:    v1.ResourceList{v1.ResourceCPU: resource.MustParse("16"), v1.ResourceMemory: *resource.NewQuantity(16*gi, resource.BinarySI)},
+		Allocatable: v1.ResourceList{v1.ResourceCPU: resource.MustParse("14"), v1.ResourceMemory: *resource.NewQuantity(14*gi, resource.BinarySI)},
+	}}
+	full := []Free{{0, 4000, 8 * gi}, {1, 4000, 8 * gi}, {2, 8000, 0}}
+	for _, tc := range []struct {
+		name     string
+		node     *v1.Node
+		pods     []*v1.Pod
+		reserved map[string]reservation
+		want     []Free
+	}{
+		{name: "empty node", want: full},
+		{name: "one NUMA node", pods: []*v1.Pod{annotated("a", "2", 4*gi, "0")},
+			want: []Free{{0, 2000, 4 * gi}, {1, 4000, 8 * gi}, {2, 8000, 0}}},
+		{name: "two NUMA nodes, split evenly", pods: []*v1.Pod{annotated("b", "2", 2*gi, "0,1")},
+			want: []Free{{0, 3000, 7 * gi}, {1, 3000, 7 * gi}, {2, 8000, 0}}},
+		{name: "unannotated pod spread by CPUs and by memory", pods: []*v1.Pod{on("n", pod("d", "8", 8*gi, nil))},
+			// CPU 8 over 4:4:8 CPUs; memory 8Gi over 8Gi:8Gi:0.
+			want: []Free{{0, 2000, 4 * gi}, {1, 2000, 4 * gi}, {2, 4000, 0}}},
+		{name: "malformed annotation counts as unpinned", pods: []*v1.Pod{annotated("c", "8", 8*gi, "zero")},
+			want: []Free{{0, 2000, 4 * gi}, {1, 2000, 4 * gi}, {2, 4000, 0}}},
+		{name: "unknown NUMA node counts as unpinned", pods: []*v1.Pod{annotated("e", "8", 8*gi, "1,7")},
+			want: []Free{{0, 2000, 4 * gi}, {1, 2000, 4 * gi}, {2, 4000, 0}}},
+		{name: "reserved pod counts where it was reserved", pods: []*v1.Pod{on("n", pod("f", "500m", gi, nil))},
+			reserved: map[string]reservation{"f": {nodes: []int32{1}, req: Request{500, gi}}},
+			want:     []Free{{0, 4000, 8 * gi}, {1, 3500, 7 * gi}, {2, 8000, 0}}},
+		{name: "finished pods count nothing", pods: []*v1.Pod{finished}, want: full},
+		{name: "kubelet reserved is spread", node: kubelet,
+			// 2 CPUs over 4:4:8; 2Gi over the two nodes with memory.
+			want: []Free{{0, 3500, 7 * gi}, {1, 3500, 7 * gi}, {2, 7000, 0}}},
+		{name: "uneven shares round up", pods: []*v1.Pod{on("n", pod("g", "1", 3, nil))},
+			want: []Free{{0, 3750, 8*gi - 2}, {1, 3750, 8*gi - 2}, {2, 7500, 0}}},
+		{name: "floored at zero", pods: []*v1.Pod{annotated("h", "64", 64*gi, "0"), on("n", pod("i", "1", gi, nil))},
+			want: []Free{{0, 0, 0}, {1, 3750, 8*gi - gi/2}, {2, 7500, 0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reserved := func(p *v1.Pod) ([]int32, Request, bool) {
+				r, ok := tc.reserved[p.Name]
+				return r.nodes, r.req, ok
+			}
+			got := FreeCapacity(topo, tc.node, framework.NewNodeInfo(tc.pods...).GetPods(), reserved)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("FreeCapacity = %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestProportion(t *testing.T) {
+	for _, tc := range []struct{ total, part, whole, want int64 }{
+		{8, 4, 16, 2},
+		{1, 1, 3, 1}, // rounded up
+		{0, 1, 2, 0},
+		{5, 0, 2, 0},
+		{5, 1, 0, 0},
+		{1 << 50, 1 << 50, 1 << 51, 1 << 49}, // the product overflows int64
+		{math.MaxInt64, 3, 3, math.MaxInt64},
+	} {
+		if got := proportion(tc.total, tc.part, tc.whole); got != tc.want {
+			t.Errorf("proportion(%d, %d, %d) = %d, want %d", tc.total, tc.part, tc.whole, got, tc.want)
 		}
-		return nil, Request{}, false
-	}
-	infos := framework.NewNodeInfo(pods...).GetPods()
-	got := FreeCapacity(nt, infos, reserved)
-	want := []Free{
-		{ID: 0, MilliCPU: 4000 - 2000 - 1000, Memory: 8*gi - 4*gi - gi},
-		{ID: 1, MilliCPU: 4000 - 1000 - 500 - 500, Memory: 8*gi - gi - gi/2},
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("FreeCapacity = %+v\nwant %+v", got, want)
 	}
 }
 
@@ -189,7 +237,7 @@ func TestChooseMemo(t *testing.T) {
 	} {
 		topo := uniform("n", tc.numaNodes, 2, 4*gi)
 		nf := new(nodeFree)
-		*nf = newNodeFree(FreeCapacity(topo, nil, nil))
+		*nf = newNodeFree(FreeCapacity(topo, nil, nil, nil))
 		req := Request{3000, 4 * gi} // two NUMA nodes
 		first, ok := nf.choose(topo, req)
 		if !ok || len(first.Nodes) != 2 {
