@@ -34,8 +34,17 @@
 //     interfaces (veth, bridges, VLANs) have none. speedMbps is absent when the link is
 //     down or the driver does not say.
 //
+//   - A present device is Unhealthy where the kernel reports a fault on it (the reasons
+//     are in Snapshot.Faults): aer_dev_fatal's TOTAL_ERR_FATAL above 0 (any kind); a
+//     link trained narrower than the smaller of the device's and its upstream port's
+//     max_link_width (requestable kinds); for NICs and NVMe drives also a
+//     current_link_speed below the smaller max_link_speed. GPUs and accelerators lower
+//     their link speed while idle by design, so their speed is not judged. Unknown
+//     values (virtual functions, links that are down) are no data.
+//
 // Malformed content fails Read, naming the file, where going on would publish a wrong
 // topology (a node's CPU list or meminfo, the online-CPU list). Elsewhere the item is
 // left out or null and a warning naming the file is returned in Snapshot.Warnings; a
-// missing file is simply no data. Device health over time is the Tracker's.
+// missing file is simply no data. Device health over time (devices gone, drivers lost)
+// is the Tracker's.
 package topology

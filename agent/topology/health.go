@@ -17,14 +17,16 @@ import (
 //   - its sysfs entry is gone (hot-unplugged, or removed after "fell off the bus"), or
 //   - it is disabled: it had a driver bound, at some point since the tracker (or its
 //     seed) first saw it, and now has none; the kernel unbinds a driver that fails or is
-//     removed, and a device without one cannot serve a pod.
+//     removed, and a device without one cannot serve a pod, or
+//   - the reading itself says so: Read marks devices the kernel reports faults on (PCIe
+//     AER fatal errors, a degraded link; see Snapshot.Faults).
 //
 // The `enable` file is deliberately not used: it counts pci_enable_device() callers, so
 // it reads 0 for healthy devices whose driver never enables them (host bridges,
 // piix4_smbus), and for vfio-pci devices whenever no VM or pod has them open.
 //
-// A device is Healthy again once it is present and, if it ever had a driver, has one
-// again (any driver: rebinding a GPU from nvidia to vfio-pci is a choice, not a fault).
+// A device is Healthy again once it is present, read as Healthy and, if it ever had a
+// driver, has one again (any driver: rebinding a GPU from nvidia to vfio-pci is a choice, not a fault).
 // A device seeded as Unhealthy needs a driver to recover, since the seed cannot say
 // whether it had vanished or been disabled.
 type Tracker struct {
@@ -54,8 +56,9 @@ func NewTracker(seed []v1alpha1.PCIDevice) *Tracker {
 	return t
 }
 
-// Update takes the devices present now (as Read returns them) and returns every device
-// the tracker knows, present or not, with its health, sorted by address.
+// Update takes the devices present now (as Read returns them, Unhealthy where the
+// kernel reports a fault) and returns every device the tracker knows, present or not,
+// with its health, sorted by address.
 func (t *Tracker) Update(present []v1alpha1.PCIDevice) []v1alpha1.PCIDevice {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -70,7 +73,7 @@ func (t *Tracker) Update(present []v1alpha1.PCIDevice) []v1alpha1.PCIDevice {
 		k.hadDriver = k.hadDriver || d.Driver != ""
 		k.dev = d
 		k.dev.Health = v1alpha1.Healthy
-		if k.hadDriver && d.Driver == "" {
+		if d.Health == v1alpha1.Unhealthy || k.hadDriver && d.Driver == "" {
 			k.dev.Health = v1alpha1.Unhealthy
 		}
 	}

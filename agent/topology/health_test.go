@@ -12,6 +12,7 @@ func TestTracker(t *testing.T) {
 	bridge := v1alpha1.PCIDevice{Address: "0000:00:00.0", Kind: v1alpha1.KindOther, Health: v1alpha1.Healthy}
 	unbound := func(d v1alpha1.PCIDevice) v1alpha1.PCIDevice { d.Driver = ""; return d }
 	rebound := func(d v1alpha1.PCIDevice, drv string) v1alpha1.PCIDevice { d.Driver = drv; return d }
+	faulty := func(d v1alpha1.PCIDevice) v1alpha1.PCIDevice { d.Health = v1alpha1.Unhealthy; return d }
 
 	type step struct {
 		present []v1alpha1.PCIDevice
@@ -66,6 +67,20 @@ func TestTracker(t *testing.T) {
 			steps: []step{
 				{[]v1alpha1.PCIDevice{unbound(gpu)}, map[string]v1alpha1.DeviceHealth{gpu.Address: "Unhealthy"}},
 				{[]v1alpha1.PCIDevice{gpu}, map[string]v1alpha1.DeviceHealth{gpu.Address: "Healthy"}},
+			},
+		},
+		{
+			name: "a fault the read reports, then cleared",
+			steps: []step{
+				{[]v1alpha1.PCIDevice{gpu}, map[string]v1alpha1.DeviceHealth{gpu.Address: "Healthy"}},
+				{[]v1alpha1.PCIDevice{faulty(gpu)}, map[string]v1alpha1.DeviceHealth{gpu.Address: "Unhealthy"}},
+				{[]v1alpha1.PCIDevice{gpu}, map[string]v1alpha1.DeviceHealth{gpu.Address: "Healthy"}},
+			},
+		},
+		{
+			name: "a fault on a device without a driver",
+			steps: []step{
+				{[]v1alpha1.PCIDevice{faulty(bridge)}, map[string]v1alpha1.DeviceHealth{bridge.Address: "Unhealthy"}},
 			},
 		},
 		{

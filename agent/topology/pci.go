@@ -47,8 +47,9 @@ func isPCIBridge(class uint32) bool {
 	return class>>8 == 0x0604 || class>>8 == 0x0609
 }
 
-// readPCIDevices reads every PCI function except PCI-to-PCI bridges.
-func readPCIDevices(r root, numa numaInfo, warn func(error)) ([]v1alpha1.PCIDevice, error) {
+// readPCIDevices reads every PCI function except PCI-to-PCI bridges. Devices the kernel
+// reports faults on are Unhealthy, with the reasons in faulty by address.
+func readPCIDevices(r root, numa numaInfo, faulty map[string][]string, warn func(error)) ([]v1alpha1.PCIDevice, error) {
 	names, err := r.readDir(pciDevicesDir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return []v1alpha1.PCIDevice{}, nil
@@ -61,7 +62,7 @@ func readPCIDevices(r root, numa numaInfo, warn func(error)) ([]v1alpha1.PCIDevi
 		if !pciAddressRE.MatchString(name) {
 			continue
 		}
-		d, ok := readPCIDevice(r, numa, name, warn)
+		d, ok := readPCIDevice(r, numa, name, faulty, warn)
 		if ok {
 			devs = append(devs, d)
 		}
@@ -71,7 +72,7 @@ func readPCIDevices(r root, numa numaInfo, warn func(error)) ([]v1alpha1.PCIDevi
 
 // readPCIDevice reads one function. A device whose identity cannot be read is left out
 // with a warning: publishing it with a guessed kind would be a wrong topology.
-func readPCIDevice(r root, numa numaInfo, name string, warn func(error)) (v1alpha1.PCIDevice, bool) {
+func readPCIDevice(r root, numa numaInfo, name string, faulty map[string][]string, warn func(error)) (v1alpha1.PCIDevice, bool) {
 	link := pciDevicesDir + "/" + name
 	dir, err := r.resolve(link)
 	if err != nil {
@@ -111,6 +112,10 @@ func readPCIDevice(r root, numa numaInfo, name string, warn func(error)) (v1alph
 		d.Driver = drv
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		warn(err)
+	}
+	if f := faults(r, dir, d.Kind, warn); len(f) > 0 {
+		d.Health = v1alpha1.Unhealthy
+		faulty[name] = f
 	}
 	return d, true
 }

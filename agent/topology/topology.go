@@ -9,8 +9,11 @@ import (
 
 // Snapshot is one reading of a node's topology.
 type Snapshot struct {
-	// Topology has every present device Healthy; a Tracker decides health over time.
+	// Topology has every present device Healthy unless the kernel reports a fault on
+	// it (Faults); a Tracker adds what only time tells (a device gone, a driver lost).
 	Topology v1alpha1.Topology
+	// Faults are the reasons, by PCI address, that present devices are Unhealthy.
+	Faults map[string][]string
 	// Warnings are the items left out or left unknown ("no data") and why, each naming
 	// the file. They do not make the topology wrong, only less complete.
 	Warnings []error
@@ -22,7 +25,7 @@ type Snapshot struct {
 // an unreadable online-CPU list.
 func Read(dir string) (*Snapshot, error) {
 	r := root(dir)
-	snap := &Snapshot{}
+	snap := &Snapshot{Faults: map[string][]string{}}
 	warn := func(err error) { snap.Warnings = append(snap.Warnings, err) }
 
 	online, err := readOnlineCPUs(r)
@@ -33,7 +36,7 @@ func Read(dir string) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	devs, err := readPCIDevices(r, numa, warn)
+	devs, err := readPCIDevices(r, numa, snap.Faults, warn)
 	if err != nil {
 		return nil, err
 	}
