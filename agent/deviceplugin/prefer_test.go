@@ -1,0 +1,227 @@
+package deviceplugin
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"sextant.io/sextant/api/annotations"
+)
+
+const (
+	gpuRes = corev1.ResourceName("sextant.io/gpu")
+	nicRes = corev1.ResourceName("sextant.io/nic")
+	devA   = "0000:3b:00.0"
+	devB   = "0000:3c:00.0"
+	devC   = "0000:af:00.0"
+	devD   = "0000:b0:00.0"
+)
+
+var (
+	epoch    = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	numaABCD = map[string]int64{devA: 0, devB: 0, devC: 1, devD: 1}
+)
+
+func ctr(name string, gpus int64) corev1.Container {
+	c := corev1.Container{Name: name}
+	if gpus > 0 {
+		q := *resource.NewQuantity(gpus, resource.DecimalSI)
+		c.Resources.Requests = corev1.ResourceList{gpuRes: q}
+		c.Resources.Limits = corev1.ResourceList{gpuRes: q}
+	}
+	return c
+}
+
+// mkPod is a pod bound to the node, created minute minutes after epoch, annotated with
+// the devices given as "sextant.io/gpu=A,B;sextant.io/nic=C" ("" for none).
+func mkPod(name string, minute int, devices string, containers ...corev1.Container) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(epoch.Add(time.Duration(minute) * time.Minute))},
+		Spec:   corev1.PodSpec{NodeName: "node-1", Containers: containers},
+		Status: corev1.PodStatus{Phase: corev1.PodPending},
+	}
+	if devices != "" {
+		alloc := annotations.Allocation{}
+		for part := range strings.SplitSeq(devices, ";") {
+			res, ids, _ := strings.Cut(part, "=")
+			alloc[corev1.ResourceName(res)] = strings.Split(ids, ",")
+		}
+		p.Annotations = map[string]string{annotations.DevicesAllocated: alloc.String()}
+	}
+	return p
+}
+
+func with(p *corev1.Pod, f func(*corev1.Pod)) *corev1.Pod { f(p); return p }
+
+func TestPrefer(t *testing.T) {
+	all := []string{devA, devB, devC, devD}
+	p1 := mkPod("p1", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
+	p2 := mkPod("p2", 1, "sextant.io/gpu="+devC+","+devD, ctr("main", 2))
+	tests := []struct {
+		name      string
+		pods      []*corev1.Pod
+		req       PreferenceRequest
+		admitting func([]*corev1.Pod) []*corev1.Pod
+		want      string // IDs, comma-separated
+		outcome   string
+		pod       string // the pod the IDs come from
+	}{
+		{name: "one pod fits",
+			pods: []*corev1.Pod{p1},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeAnnotation, pod: "p1"},
+		{name: "two pods of the same size pending: the oldest first",
+			pods: []*corev1.Pod{p2, p1},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeTie, pod: "p1"},
+		{name: "two pods of the same size pending, the first one admitted: the second fits alone",
+			pods: []*corev1.Pod{p1, p2},
+			req:  PreferenceRequest{Resource: gpuRes, Available: []string{devC, devD}, Size: 2},
+			want: devC + "," + devD, outcome: OutcomeAnnotation, pod: "p2"},
+		{name: "two pods of the same size pending, the kubelet names the one it admits",
+			pods:      []*corev1.Pod{p1, p2},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			admitting: func(c []*corev1.Pod) []*corev1.Pod { return []*corev1.Pod{c[1]} },
+			want:      devC + "," + devD, outcome: OutcomeKubelet, pod: "p2"},
+		{name: "the kubelet cannot tell them apart either",
+			pods:      []*corev1.Pod{p2, p1},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			admitting: func(c []*corev1.Pod) []*corev1.Pod { return c },
+			want:      devA + "," + devB, outcome: OutcomeTie, pod: "p1"},
+		{name: "same creation time: namespace/name decides",
+			pods: []*corev1.Pod{mkPod("zz", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), mkPod("aa", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeTie, pod: "aa"},
+		{name: "preferred IDs no longer available: fall back, on one NUMA node",
+			pods: []*corev1.Pod{p1},
+			req:  PreferenceRequest{Resource: gpuRes, Available: []string{devB, devC, devD}, Size: 2},
+			want: devC + "," + devD, outcome: OutcomeFallback},
+		{name: "another size",
+			pods: []*corev1.Pod{p1},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 1},
+			want: devA, outcome: OutcomeFallback},
+		{name: "another resource",
+			pods: []*corev1.Pod{mkPod("n", 0, "sextant.io/nic="+devA, ctr("main", 1))},
+			req:  PreferenceRequest{Resource: gpuRes, Available: []string{devC, devD}, Size: 1},
+			want: devC, outcome: OutcomeFallback},
+		{name: "no annotation",
+			pods: []*corev1.Pod{mkPod("plain", 0, "", ctr("main", 2))},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeFallback},
+		{name: "malformed annotation",
+			pods: []*corev1.Pod{with(mkPod("bad", 0, "", ctr("main", 2)), func(p *corev1.Pod) {
+				p.Annotations = map[string]string{annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:af:00.0","nope"]}`}
+			})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: []string{devC, devD}, Size: 2},
+			want: devC + "," + devD, outcome: OutcomeFallback},
+		{name: "a running pod is not being admitted",
+			pods: []*corev1.Pod{with(mkPod("run", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeFallback},
+		{name: "a container waiting to restart ran before",
+			pods: []*corev1.Pod{with(mkPod("crash", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main",
+					State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+					LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1}}}}
+			})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeFallback},
+		{name: "a waiting container that never ran still counts",
+			pods: []*corev1.Pod{with(mkPod("wait", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}}}}
+			})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devC + "," + devD, outcome: OutcomeAnnotation, pod: "wait"},
+		{name: "deleted, finished and unbound pods are not admitted",
+			pods: []*corev1.Pod{
+				with(mkPod("del", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), func(p *corev1.Pod) { now := metav1.Now(); p.DeletionTimestamp = &now }),
+				with(mkPod("done", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }),
+				with(mkPod("unbound", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), func(p *corev1.Pod) { p.Spec.NodeName = "" }),
+			},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeFallback},
+		{name: "an init container's devices must be included",
+			pods: []*corev1.Pod{with(mkPod("init", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), func(p *corev1.Pod) {
+				p.Spec.InitContainers = []corev1.Container{ctr("prep", 1)}
+			})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, MustInclude: []string{devD}, Size: 2},
+			want: devD + "," + devC, outcome: OutcomeAnnotation, pod: "init"},
+		{name: "must-include outside the annotation: fall back beside it, on its NUMA node",
+			pods: []*corev1.Pod{p1},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, MustInclude: []string{devC}, Size: 2},
+			want: devC + "," + devD, outcome: OutcomeFallback},
+		{name: "a request set only as a limit",
+			pods: []*corev1.Pod{mkPod("lim", 0, "sextant.io/gpu="+devC, corev1.Container{Name: "main",
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpuRes: resource.MustParse("1")}}})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 1},
+			want: devC, outcome: OutcomeAnnotation, pod: "lim"},
+		{name: "fallback without NUMA data: address order",
+			pods: nil,
+			req:  PreferenceRequest{Resource: gpuRes, Available: []string{"0000:03:00.0", "0000:01:00.0", "0000:02:00.0"}, Size: 2},
+			want: "0000:01:00.0,0000:02:00.0", outcome: OutcomeFallback},
+		{name: "fallback with no NUMA node holding them all: address order",
+			pods: nil,
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 3},
+			want: devA + "," + devB + "," + devC, outcome: OutcomeFallback},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Prefer(tt.pods, tt.req, numaABCD, tt.admitting)
+			if ids := strings.Join(got.IDs, ","); ids != tt.want || got.Outcome != tt.outcome {
+				t.Errorf("Prefer = %s (%s), want %s (%s)", ids, got.Outcome, tt.want, tt.outcome)
+			}
+			name := ""
+			if got.Pod != nil {
+				name = got.Pod.Name
+			}
+			if name != tt.pod {
+				t.Errorf("pod = %q, want %q", name, tt.pod)
+			}
+		})
+	}
+}
+
+// A pod whose containers each ask for one device gets its listed devices one
+// container at a time, as the kubelet asks.
+func TestPreferMultiContainer(t *testing.T) {
+	p := mkPod("two", 0, "sextant.io/gpu="+devB+","+devC, ctr("a", 1), ctr("b", 1))
+	first := Prefer([]*corev1.Pod{p}, PreferenceRequest{Resource: gpuRes, Available: []string{devA, devB, devC, devD}, Size: 1}, numaABCD, nil)
+	if strings.Join(first.IDs, ",") != devB || first.Outcome != OutcomeAnnotation {
+		t.Fatalf("first container: %v (%s), want %s", first.IDs, first.Outcome, devB)
+	}
+	second := Prefer([]*corev1.Pod{p}, PreferenceRequest{Resource: gpuRes, Available: []string{devA, devC, devD}, Size: 1}, numaABCD, nil)
+	if strings.Join(second.IDs, ",") != devC || second.Outcome != OutcomeAnnotation {
+		t.Fatalf("second container: %v (%s), want %s", second.IDs, second.Outcome, devC)
+	}
+}
+
+// Two pods pending at once, asked about in the kubelet's order: whichever the kubelet
+// admits first, the two sets are disjoint and each pod that is asked about while alone
+// gets its own.
+func TestPreferSequence(t *testing.T) {
+	p1 := mkPod("p1", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
+	p2 := mkPod("p2", 1, "sextant.io/gpu="+devC+","+devD, ctr("main", 2))
+	avail := []string{devA, devB, devC, devD}
+	first := Prefer([]*corev1.Pod{p1, p2}, PreferenceRequest{Resource: gpuRes, Available: avail, Size: 2}, numaABCD, nil)
+	var rest []string
+	for _, id := range avail {
+		if !strings.Contains(strings.Join(first.IDs, ","), id) {
+			rest = append(rest, id)
+		}
+	}
+	second := Prefer([]*corev1.Pod{p1, p2}, PreferenceRequest{Resource: gpuRes, Available: rest, Size: 2}, numaABCD, nil)
+	if strings.Join(first.IDs, ",") != devA+","+devB || strings.Join(second.IDs, ",") != devC+","+devD {
+		t.Errorf("first %v, second %v; want p1's then p2's", first.IDs, second.IDs)
+	}
+	if second.Outcome != OutcomeAnnotation || second.Pod != p2 {
+		t.Errorf("second: %s from %v, want p2's annotation", second.Outcome, second.Pod)
+	}
+}
