@@ -33,7 +33,6 @@
 //     above its device link (virtio-net sits on a virtio device under one); virtual
 //     interfaces (veth, bridges, VLANs) have none. speedMbps is absent when the link is
 //     down or the driver does not say.
-//
 //   - A present device is Unhealthy where the kernel reports a fault on it (the reasons
 //     are in Snapshot.Faults): aer_dev_fatal's TOTAL_ERR_FATAL above 0 (any kind); a
 //     link trained narrower than the smaller of the device's and its upstream port's
