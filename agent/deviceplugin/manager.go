@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -145,7 +146,7 @@ func (m *Manager) Update(devs []v1alpha1.PCIDevice, excluded map[string]string) 
 			m.log.Info("device handed to pods again", "device", addr)
 		}
 	}
-	m.all, m.excluded = slices.Clone(devs), excluded
+	m.all, m.excluded = slices.Clone(devs), maps.Clone(excluded)
 	started := false
 	for _, kind := range v1alpha1.RequestableDeviceKinds {
 		var list []*pluginapi.Device
@@ -213,9 +214,21 @@ func (m *Manager) Run(ctx context.Context) error {
 			_ = os.Remove(ep.socket)
 		}
 	}()
-	if err := m.waitForDir(ctx); err != nil || ctx.Err() != nil {
-		return err
+	for {
+		if err := m.waitForDir(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+		if err := m.watch(ctx); err != nil || ctx.Err() != nil {
+			return err
+		}
+		// The directory itself went (the kubelet's root was reset): wait for it again.
+		m.forceRegister()
 	}
+}
+
+// watch reconciles on every event in the device-plugins directory and every retry or
+// resync, until ctx ends (nil), the directory is removed (nil), or the watch fails.
+func (m *Manager) watch(ctx context.Context) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("watch %s: %w", m.cfg.PluginDir, err)
@@ -247,9 +260,13 @@ func (m *Manager) Run(ctx context.Context) error {
 			if !ok {
 				return errors.New("device-plugins directory watch closed")
 			}
-			if ev.Name == kubeletSock && ev.Has(fsnotify.Create) {
+			switch {
+			case ev.Name == kubeletSock && ev.Has(fsnotify.Create):
 				m.log.Info("kubelet socket created: registering again", "socket", kubeletSock)
 				m.forceRegister()
+			case filepath.Clean(ev.Name) == filepath.Clean(m.cfg.PluginDir) && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
+				m.log.Warn("the kubelet's device-plugins directory was removed", "dir", m.cfg.PluginDir)
+				return nil
 			}
 		}
 		// Any event (an endpoint's socket removed above all) leads to a reconcile,

@@ -546,3 +546,27 @@ func TestNewValidates(t *testing.T) {
 		}
 	}
 }
+
+// The device-plugins directory removed and made again (the kubelet's root reset): the
+// plugin waits for it and serves and registers there again.
+func TestPluginDirRecreated(t *testing.T) {
+	parent := socketDir(t)
+	dir := filepath.Join(parent, "dp")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k1 := startKubelet(t, dir)
+	h := startManager(t, dir, func(c *Config) { c.Resync = time.Hour })
+	h.m.Update(gpus(v1alpha1.Healthy), nil)
+	eventually(t, "registration", func() bool { return k1.registered("sextant.io/gpu") == 1 })
+	k1.stop()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k2 := startKubelet(t, dir)
+	eventually(t, "registration in the new directory", func() bool { return k2.registered("sextant.io/gpu") == 1 })
+}
