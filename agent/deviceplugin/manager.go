@@ -53,8 +53,9 @@ type Config struct {
 
 	// Pods lists the pods bound to this node (the shared node pod informer's store).
 	Pods func() ([]*corev1.Pod, error)
-	// FreshPods, if set, lists them from the API server; asked when the cached pods
-	// have no candidate, in case the kubelet saw a pod before the agent's watch did.
+	// FreshPods, if set, lists the pods bound to this node from the API server (a
+	// field selector on spec.nodeName); asked when the cached pods have no candidate,
+	// in case the kubelet saw a pod before the agent's watch did.
 	FreshPods func(context.Context) ([]*corev1.Pod, error)
 	// KubeletPods, if set, is the kubelet's PodResources List; asked when several pods
 	// are candidates, to find the one the kubelet is admitting.
