@@ -33,6 +33,7 @@ import (
 	"sextant.io/sextant/ranker/plugins/bandwidth"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 const (
@@ -146,10 +147,12 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 				return bandwidth.NewWith(args, store, time.Now)
 			},
 			numa.Name: func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-				return numa.NewWith(store, nil, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) }), nil
+				return numa.NewWith(store, nil, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) }).WithProfile(h), nil
 			},
 			devices.Name: func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-				return devices.NewWith(store, nil, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) }), nil
+				d := devices.NewWith(store, nil, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) })
+				numahint.Default.Register(h, d)
+				return d, nil
 			},
 		}
 		if err := registry.Merge(sextant); err != nil {

@@ -213,9 +213,9 @@ func FromPreferred(free *Free, want Want, preferred []int32) int64 {
 	return n
 }
 
-// Pick chooses the exact devices for req: first those on the preferred NUMA nodes, then
-// from as few other NUMA nodes as possible (devices of unknown locality last), in address
-// order within a NUMA node.
+// Pick chooses the exact devices for req: first those on the preferred NUMA nodes, in
+// the order preferred lists them, then from as few other NUMA nodes as possible
+// (devices of unknown locality last), in address order within a NUMA node.
 // ok is false when a kind has too few free devices.
 func Pick(free *Free, want Want, preferred []int32) (annotations.Allocation, bool) {
 	out := annotations.Allocation{}
@@ -230,13 +230,18 @@ func Pick(free *Free, want Want, preferred []int32) (annotations.Allocation, boo
 		for _, d := range devices { // already in address order
 			switch {
 			case d.NUMANode != nil && slices.Contains(preferred, *d.NUMANode):
-				if len(chosen) < need {
-					chosen = append(chosen, d.Address)
-				}
+				// Taken below, in the order of preferred.
 			case d.NUMANode != nil:
 				groups[*d.NUMANode] = append(groups[*d.NUMANode], d.Address)
 			default:
 				unknown = append(unknown, d.Address)
+			}
+		}
+		for _, n := range preferred {
+			for _, d := range devices {
+				if len(chosen) < need && d.NUMANode != nil && *d.NUMANode == n {
+					chosen = append(chosen, d.Address)
+				}
 			}
 		}
 		order := make([]int32, 0, len(groups))

@@ -37,6 +37,7 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/cyclestate"
 	"sextant.io/sextant/ranker/plugins/nodecache"
+	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/podledger"
 )
 
@@ -91,6 +92,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	pl := NewWith(store, h.ClientSet(), func(node string) (fwk.NodeInfo, error) {
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	})
+	numahint.Default.Register(h, pl)
 	if f := h.SharedInformerFactory(); f != nil {
 		if err := pl.ledger.ForgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
 			return nil, fmt.Errorf("device plugin: watch pods for reservations: %w", err)

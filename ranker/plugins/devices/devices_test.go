@@ -116,7 +116,8 @@ func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeT
 		return nil, fmt.Errorf("node %q not found", node)
 	}
 	client := fake.NewClientset()
-	return numa.NewWith(store, client, lookup), NewWith(store, client, lookup), client
+	dp := NewWith(store, client, lookup)
+	return numa.NewWith(store, client, lookup).WithDevices(dp), dp, client
 }
 
 type plugin interface {
@@ -361,29 +362,28 @@ func TestFilterRejectionMetric(t *testing.T) {
 	}
 }
 
+// TestScore: the NUMA set counts the devices (see TestOneNUMASet), so the node that
+// holds the pod's GPUs in one NUMA node wins on NUMAAware's score, whether or not the pod
+// asks for CPU; DeviceAware's own score is full on both, every device being inside the
+// chosen set.
 func TestScore(t *testing.T) {
 	twoGPUs := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}
 	// split: one GPU per NUMA node, together: both GPUs on NUMA node 1.
 	split := topology("split", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
 	together := topology("together", 2, 4, gpu("0000:81:00.0", 1), gpu("0000:82:00.0", 1))
-	for _, tc := range []struct {
-		name string
-		cpu  string
-		want map[string]int64
-	}{
-		// Without CPU requests NUMAAware chooses nothing: the NUMA node with the most
-		// free GPUs is preferred.
-		{name: "no NUMA choice", want: map[string]int64{"split": 50, "together": 100}},
-		// NUMAAware gives the pod NUMA node 0 on both nodes (lowest ID): "together" has no
-		// GPU there, "split" has one.
-		{name: "NUMA choice decides", cpu: "1", want: map[string]int64{"split": 50, "together": 0}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, cpu := range []string{"", "1"} {
+		t.Run("cpu="+cpu, func(t *testing.T) {
 			infos := []*framework.NodeInfo{nodeInfo("split"), nodeInfo("together")}
 			np, dp, _ := plugins(t, infos, split, together)
-			r := schedule(t, pod("p", tc.cpu, twoGPUs, nil), infos, np, dp)
-			if fmt.Sprint(r.scores[Name]) != fmt.Sprint(tc.want) {
-				t.Errorf("scores = %v, want %v", r.scores[Name], tc.want)
+			r := schedule(t, pod("p", cpu, twoGPUs, nil), infos, np, dp)
+			if r.selected != "together" {
+				t.Errorf("selected %q, want together", r.selected)
+			}
+			if n := r.scores[numa.Name]; n["together"] <= n["split"] {
+				t.Errorf("NUMAAware scores = %v, want together above split", n)
+			}
+			if d := r.scores[Name]; d["split"] != fwk.MaxNodeScore || d["together"] != fwk.MaxNodeScore {
+				t.Errorf("DeviceAware scores = %v, want %d on both", d, fwk.MaxNodeScore)
 			}
 		})
 	}

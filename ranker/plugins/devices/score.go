@@ -2,10 +2,12 @@ package devices
 
 import (
 	"context"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
@@ -37,21 +39,53 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 		return 0, nil
 	}
 	free := pl.free(rec, topo, nodeInfo)
-	preferred := preferredNUMA(state, nodeInfo, free, s.want)
+	preferred := preferredNUMA(state, nodeInfo, topo, free, s.want)
 	return fwk.MaxNodeScore * FromPreferred(free, s.want, preferred) / s.total, nil
 }
 
 // ScoreExtensions returns nil: scores are already in [0, MaxNodeScore].
 func (pl *DeviceAware) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
-// preferredNUMA is NUMAAware's choice for the pod on node, else the NUMA node holding
-// the most of the requested devices (none if no free device has a known NUMA node).
-func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, free *Free, want Want) []int32 {
+// preferredNUMA is NUMAAware's choice for the pod on node, which holds the pod's
+// devices too (see numahint), its NUMA nodes with CPUs first: devices are taken closest
+// to the CPUs the pod runs on before those on CPU-less NUMA nodes of the set. Without a
+// choice it is the NUMA node holding the most of the requested devices (none if no free
+// device has a known NUMA node).
+func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, topo *v1alpha1.NodeTopology, free *Free, want Want) []int32 {
 	if chosen, ok := numa.ChosenNUMANodes(state, nodeInfo); ok {
-		return chosen
+		return withCPUsFirst(topo, chosen)
 	}
 	if best, ok := BestNUMANode(free, want); ok {
 		return []int32{best}
 	}
 	return nil
+}
+
+// withCPUsFirst orders nodes (ascending IDs) so that the NUMA nodes with CPUs come
+// before those without, keeping ID order within each. It returns nodes itself when
+// nothing moves, which is every node without CPU-less NUMA nodes.
+func withCPUsFirst(topo *v1alpha1.NodeTopology, nodes []int32) []int32 {
+	cpuless := func(id int32) bool {
+		for _, n := range topo.Status.NUMANodes {
+			if n.ID == id {
+				return len(n.CPUs) == 0
+			}
+		}
+		return false
+	}
+	if !slices.ContainsFunc(nodes, cpuless) {
+		return nodes
+	}
+	out := make([]int32, 0, len(nodes))
+	for _, id := range nodes {
+		if !cpuless(id) {
+			out = append(out, id)
+		}
+	}
+	for _, id := range nodes {
+		if cpuless(id) {
+			out = append(out, id)
+		}
+	}
+	return out
 }

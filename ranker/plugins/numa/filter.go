@@ -10,15 +10,56 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // Messages are fixed strings so the scheduler's FailedScheduling event can aggregate them
 // over nodes.
 const (
-	msgNoFit          = "node(s) didn't have enough free CPU and memory in their NUMA nodes for the pod"
-	msgSingleNUMANode = "node(s) had no single NUMA node with enough free CPU and memory (" + annotations.NUMAPolicy + ": single-numa-node)"
-	msgNoTopology     = "node(s) had no NodeTopology to check " + annotations.NUMAPolicy + ": single-numa-node against"
+	msgNoTopology = "node(s) had no NodeTopology to check " + annotations.NUMAPolicy + ": single-numa-node against"
 )
+
+// msgSingleNUMANode says which resource no single NUMA node of a node has enough of,
+// or that each has some NUMA node but none has all; one fixed string per resource, so
+// FailedScheduling still aggregates over nodes.
+func msgSingleNUMANode(resource string) string {
+	return "node(s) had no single NUMA node with enough free " + resource + " (" + annotations.NUMAPolicy + ": single-numa-node)"
+}
+
+// msgNoFit names the resource that all NUMA nodes of a node together lack; one fixed
+// string per resource.
+func msgNoFit(resource string) string {
+	return "node(s) didn't have enough free " + resource + " in their NUMA nodes for the pod"
+}
+
+// shortResource names the resource that makes a single NUMA node fail: the first of
+// cpu, memory and the device resources that no NUMA node has enough of alone, else all
+// of them together.
+func shortResource(free []Free, req Request) string {
+	lacks := func(enough func(*Free) bool) bool {
+		for i := range free {
+			if enough(&free[i]) {
+				return false
+			}
+		}
+		return true
+	}
+	if lacks(func(f *Free) bool { return f.MilliCPU >= req.MilliCPU }) {
+		return "cpu"
+	}
+	if lacks(func(f *Free) bool { return f.Memory >= req.Memory }) {
+		return "memory"
+	}
+	for k, want := range req.Devices {
+		if lacks(func(f *Free) bool { return f.Devices[k] >= want }) {
+			return string(v1alpha1.RequestableDeviceKinds[k].ResourceName())
+		}
+	}
+	if !req.Devices.IsZero() {
+		return "cpu, memory and devices together"
+	}
+	return "cpu and memory together"
+}
 
 // Filter drops a node whose NUMA nodes together cannot give the pod its CPU and memory
 // and, under single-numa-node, one where no single NUMA node can.
@@ -45,13 +86,14 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		s.markUneven()
 		return nil
 	}
-	switch reason, uneven := fit(nf.free(), s.req, s.policy); reason {
+	req := nf.effective(s.req, s.policy)
+	switch reason, uneven := fit(nf.free(), req, s.policy); reason {
 	case reasonNoFit:
 		filterRejections.WithLabelValues(reason).Inc()
-		return fwk.NewStatus(fwk.Unschedulable, msgNoFit)
+		return fwk.NewStatus(fwk.Unschedulable, msgNoFit(shortResource([]Free{totalFree(nf.free())}, req)))
 	case reasonSingleNUMANode:
 		filterRejections.WithLabelValues(reason).Inc()
-		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode)
+		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode(shortResource(nf.free(), req)))
 	default:
 		if uneven {
 			s.markUneven()
@@ -85,12 +127,21 @@ func fitsAll(free []Free, req Request) bool {
 	return req.within(total(free))
 }
 
+// totalFree is the free capacity of all NUMA nodes together, as one Free.
+func totalFree(free []Free) Free {
+	t := total(free)
+	return Free{MilliCPU: t.MilliCPU, Memory: t.Memory, Devices: t.Devices}
+}
+
 // total is the free capacity of all NUMA nodes together.
 func total(free []Free) Request {
 	var sum Request
 	for _, f := range free {
 		sum.MilliCPU += f.MilliCPU
 		sum.Memory += f.Memory
+		for k, c := range f.Devices {
+			sum.Devices[k] += c
+		}
 	}
 	return sum
 }
@@ -113,6 +164,9 @@ func hasNUMA(topo *v1alpha1.NodeTopology) bool {
 // node; the memo answers all but the first without repeating a search of up to 4095
 // sets or keeping a per-cycle map of every node.
 type nodeFree struct {
+	// unknown are the node's free devices whose NUMA node is unknown: they fit any set,
+	// so choices and fits ask the NUMA nodes for the rest only (effective).
+	unknown numahint.Counts
 	// The free capacity is kept in the cache entry itself up to inlineNUMANodes NUMA
 	// nodes (n of inline), else in spill: Filter reads it for every node of every pod,
 	// and a separate array was one more cache miss per node at 5000 nodes.
@@ -128,13 +182,13 @@ type nodeFree struct {
 // servers have one, two or four.
 const inlineNUMANodes = 4
 
-func newNodeFree(free []Free) nodeFree {
+func newNodeFree(free []Free, unknown numahint.Counts) nodeFree {
 	if len(free) > inlineNUMANodes {
-		return nodeFree{n: len(free), spill: free}
+		return nodeFree{n: len(free), spill: free, unknown: unknown}
 	}
 	var inline [inlineNUMANodes]Free
 	copy(inline[:], free)
-	return nodeFree{n: len(free), inline: inline}
+	return nodeFree{n: len(free), inline: inline, unknown: unknown}
 }
 
 // free is the node's free capacity per NUMA node, in NUMA node ID order. It points into
@@ -156,7 +210,8 @@ type choiceMemo struct {
 // topology is topo (BestChoice). The memo needs no other key: a nodeFree is only ever
 // reached for one (NodeInfo generation, NodeTopology object), and BestChoice depends on
 // nothing else.
-func (nf *nodeFree) choose(topo *v1alpha1.NodeTopology, req Request) (Choice, bool) {
+func (nf *nodeFree) choose(topo *v1alpha1.NodeTopology, req Request, policy annotations.NUMAPolicyValue) (Choice, bool) {
+	req = nf.effective(req, policy)
 	// The common case, one NUMA node, is cheaper found again than remembered.
 	free := nf.free()
 	if ch, ok := singleChoice(free, req); ok {
@@ -173,6 +228,19 @@ func (nf *nodeFree) choose(topo *v1alpha1.NodeTopology, req Request) (Choice, bo
 	ch, fits := bestChoice(free, req, lazyDistances{topo: topo, cache: &nf.dist})
 	nf.last.Store(&choiceMemo{req: req, choice: ch, fits: fits})
 	return ch, fits
+}
+
+// effective is req less the devices of unknown NUMA node, which any set can take;
+// under single-numa-node they count for none, since a device must be shown to sit on
+// the pod's NUMA node.
+func (nf *nodeFree) effective(req Request, policy annotations.NUMAPolicyValue) Request {
+	if nf.unknown.IsZero() || req.Devices.IsZero() || policy == annotations.PolicySingleNUMANode {
+		return req
+	}
+	for k := range req.Devices {
+		req.Devices[k] = max(req.Devices[k]-nf.unknown[k], 0)
+	}
+	return req
 }
 
 // memoFromNUMANodes is the NUMA node count above which choose keeps its last choice: up
@@ -195,10 +263,22 @@ func (pl *NUMAAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, node
 		// The name is read here, on a miss only: it is outside the record's first cache
 		// line.
 		node := rec.Name()
-		return newNodeFree(FreeCapacity(topo, nodeInfo.Node(), nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
+		free := FreeCapacity(topo, nodeInfo.Node(), nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
 			r, ok := pl.ledger.Get(p.UID, node)
 			return r.nodes, r.req, ok
-		}))
+		})
+		var unknown numahint.Counts
+		if dp := pl.deviceProvider(); dp != nil && len(topo.Status.PCIDevices) > 0 {
+			// The provider's free devices are cached under the same key (NodeInfo
+			// generation, NodeTopology object), so they change only with this value.
+			if byNUMA, u, ok := dp.Free(nodeInfo); ok {
+				for i := range free {
+					free[i].Devices = byNUMA[free[i].ID]
+				}
+				unknown = u
+			}
+		}
+		return newNodeFree(free, unknown)
 	})
 }
 

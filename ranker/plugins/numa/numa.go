@@ -1,7 +1,8 @@
-// Package numa is the NUMAAware scheduler plugin: it ranks nodes by how few NUMA nodes a
-// pod's CPU and memory requests need there (fewer is better, ties broken by NUMA
-// distance), can make "fits in one NUMA node" a hard filter, and writes the chosen NUMA
-// nodes onto the pod before it is bound.
+// Package numa is the NUMAAware scheduler plugin: it makes one NUMA decision per pod and
+// node, the smallest set of NUMA nodes whose free CPU, memory and devices of every
+// requested kind together hold the pod (devices as DeviceAware reports them, see
+// numahint), ranks nodes by it (fewer NUMA nodes better, ties by NUMA distance), can make
+// "fits in one NUMA node" a hard filter, and puts the set on the pod's Binding.
 //
 // Free capacity per NUMA node is the agent's NodeTopology (CPUs and memoryBytes of each
 // NUMA node) minus what the pods already on the node and its kubelet take there. A pod
@@ -21,9 +22,15 @@
 //     nothing is known about its NUMA nodes; nothing is written for a pod placed there.
 //     Under single-numa-node such a node is dropped: a hard requirement that cannot be
 //     checked is not met.
-//   - The choice is the smallest set of NUMA nodes whose free CPU and memory together
-//     cover the request, ties by the smallest sum of pairwise SLIT distances, then lowest
-//     IDs. Every subset is tried up to 12 NUMA nodes; beyond, a greedy choice is used.
+//   - The choice is the smallest set of NUMA nodes whose free CPU, memory and devices
+//     together cover the request, ties by the smallest average NUMA distance over all
+//     ordered pairs of the set (the diagonal included, as scheduler-plugins'
+//     LeastNUMANodes and the kubelet's prefer-closest-numa-nodes), then lowest IDs.
+//     Every subset is tried up to 12 NUMA nodes; beyond, a greedy choice is used.
+//   - Devices of unknown NUMA node fit any set, except under single-numa-node, where a
+//     device must be shown to sit on the pod's NUMA node.
+//   - A NUMA node without memory gives a set its CPUs and devices; the set's memory must
+//     come from its other NUMA nodes.
 //   - Nominated pods (preemption in progress) count like any pod without the
 //     annotation where the framework adds them to the node.
 //   - When every node that passed Filter fits the pod in one NUMA node, Score is skipped:
@@ -46,6 +53,7 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/cyclestate"
 	"sextant.io/sextant/ranker/plugins/nodecache"
+	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/podledger"
 )
 
@@ -81,6 +89,39 @@ type NUMAAware struct {
 	// at least (see floor).
 	floor floorKeeper
 	now   func() time.Time
+	// handle finds the profile's device provider (numahint) once all plugins are built;
+	// devices holds it from then on. Nil in both: the pod's devices are not NUMA-bound.
+	handle  fwk.Handle
+	devices atomic.Pointer[numahint.Provider]
+}
+
+// WithDevices makes p the source of the NUMA nodes' free devices and of pods' device
+// requests, for plugins built without a framework handle (tests, embedding).
+func (pl *NUMAAware) WithDevices(p numahint.Provider) *NUMAAware {
+	pl.devices.Store(&p)
+	return pl
+}
+
+// WithProfile makes the plugin find its device provider in numahint.Default under h,
+// the handle of the profile it belongs to, as New does.
+func (pl *NUMAAware) WithProfile(h fwk.Handle) *NUMAAware {
+	pl.handle = h
+	return pl
+}
+
+// deviceProvider returns the profile's device provider, nil when it has none.
+func (pl *NUMAAware) deviceProvider() numahint.Provider {
+	if p := pl.devices.Load(); p != nil {
+		return *p
+	}
+	if pl.handle == nil {
+		return nil
+	}
+	p := numahint.Default.Lookup(pl.handle)
+	if p != nil {
+		pl.devices.Store(&p)
+	}
+	return p
 }
 
 var (
@@ -107,7 +148,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	}
 	pl := NewWith(store, h.ClientSet(), func(node string) (fwk.NodeInfo, error) {
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
-	})
+	}).WithProfile(h)
 	if f := h.SharedInformerFactory(); f != nil {
 		pods := f.Core().V1().Pods().Informer()
 		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {
@@ -195,7 +236,7 @@ func ChosenNUMANodes(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool
 	if !ok {
 		return nil, false
 	}
-	ch, ok := nf.choose(topo, s.req)
+	ch, ok := nf.choose(topo, s.req, s.policy)
 	if !ok || s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		return nil, false // Filter rejects the node: there is no choice on it
 	}

@@ -14,20 +14,32 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
-// Request is a pod's CPU (millicores) and memory (bytes) request.
+// Request is what a pod asks of a node's NUMA nodes: CPU (millicores), memory (bytes)
+// and devices of each kind (from the device provider, see numahint).
 type Request struct {
 	MilliCPU int64
 	Memory   int64
+	Devices  numahint.Counts
 }
 
-// IsZero says the pod asks for neither CPU nor memory.
-func (r Request) IsZero() bool { return r.MilliCPU <= 0 && r.Memory <= 0 }
+// IsZero says the pod asks for neither CPU, memory nor devices.
+func (r Request) IsZero() bool { return r.MilliCPU <= 0 && r.Memory <= 0 && r.Devices.IsZero() }
 
-// within reports whether r asks for no more than room has, CPU and memory.
+// within reports whether r asks for no more than room has, of every resource.
 func (r Request) within(room Request) bool {
-	return r.MilliCPU <= room.MilliCPU && r.Memory <= room.Memory
+	return r.MilliCPU <= room.MilliCPU && r.Memory <= room.Memory && devicesWithin(r.Devices, room.Devices)
+}
+
+func devicesWithin(want, have numahint.Counts) bool {
+	for k := range want {
+		if want[k] > have[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // lowest is the smaller of a and b, CPU and memory each.
@@ -59,6 +71,13 @@ type Free struct {
 	ID       int32
 	MilliCPU int64
 	Memory   int64
+	// Devices are its healthy, unallocated devices of each kind.
+	Devices numahint.Counts
+}
+
+// covers reports whether f alone holds req.
+func (f *Free) covers(req Request) bool {
+	return f.MilliCPU >= req.MilliCPU && f.Memory >= req.Memory && devicesWithin(req.Devices, f.Devices)
 }
 
 // FreeCapacity is the topology's capacity per NUMA node minus what the node's pods and
@@ -181,17 +200,22 @@ func proportion(total, part, whole int64) int64 {
 type Choice struct {
 	// Nodes are the NUMA node IDs, ascending. They may be shared: do not modify them.
 	Nodes []int32
-	// Distance is the sum of the pairwise NUMA distances of Nodes (0 for one node).
+	// Distance is setDistance of Nodes (0 for one NUMA node, whose only distance, to
+	// itself, is the same everywhere).
 	Distance int64
 }
 
-// maxExhaustiveNUMANodes caps the subset search: up to 12 NUMA nodes every subset is
-// tried (4095 at most, ~255 for the usual ≤ 8); beyond that a greedy choice is used.
+// maxExhaustiveNUMANodes caps the exact search. Up to 12 NUMA nodes every subset of
+// each size a per-resource bound leaves reachable is tried: at most 4095 sets, each
+// checked in O(size) and its distance in O(size²), and at most 255 on the usual ≤ 8
+// NUMA nodes; the first size with a covering set ends the search. Beyond 12 NUMA nodes a
+// greedy choice is used (greedyChoice), in O(n²).
 const maxExhaustiveNUMANodes = 12
 
-// BestChoice returns the smallest set of NUMA nodes whose free CPU and memory together
-// cover req, ties broken by the smallest sum of pairwise distances, then by the lowest
-// IDs. ok is false when even all NUMA nodes together do not cover req.
+// BestChoice returns the smallest set of NUMA nodes whose free CPU, memory and devices
+// of each kind together cover req, ties broken by the smallest average distance over
+// all ordered pairs of the set (setDistance), then by the lowest IDs. ok is false when
+// even all NUMA nodes together do not cover req.
 func BestChoice(topo *v1alpha1.NodeTopology, free []Free, req Request) (Choice, bool) {
 	return bestChoice(free, req, lazyDistances{topo: topo})
 }
@@ -230,19 +254,12 @@ func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 		return greedyChoice(free, dists.get(free), req)
 	}
 	var dist [][]int64 // built on first need
-	// Upper bounds per set size, to skip sizes that cannot possibly fit.
-	var cpuBuf, memBuf [maxExhaustiveNUMANodes]int64
-	cpus, mems := cpuBuf[:n], memBuf[:n]
-	for i, f := range free {
-		cpus[i], mems[i] = f.MilliCPU, f.Memory
-	}
-	slices.SortFunc(cpus, func(a, b int64) int { return cmp.Compare(b, a) })
-	slices.SortFunc(mems, func(a, b int64) int { return cmp.Compare(b, a) })
-	topCPU, topMem := cpus[0], mems[0]
+	// Upper bounds per set size, one per resource the pod asks for: the k largest free
+	// amounts of each summed. Sizes no set can reach are skipped without enumerating.
+	var bounds sizeBounds
+	bounds.init(free, req)
 	for k := 2; k <= n; k++ {
-		topCPU += cpus[k-1]
-		topMem += mems[k-1]
-		if topCPU < req.MilliCPU || topMem < req.Memory {
+		if !bounds.reachable(k) {
 			continue
 		}
 		// The subset search allocates nothing: the current and the best set live on the
@@ -252,17 +269,14 @@ func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 		var bestDist int64
 		found := false
 		for ok := true; ok; ok = nextSubset(set, n) {
-			var c, m int64
-			for _, i := range set {
-				c += free[i].MilliCPU
-				m += free[i].Memory
-			}
-			if c < req.MilliCPU || m < req.Memory {
+			if !setCovers(free, set, req) {
 				continue
 			}
 			if dist == nil {
 				dist = dists.get(free)
 			}
+			// Strictly smaller only: subsets come in lexicographic order, so on a tie the
+			// lowest IDs stay.
 			if d := setDistance(dist, set); !found || d < bestDist {
 				bestDist, found = d, true
 				copy(bestSet, set)
@@ -275,14 +289,94 @@ func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 	return Choice{}, false
 }
 
-// singleChoice is BestChoice when one NUMA node covers req: every single NUMA node has
-// distance 0, so the first that fits is the answer (the lowest ID: FreeCapacity returns
-// them in ID order), found without building sets. Most pods fit one NUMA node. ok is
-// false when none does.
+// setCovers reports whether the NUMA nodes of set (indexes into free) together hold req.
+func setCovers(free []Free, set []int, req Request) bool {
+	var sum Request
+	for _, i := range set {
+		sum.MilliCPU += free[i].MilliCPU
+		sum.Memory += free[i].Memory
+		for k, c := range free[i].Devices {
+			sum.Devices[k] += c
+		}
+	}
+	return req.within(sum)
+}
+
+// sizeBounds holds, per resource the request asks for, the free amounts of the NUMA
+// nodes in descending order; the sum of the first k bounds what any k NUMA nodes hold.
+// It lives on the stack: the exhaustive search has at most maxExhaustiveNUMANodes.
+type sizeBounds struct {
+	req Request
+	n   int
+	// sorted[0] is CPU, sorted[1] memory, sorted[2+k] devices of kind k.
+	sorted [2 + numahint.Kinds][maxExhaustiveNUMANodes]int64
+	asked  [2 + numahint.Kinds]bool
+}
+
+func (b *sizeBounds) init(free []Free, req Request) {
+	b.req, b.n = req, len(free)
+	b.asked[0], b.asked[1] = req.MilliCPU > 0, req.Memory > 0
+	for k, want := range req.Devices {
+		b.asked[2+k] = want > 0
+	}
+	for r := range b.sorted {
+		if !b.asked[r] {
+			continue
+		}
+		col := b.sorted[r][:b.n]
+		for i := range free {
+			col[i] = amount(&free[i], r)
+		}
+		slices.SortFunc(col, func(a, b int64) int { return cmp.Compare(b, a) })
+	}
+}
+
+// amount is resource r of f, numbered as in sizeBounds.sorted.
+func amount(f *Free, r int) int64 {
+	switch r {
+	case 0:
+		return f.MilliCPU
+	case 1:
+		return f.Memory
+	default:
+		return f.Devices[r-2]
+	}
+}
+
+// reachable reports whether some k NUMA nodes could hold the request, by each resource
+// alone.
+func (b *sizeBounds) reachable(k int) bool {
+	for r := range b.sorted {
+		if !b.asked[r] {
+			continue
+		}
+		var sum int64
+		for _, v := range b.sorted[r][:k] {
+			sum += v
+		}
+		want := b.req.MilliCPU
+		switch {
+		case r == 1:
+			want = b.req.Memory
+		case r >= 2:
+			want = b.req.Devices[r-2]
+		}
+		if sum < want {
+			return false
+		}
+	}
+	return true
+}
+
+// singleChoice is BestChoice when one NUMA node covers req: a single NUMA node's
+// distance to itself is the same on every NUMA node (10, by the ACPI SLIT's definition),
+// so the first that fits is the answer (the lowest ID: FreeCapacity returns them in ID
+// order), found without building sets. Most pods fit one NUMA node. ok is false when
+// none does.
 func singleChoice(free []Free, req Request) (Choice, bool) {
-	for _, f := range free {
-		if f.MilliCPU >= req.MilliCPU && f.Memory >= req.Memory {
-			return Choice{Nodes: oneNUMANode(f.ID)}, true
+	for i := range free {
+		if free[i].covers(req) {
+			return Choice{Nodes: oneNUMANode(free[i].ID)}, true
 		}
 	}
 	return Choice{}, false
@@ -304,31 +398,60 @@ func oneNUMANode(id int32) []int32 {
 	return []int32{id}
 }
 
-// greedyChoice takes NUMA nodes by most free CPU, then memory, until req is covered.
+// greedyChoice is BestChoice beyond maxExhaustiveNUMANodes: it starts from the NUMA
+// node that holds the most of the request and adds, one at a time, the one that holds
+// the most of what is still missing, ties by the smallest distance to the set so far,
+// then the lowest ID. Each step weighs a resource by the share of the request it covers,
+// so CPU, memory and each device kind count alike. It takes O(n²) steps for n NUMA
+// nodes, and its set is not always the smallest.
 func greedyChoice(free []Free, dist [][]int64, req Request) (Choice, bool) {
-	order := make([]int, len(free))
-	for i := range order {
-		order[i] = i
-	}
-	sort.SliceStable(order, func(a, b int) bool {
-		fa, fb := free[order[a]], free[order[b]]
-		if fa.MilliCPU != fb.MilliCPU {
-			return fa.MilliCPU > fb.MilliCPU
-		}
-		return fa.Memory > fb.Memory
-	})
-	var c, m int64
+	taken := make([]bool, len(free))
 	var set []int
-	for _, i := range order {
-		set = append(set, i)
-		c += free[i].MilliCPU
-		m += free[i].Memory
-		if c >= req.MilliCPU && m >= req.Memory {
+	var have Request
+	for len(set) < len(free) {
+		best, bestGain, bestDist := -1, -1.0, int64(0)
+		for i := range free {
+			if taken[i] {
+				continue
+			}
+			gain := coverGain(have, free[i], req)
+			var d int64
+			for _, j := range set {
+				d += dist[i][j]
+			}
+			if gain > bestGain || gain == bestGain && d < bestDist {
+				best, bestGain, bestDist = i, gain, d
+			}
+		}
+		taken[best] = true
+		set = append(set, best)
+		have.MilliCPU += free[best].MilliCPU
+		have.Memory += free[best].Memory
+		for k, c := range free[best].Devices {
+			have.Devices[k] += c
+		}
+		if req.within(have) {
 			slices.Sort(set)
 			return Choice{Nodes: ids(free, set), Distance: setDistance(dist, set)}, true
 		}
 	}
 	return Choice{}, false
+}
+
+// coverGain is how much of what have still lacks of req the NUMA node f would add, as
+// a sum of shares of the request, one per resource.
+func coverGain(have Request, f Free, req Request) float64 {
+	share := func(have, add, want int64) float64 {
+		if want <= 0 || have >= want {
+			return 0
+		}
+		return float64(min(add, want-have)) / float64(want)
+	}
+	g := share(have.MilliCPU, f.MilliCPU, req.MilliCPU) + share(have.Memory, f.Memory, req.Memory)
+	for k, want := range req.Devices {
+		g += share(have.Devices[k], f.Devices[k], want)
+	}
+	return g
 }
 
 // distances returns the distance matrix indexed like free. Distances are listed in
@@ -358,11 +481,15 @@ func distances(topo *v1alpha1.NodeTopology, free []Free) [][]int64 {
 	return d
 }
 
+// setDistance is the sum of the NUMA distances over all ordered pairs of set, the
+// diagonal included: |set|² times the average distance that scheduler-plugins'
+// LeastNUMANodes and the kubelet's prefer-closest-numa-nodes compare, so among sets of
+// one size it orders them alike.
 func setDistance(dist [][]int64, set []int) int64 {
 	var sum int64
-	for a := 0; a < len(set); a++ {
-		for b := a + 1; b < len(set); b++ {
-			sum += dist[set[a]][set[b]]
+	for _, a := range set {
+		for _, b := range set {
+			sum += dist[a][b]
 		}
 	}
 	return sum

@@ -102,7 +102,7 @@ func TestFilter(t *testing.T) {
 		},
 		{
 			name: "does not fit all NUMA nodes together", topo: twoByTwo,
-			pod: pod("p", "5", gi, nil), wantCode: fwk.Unschedulable, wantReason: "enough free CPU and memory",
+			pod: pod("p", "5", gi, nil), wantCode: fwk.Unschedulable, wantReason: "enough free cpu in their NUMA nodes",
 		},
 		{
 			name: "malformed policy: unresolvable, names annotation and form", topo: twoByTwo,

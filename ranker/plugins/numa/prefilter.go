@@ -21,6 +21,9 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	s := &cycleState{req: PodRequest(pod), policy: policy, pl: pl}
+	if dp := pl.deviceProvider(); dp != nil {
+		s.req.Devices = dp.Want(pod)
+	}
 	stateMemo.Write(state, s)
 	if s.req.IsZero() {
 		return nil, fwk.NewStatus(fwk.Skip)

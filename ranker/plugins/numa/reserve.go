@@ -33,17 +33,17 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		return fwk.AsStatus(fmt.Errorf("numa reserve: look up node %s: %w", nodeName, err))
 	}
 	nf := pl.free(rec, topo, nodeInfo)
-	ch, ok := nf.choose(topo, s.req)
+	ch, ok := nf.choose(topo, s.req, s.policy)
 	if !ok {
 		// Filter passed the node, or the floor promised room (then an event that took
 		// it is still on its way to the plugin): the pod is retried, the floor redone.
 		pl.floor.void()
 		filterRejections.WithLabelValues(reasonNoFit).Inc()
-		return fwk.NewStatus(fwk.Unschedulable, msgNoFit)
+		return fwk.NewStatus(fwk.Unschedulable, msgNoFit(shortResource([]Free{totalFree(nf.free())}, nf.effective(s.req, s.policy))))
 	}
 	if s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
-		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode)
+		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode(shortResource(nf.free(), nf.effective(s.req, s.policy))))
 	}
 	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
 	pl.ledger.Reserve(pod.UID, nodeName, reservation{nodes: ch.Nodes, req: s.req})

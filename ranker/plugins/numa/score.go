@@ -55,7 +55,7 @@ func (pl *NUMAAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, n
 	if !ok {
 		return 0, nil
 	}
-	ch, ok := nf.choose(topo, s.req)
+	ch, ok := nf.choose(topo, s.req, s.policy)
 	if !ok {
 		return 0, nil
 	}
