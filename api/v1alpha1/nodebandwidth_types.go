@@ -30,14 +30,26 @@ type NodeBandwidth struct {
 
 // NodeBandwidthStatus is one sample of the node's NICs.
 type NodeBandwidthStatus struct {
-	// SampleTime is when the agent took the sample.
+	// SampleTime is when the agent took the sample, on the agent's clock. The ranker
+	// judges staleness by when a report reaches it, not by this. The pattern is
+	// RFC 3339 as Go parses it: the date-time format alone lets "2026-01-02t15:04:05z"
+	// through, which no client decodes.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=date-time
+	// +kubebuilder:validation:Pattern=`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`
 	SampleTime *metav1.Time `json:"sampleTime,omitempty"`
-	// Window is the span over which Peak is the highest rate seen.
+	// Window is the span over which Peak is the highest rate seen: the agent's configured
+	// window, or less while the agent has not yet been measuring that long (after a
+	// start). A Go duration, e.g. 60s or 1m30s.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="window must be a non-negative Go duration, e.g. 60s"
 	Window *metav1.Duration `json:"window,omitempty"`
 	// AgentVersion is the version of the agent that wrote the sample.
 	// +optional
+	// +kubebuilder:validation:MaxLength=128
 	AgentVersion string `json:"agentVersion,omitempty"`
 	// Interfaces has one entry per measured NIC.
 	// +optional
@@ -69,8 +81,12 @@ type Bandwidth struct {
 }
 
 // DirectionBandwidth is one direction's rates in bits per second, written as Kubernetes
-// quantities like kubernetes.io/egress-bandwidth (e.g. 10G, 1200M). The schema takes
-// them as strings without a sign, so the API server refuses a negative rate by name.
+// quantities like kubernetes.io/egress-bandwidth (e.g. 10G, 1200M). The pattern takes
+// strings without a sign, so the API server refuses a negative rate by name; the CEL
+// rule checks that a string parses as a quantity (the pattern alone lets 1e.5 through)
+// and that a plain integer, which a quantity's schema also allows, is not negative.
+// The ranker still checks what it reads (ranker/heartbeat): a rate beyond int64 bits/s
+// passes both.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.remaining) || has(self.capacity)",message="remaining needs a known capacity"
 type DirectionBandwidth struct {
@@ -79,24 +95,28 @@ type DirectionBandwidth struct {
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=40
 	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	// +kubebuilder:validation:XValidation:rule="type(self) == string ? isQuantity(self) : self >= 0",message="must be a non-negative Kubernetes quantity, e.g. 10G or 1200M"
 	Capacity *resource.Quantity `json:"capacity,omitempty"`
 	// Rate is the rate over the last sample interval.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=40
 	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	// +kubebuilder:validation:XValidation:rule="type(self) == string ? isQuantity(self) : self >= 0",message="must be a non-negative Kubernetes quantity, e.g. 10G or 1200M"
 	Rate *resource.Quantity `json:"rate,omitempty"`
 	// Peak is the highest rate seen within the window.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=40
 	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	// +kubebuilder:validation:XValidation:rule="type(self) == string ? isQuantity(self) : self >= 0",message="must be a non-negative Kubernetes quantity, e.g. 10G or 1200M"
 	Peak *resource.Quantity `json:"peak,omitempty"`
 	// Remaining is capacity minus peak, floored at zero; absent when capacity is unknown.
 	// +optional
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:MaxLength=40
 	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	// +kubebuilder:validation:XValidation:rule="type(self) == string ? isQuantity(self) : self >= 0",message="must be a non-negative Kubernetes quantity, e.g. 10G or 1200M"
 	Remaining *resource.Quantity `json:"remaining,omitempty"`
 }
 

@@ -31,9 +31,13 @@ type NodeTopology struct {
 type NodeTopologyStatus struct {
 	// UpdateTime is when the agent last read the topology.
 	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=date-time
+	// +kubebuilder:validation:Pattern=`^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|[+-][0-9]{2}:[0-9]{2})$`
 	UpdateTime *metav1.Time `json:"updateTime,omitempty"`
 	// AgentVersion is the version of the agent that wrote the topology.
 	// +optional
+	// +kubebuilder:validation:MaxLength=128
 	AgentVersion string `json:"agentVersion,omitempty"`
 	// Summary counts what the lists hold.
 	// +optional
@@ -42,51 +46,69 @@ type NodeTopologyStatus struct {
 	Topology `json:",inline"`
 }
 
-// Topology is a node's NUMA nodes, PCI devices and NICs.
+// Topology is a node's NUMA nodes, PCI devices and NICs. The bounds are Linux's
+// (MAX_NUMNODES 1024, NR_CPUS 8192) and a generous count of PCI functions; they keep
+// one node's object, and what the ranker derives from it, bounded.
 type Topology struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=id
 	// +nullable
+	// +kubebuilder:validation:MaxItems=1024
 	NUMANodes []NUMANode `json:"numaNodes"`
 	// +optional
 	// +listType=map
 	// +listMapKey=address
 	// +nullable
+	// +kubebuilder:validation:MaxItems=4096
 	PCIDevices []PCIDevice `json:"pciDevices"`
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +nullable
+	// +kubebuilder:validation:MaxItems=4096
 	NICs []NIC `json:"nics"`
 }
 
 // TopologySummary counts a topology's parts.
 type TopologySummary struct {
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1024
 	NUMANodes int32 `json:"numaNodes"`
 	// CPUs counts online CPUs.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=8192
 	CPUs int32 `json:"cpus"`
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4096
 	Devices int32 `json:"devices"`
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=4096
 	UnhealthyDevices int32 `json:"unhealthyDevices"`
 }
 
 // NUMANode is one NUMA node. A node may have memory and no CPUs (a memory tier).
 type NUMANode struct {
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1023
 	ID int32 `json:"id"`
-	// CPUs are the IDs of the node's online CPUs.
+	// CPUs are the IDs of the node's online CPUs. The ranker also refuses a topology
+	// whose NUMA nodes list more than 8192 CPUs in all.
 	// +optional
 	// +nullable
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8192
+	// +kubebuilder:validation:items:Minimum=0
+	// +kubebuilder:validation:items:Maximum=8191
 	CPUs []int32 `json:"cpus"`
 	// MemoryBytes is the node's total memory.
 	// +kubebuilder:validation:Minimum=0
 	MemoryBytes int64 `json:"memoryBytes"`
 	// Distances are the ACPI SLIT distances from this node to every node, in node-ID order.
 	// +optional
+	// +kubebuilder:validation:MaxItems=1024
+	// +kubebuilder:validation:items:Minimum=0
+	// +kubebuilder:validation:items:Maximum=255
 	Distances []int32 `json:"distances,omitempty"`
 }
 
@@ -121,20 +143,27 @@ type PCIDevice struct {
 	// +kubebuilder:validation:Pattern=`^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`
 	Address string `json:"address"`
 	// Class is the PCI class code, e.g. 0x020000.
+	// +kubebuilder:validation:MaxLength=16
 	Class string `json:"class"`
 	// Vendor is the PCI vendor ID, e.g. 0x8086.
+	// +kubebuilder:validation:MaxLength=16
 	Vendor string `json:"vendor"`
 	// Device is the PCI device ID.
+	// +kubebuilder:validation:MaxLength=16
 	Device string `json:"device"`
 	// Driver is the bound kernel driver, if any.
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
 	Driver string     `json:"driver,omitempty"`
 	Kind   DeviceKind `json:"kind"`
 	// NUMANode is the device's NUMA node; null where the locality is unknown.
 	// +nullable
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1023
 	NUMANode *int32 `json:"numaNode"`
 	// PCIeRoot is the address of the PCIe root port or host bridge above the device.
 	// +optional
+	// +kubebuilder:validation:MaxLength=64
 	PCIeRoot string       `json:"pcieRoot,omitempty"`
 	Health   DeviceHealth `json:"health"`
 }
@@ -142,12 +171,16 @@ type PCIDevice struct {
 // NIC is one network interface.
 type NIC struct {
 	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
 	Name string `json:"name"`
 	// PCIAddress is the NIC's PCI function; null for virtual interfaces (veth, bridge).
 	// +nullable
+	// +kubebuilder:validation:MaxLength=16
 	PCIAddress *string `json:"pciAddress"`
 	// NUMANode is the NIC's NUMA node; null where the locality is unknown.
 	// +nullable
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1023
 	NUMANode *int32 `json:"numaNode"`
 	// SpeedMbps is the link speed the kernel reports; absent when unknown.
 	// +optional
