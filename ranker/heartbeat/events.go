@@ -40,17 +40,22 @@ func EventTransform(resource fwk.EventResource) (schema.GroupVersionResource, ca
 }
 
 // trimBandwidth keeps a NodeBandwidth's identity and the status fields ParseBandwidth
-// reads, typed.
+// reads, typed. An object the Store rejects (DecodeBandwidth) keeps its identity only:
+// no sample, no window, so no hint finds it makes a pod schedulable. It is never an
+// error, which would stop kube-scheduler's informer from syncing (the Store logs and
+// counts the rejection).
 func trimBandwidth(in any) (any, error) {
 	u, ok := in.(*unstructured.Unstructured)
 	if !ok {
 		return in, nil // tombstones and objects already trimmed pass through
 	}
-	out, err := decodeBandwidth(u)
+	full, err := DecodeBandwidth(u)
 	if err != nil {
-		return nil, err
+		return &v1alpha1.NodeBandwidth{
+			TypeMeta:   metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
+			ObjectMeta: identity(u),
+		}, nil
 	}
-	full := out.(*v1alpha1.NodeBandwidth)
 	return &v1alpha1.NodeBandwidth{
 		TypeMeta:   full.TypeMeta,
 		ObjectMeta: identity(u),
@@ -72,15 +77,4 @@ func trimTopology(in any) (any, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: u.GetAPIVersion(), Kind: u.GetKind()},
 		ObjectMeta: identity(u),
 	}, nil
-}
-
-// identity is what an informer needs of an object's metadata: its key and version.
-func identity(u *unstructured.Unstructured) metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:            u.GetName(),
-		Namespace:       u.GetNamespace(),
-		UID:             u.GetUID(),
-		ResourceVersion: u.GetResourceVersion(),
-		Generation:      u.GetGeneration(),
-	}
 }

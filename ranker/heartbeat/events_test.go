@@ -37,10 +37,10 @@ func transform(t *testing.T, resource fwk.EventResource, plural string) cache.Tr
 func TestEventTransformBandwidth(t *testing.T) {
 	trim := transform(t, BandwidthEvent, "nodebandwidths")
 	at := metav1.NewTime(time.Date(2026, 11, 23, 1, 2, 3, 0, time.UTC))
-	in, eg := resource.MustParse("1500M"), resource.MustParse("2G")
+	in, eg, c := resource.MustParse("1500M"), resource.MustParse("2G"), resource.MustParse("10G")
 	total := v1alpha1.Bandwidth{
-		Ingress: v1alpha1.DirectionBandwidth{Remaining: &in},
-		Egress:  v1alpha1.DirectionBandwidth{Remaining: &eg},
+		Ingress: v1alpha1.DirectionBandwidth{Capacity: &c, Remaining: &in},
+		Egress:  v1alpha1.DirectionBandwidth{Capacity: &c, Remaining: &eg},
 	}
 	full := &v1alpha1.NodeBandwidth{
 		TypeMeta: metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeBandwidth"},
@@ -82,10 +82,16 @@ func TestEventTransformBandwidth(t *testing.T) {
 	if out, err := trim(tomb); err != nil || out != any(tomb) {
 		t.Errorf("a tombstone must pass through: %v, %v", out, err)
 	}
+	// An error would keep kube-scheduler's informer from ever syncing: a report that
+	// does not decode keeps its identity and nothing a hint could act on.
 	bad := asUnstructured(t, full)
-	bad.Object["status"] = map[string]any{"sampleTime": 7}
-	if _, err := trim(bad); err == nil {
-		t.Error("a NodeBandwidth that does not decode must be an error, not an empty report")
+	bad.Object["status"] = map[string]any{"window": "soon"}
+	out, err = trim(bad)
+	if err != nil {
+		t.Fatalf("a NodeBandwidth that does not decode: %v; want no error", err)
+	}
+	if got, ok := out.(*v1alpha1.NodeBandwidth); !ok || got.Name != "node-1" || got.ResourceVersion != "42" || got.Status.SampleTime != nil || got.Status.Total != nil {
+		t.Errorf("a NodeBandwidth that does not decode trimmed to %#v, want its identity only", out)
 	}
 }
 

@@ -86,7 +86,12 @@ func (n *Node) Slot(s Slot) *atomic.Value { return &n.slots[s] }
 // and per pod.
 type Bandwidth struct {
 	Object *v1alpha1.NodeBandwidth
-	// SampleTime is status.sampleTime; zero when the report has none.
+	// Received is when the report reached the ranker, on the ranker's clock (see the
+	// package doc, "Arrival"); zero when it did not come through a Store. Staleness is
+	// judged by it.
+	Received time.Time
+	// SampleTime is status.sampleTime, on the agent's clock; zero when the report has
+	// none. It orders one agent's reports and dates them against its node's pods.
 	SampleTime time.Time
 	// Window is status.window; zero when absent.
 	Window time.Duration
@@ -96,7 +101,9 @@ type Bandwidth struct {
 	IngressKnown, EgressKnown         bool
 }
 
-// ParseBandwidth returns nbw's parsed form; nil for nil.
+// ParseBandwidth returns nbw's parsed form, without Received; nil for nil. A remaining
+// that is not a rate of 0 to int64 bits/s counts as unknown (DecodeBandwidth rejects
+// such a report before it reaches a Store).
 func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
 	if nbw == nil {
 		return nil
@@ -111,10 +118,10 @@ func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
 	}
 	if st.Total != nil {
 		if r := st.Total.Ingress.Remaining; r != nil {
-			b.IngressRemaining, b.IngressKnown = r.Value(), true
+			b.IngressRemaining, b.IngressKnown = BitsPerSecond(r)
 		}
 		if r := st.Total.Egress.Remaining; r != nil {
-			b.EgressRemaining, b.EgressKnown = r.Value(), true
+			b.EgressRemaining, b.EgressKnown = BitsPerSecond(r)
 		}
 	}
 	return b

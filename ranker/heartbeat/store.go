@@ -1,6 +1,25 @@
 // Package heartbeat gives the ranker's plugins an in-memory, watch-fed view of the
 // agents' heartbeat objects (NodeBandwidth, NodeTopology), decoded once into their Go
 // types so that Filter and Score never decode or call the API server.
+//
+// # Poison
+//
+// Every heartbeat object the API server accepts is taken without error, whatever any
+// agent's credentials wrote: one that does not decode or that the ranker cannot use
+// (DecodeBandwidth, DecodeTopology) is held as a Rejected, its node counts as having no
+// report of that kind, it is logged and counted once per object version
+// (sextant_ranker_heartbeat_rejected_total{kind,reason}), and the watches go on. Before
+// this an informer transform's error failed the informer's whole list: the store never
+// synced, and a restarted ranker crash-looped for as long as one bad object existed.
+//
+// # Arrival
+//
+// A NodeBandwidth's Received is when it reached the ranker (the informer's event), on
+// the ranker's clock: staleness is judged by it, never by the agent's sampleTime. A
+// version the store already holds (a relist) keeps its first arrival. What the ranker
+// lists when it starts arrived at some unknown time before; for those the API server's
+// time of the status write (managed fields) counts, when earlier than the listing, so a
+// report a dead agent left behind is not fresh just because the ranker restarted.
 package heartbeat
 
 import (
@@ -11,12 +30,14 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"sextant.io/sextant/api/v1alpha1"
 )
@@ -32,20 +53,32 @@ type Store struct {
 	synced []cache.InformerSynced
 	// topologyVersion counts the NodeTopology objects added, replaced and removed.
 	topologyVersion atomic.Uint64
+	// now is the ranker's clock, which stamps a report's arrival.
+	now func() time.Time
+
+	// rejected holds, per kind and object name, the version last rejected, so each
+	// rejected version is logged and counted once however often it is delivered.
+	rejectedMu sync.Mutex
+	rejected   map[rejectKey]string
 }
+
+type rejectKey struct{ kind, name string }
 
 // New returns a Store fed by watches through client. Call Start, then WaitForSync.
 func New(client dynamic.Interface, resync time.Duration) *Store {
 	f := dynamicinformer.NewDynamicSharedInformerFactory(client, resync)
+	registerMetrics()
 	s := &Store{
 		factory:   f,
 		bandwidth: f.ForResource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Informer(),
 		topology:  f.ForResource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Informer(),
 		nodes:     newIndex(),
+		now:       time.Now,
+		rejected:  map[rejectKey]string{},
 	}
 	// Decode once, when the object arrives, not on every lookup.
-	_ = s.bandwidth.SetTransform(decodeBandwidth)
-	_ = s.topology.SetTransform(decode(func() runtime.Object { return &v1alpha1.NodeTopology{} }))
+	_ = s.bandwidth.SetTransform(storeBandwidth)
+	_ = s.topology.SetTransform(storeTopology)
 	for _, inf := range []cache.SharedIndexInformer{s.bandwidth, s.topology} {
 		// The handlers are registered before the informers start, which cannot fail.
 		reg, _ := inf.AddEventHandler(s.recordHandler())
@@ -58,21 +91,45 @@ func New(client dynamic.Interface, resync time.Duration) *Store {
 
 // recordHandler keeps the Node records in step with both informers.
 func (s *Store) recordHandler() cache.ResourceEventHandler {
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    s.put,
-		UpdateFunc: func(_, obj any) { s.put(obj) },
+	return cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, initial bool) { s.put(obj, s.now(), initial) },
+		UpdateFunc: func(_, obj any) { s.put(obj, s.now(), false) },
 		DeleteFunc: s.remove,
 	}
 }
 
-func (s *Store) put(obj any) {
+// put makes obj its node's current object of its kind, arrived at received; initial
+// says it comes from the list the informer started with.
+func (s *Store) put(obj any, received time.Time, initial bool) {
 	switch o := obj.(type) {
 	case *v1alpha1.NodeBandwidth:
+		s.forgetRejection(kindBandwidth, o.Name)
 		b := ParseBandwidth(o)
-		s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(b) })
+		b.Received = received
+		if w := statusWritten(o); initial && !w.IsZero() && w.Before(received) {
+			b.Received = w
+		}
+		s.nodes.update(o.Name, func(n *Node) {
+			// A relist delivers versions the store holds again: they arrived before.
+			if cur := n.bandwidth.Load(); cur != nil && cur.Object != nil && o.ResourceVersion != "" &&
+				cur.Object.ResourceVersion == o.ResourceVersion && cur.Received.Before(b.Received) {
+				b.Received = cur.Received
+			}
+			n.bandwidth.Store(b)
+		})
 	case *v1alpha1.NodeTopology:
+		s.forgetRejection(kindTopology, o.Name)
 		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(o) })
 		s.topologyVersion.Add(1)
+	case *Rejected:
+		s.noteRejection(o)
+		switch o.Kind {
+		case kindBandwidth:
+			s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(nil) })
+		case kindTopology:
+			s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
+			s.topologyVersion.Add(1)
+		}
 	}
 }
 
@@ -86,6 +143,41 @@ func (s *Store) remove(obj any) {
 	case *v1alpha1.NodeTopology:
 		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
 		s.topologyVersion.Add(1)
+	case *Rejected:
+		s.forgetRejection(o.Kind, o.Name)
+		switch o.Kind {
+		case kindBandwidth:
+			s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(nil) })
+		case kindTopology:
+			s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
+			s.topologyVersion.Add(1)
+		}
+	}
+}
+
+// noteRejection logs and counts a rejected object version the first time it is
+// delivered: a relist delivers it again, and an agent that keeps writing bad reports
+// is logged once per write, not once per event.
+func (s *Store) noteRejection(r *Rejected) {
+	key := rejectKey{r.Kind, r.Name}
+	s.rejectedMu.Lock()
+	seen, ok := s.rejected[key]
+	s.rejected[key] = r.ResourceVersion
+	s.rejectedMu.Unlock()
+	if ok && seen == r.ResourceVersion {
+		return
+	}
+	reason := r.Reason()
+	rejectedTotal.WithLabelValues(r.Kind, reason).Inc()
+	klog.ErrorS(r.Err, "Ignoring a heartbeat object the ranker cannot use; its node counts as having no report of this kind until a usable one arrives",
+		"kind", r.Kind, "node", r.Name, "resourceVersion", r.ResourceVersion, "reason", reason)
+}
+
+func (s *Store) forgetRejection(kind, name string) {
+	s.rejectedMu.Lock()
+	defer s.rejectedMu.Unlock()
+	if len(s.rejected) > 0 {
+		delete(s.rejected, rejectKey{kind, name})
 	}
 }
 
@@ -94,27 +186,55 @@ func (s *Store) remove(obj any) {
 // and after reading records has read every record's current topology.
 func (s *Store) TopologyVersion() uint64 { return s.topologyVersion.Load() }
 
-// decode returns the transform that turns an informer's Unstructured into the typed
-// object, without its managed fields: nothing in the ranker reads them, and at 5000
-// nodes they were 13.5 MB of a 112 MB heap (README, "Measured").
-func decode(newObj func() runtime.Object) cache.TransformFunc {
-	return func(in any) (any, error) {
-		u, ok := in.(*unstructured.Unstructured)
-		if !ok {
-			return in, nil // tombstones and already-decoded objects pass through
-		}
-		// The informer hands the transform its own copy, decoded from the watch.
-		u.SetManagedFields(nil)
-		out := newObj()
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
-			return nil, fmt.Errorf("decode %s %s: %w", u.GetKind(), u.GetName(), err)
-		}
-		return out, nil
+// The Store's transforms turn an informer's Unstructured into the typed object, or a
+// Rejected, and never fail: a transform's error fails the informer's whole list or
+// watch, which then retries forever without syncing.
+//
+// Managed fields are dropped: nothing in the ranker reads their field sets, and at 5000
+// nodes they were 13.5 MB of a 112 MB heap (README, "Measured"). Of a NodeBandwidth's,
+// one entry without fields is kept: the time of the latest status write, which dates
+// the reports listed at startup (see "Arrival").
+
+func storeBandwidth(in any) (any, error) {
+	u, ok := in.(*unstructured.Unstructured)
+	if !ok {
+		return in, nil // tombstones and already-decoded objects pass through
 	}
+	// The informer hands the transform its own copy, decoded from the watch.
+	written := lastStatusWrite(u)
+	u.SetManagedFields(nil)
+	out, err := DecodeBandwidth(u)
+	if err != nil {
+		return newRejected(kindBandwidth, u, err), nil
+	}
+	if !written.IsZero() {
+		out.ManagedFields = []metav1.ManagedFieldsEntry{{Subresource: "status", Time: &metav1.Time{Time: written}}}
+	}
+	return out, nil
 }
 
-// decodeBandwidth is the transform of a NodeBandwidth informer.
-var decodeBandwidth = decode(func() runtime.Object { return &v1alpha1.NodeBandwidth{} })
+func storeTopology(in any) (any, error) {
+	u, ok := in.(*unstructured.Unstructured)
+	if !ok {
+		return in, nil
+	}
+	u.SetManagedFields(nil)
+	out, err := DecodeTopology(u)
+	if err != nil {
+		return newRejected(kindTopology, u, err), nil
+	}
+	return out, nil
+}
+
+// statusWritten is the time of the status write storeBandwidth kept, zero if none.
+func statusWritten(nbw *v1alpha1.NodeBandwidth) time.Time {
+	for _, e := range nbw.ManagedFields {
+		if e.Subresource == "status" && e.Time != nil {
+			return e.Time.Time
+		}
+	}
+	return time.Time{}
+}
 
 // Start starts the watches; they stop when ctx ends.
 func (s *Store) Start(ctx context.Context) { s.factory.Start(ctx.Done()) }
@@ -226,10 +346,13 @@ func Shared(ctx context.Context, cfg *rest.Config) (*Store, error) {
 // NewFromObjects returns a Store holding the given objects and nothing else, for tests
 // of code that reads a Store. Put adds or replaces more.
 func NewFromObjects(objs ...runtime.Object) *Store {
+	registerMetrics()
 	s := &Store{
 		bandwidth: cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1alpha1.NodeBandwidth{}, 0, cache.Indexers{}),
 		topology:  cache.NewSharedIndexInformer(&cache.ListWatch{}, &v1alpha1.NodeTopology{}, 0, cache.Indexers{}),
 		nodes:     newIndex(),
+		now:       time.Now,
+		rejected:  map[rejectKey]string{},
 	}
 	for _, o := range objs {
 		s.Put(o)
@@ -238,15 +361,20 @@ func NewFromObjects(objs ...runtime.Object) *Store {
 }
 
 // Put adds or replaces a heartbeat object of a Store made by NewFromObjects, as an
-// informer update would.
-func (s *Store) Put(obj runtime.Object) {
+// informer update would, arriving now. The object is taken as decoded and validated
+// (DecodeBandwidth, DecodeTopology); a *Rejected stands for one that was not.
+func (s *Store) Put(obj runtime.Object) { s.PutAt(obj, s.now()) }
+
+// PutAt is Put of an object that arrived at received (on the ranker's clock), for
+// tests of staleness.
+func (s *Store) PutAt(obj runtime.Object, received time.Time) {
 	switch o := obj.(type) {
 	case *v1alpha1.NodeBandwidth:
 		_ = s.bandwidth.GetStore().Update(o)
 	case *v1alpha1.NodeTopology:
 		_ = s.topology.GetStore().Update(o)
 	}
-	s.put(obj)
+	s.put(obj, received, false)
 }
 
 // Delete removes a heartbeat object from a Store made by NewFromObjects, as an informer

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"sextant.io/sextant/api/v1alpha1"
 )
@@ -347,7 +346,7 @@ func TestDecodeDropsManagedFields(t *testing.T) {
 		Status: v1alpha1.NodeTopologyStatus{AgentVersion: "v1", Topology: v1alpha1.Topology{
 			NUMANodes: []v1alpha1.NUMANode{{ID: 0, CPUs: []int32{0, 1}, MemoryBytes: 1 << 30}}}},
 	}
-	out, err := decode(func() runtime.Object { return &v1alpha1.NodeTopology{} })(asUnstructured(t, full))
+	out, err := storeTopology(asUnstructured(t, full))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -388,5 +387,67 @@ func TestNodeLayout(t *testing.T) {
 		if p := uintptr(unsafe.Pointer(s.Node(fmt.Sprint("node-", i)))); p%64 != 0 {
 			t.Fatalf("record of node-%d at %#x, not on a cache line", i, p)
 		}
+	}
+}
+
+// A report's Received is its arrival on the ranker's clock, whatever the agent's
+// sampleTime says; a version delivered again keeps its first arrival; what the ranker
+// lists at startup is dated by the API server's status write when that is earlier.
+func TestReceived(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	agentClock := metav1.NewTime(t0.Add(time.Hour)) // an agent whose clock runs ahead
+	version := func(rv string) *v1alpha1.NodeBandwidth {
+		b := bw("n")
+		b.ResourceVersion = rv
+		b.Status.SampleTime = &agentClock
+		return b
+	}
+	s := NewFromObjects()
+	s.PutAt(version("1"), t0)
+	if got := s.Node("n").Bandwidth().Received; !got.Equal(t0) {
+		t.Errorf("received %v, want the arrival %v", got, t0)
+	}
+	s.PutAt(version("1"), t0.Add(time.Minute))
+	if got := s.Node("n").Bandwidth().Received; !got.Equal(t0) {
+		t.Errorf("a relisted version received %v, want its first arrival %v", got, t0)
+	}
+	s.PutAt(version("2"), t0.Add(2*time.Minute))
+	if got := s.Node("n").Bandwidth().Received; !got.Equal(t0.Add(2 * time.Minute)) {
+		t.Errorf("a new version received %v, want %v", got, t0.Add(2*time.Minute))
+	}
+
+	// Through the transform, as the informer delivers a listed object.
+	written := metav1.NewTime(t0.Add(-10 * time.Minute))
+	listed := version("3")
+	listed.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeBandwidth"}
+	listed.Name = "m"
+	listed.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "sextant-agent", Subresource: "status", Time: &written, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}},
+		{Manager: "kubectl", Time: &metav1.Time{Time: t0}}, // a label, not a report
+	}
+	out, err := storeBandwidth(asUnstructured(t, listed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := out.(*v1alpha1.NodeBandwidth)
+	if len(kept.ManagedFields) != 1 || kept.ManagedFields[0].FieldsV1 != nil {
+		t.Errorf("managed fields kept: %+v, want the status write's time only", kept.ManagedFields)
+	}
+	s.put(kept, t0, true)
+	if got := s.Node("m").Bandwidth().Received; !got.Equal(written.Time) {
+		t.Errorf("listed at startup: received %v, want the status write %v", got, written.Time)
+	}
+	s.put(kept.DeepCopy(), t0, false)
+	s.Delete(kept)
+	s.put(kept, t0, false)
+	if got := s.Node("m").Bandwidth().Received; !got.Equal(t0) {
+		t.Errorf("watched: received %v, want the arrival %v", got, t0)
+	}
+	future := kept.DeepCopy()
+	future.Name = "f"
+	future.ManagedFields[0].Time = &metav1.Time{Time: t0.Add(time.Hour)}
+	s.put(future, t0, true)
+	if got := s.Node("f").Bandwidth().Received; !got.Equal(t0) {
+		t.Errorf("listed, written after the listing: received %v, want the listing %v", got, t0)
 	}
 }
