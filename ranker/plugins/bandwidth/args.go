@@ -18,16 +18,22 @@ import (
 //
 //	pluginConfig:
 //	- name: BandwidthAware
-//	  args: {strategy: most-headroom, ingressWeight: 2, egressWeight: 1, staleAfter: 90s}
+//	  args: {strategy: most-headroom, ingressWeight: 2, egressWeight: 1, staleAfter: 90s, minWindow: 60s}
 type Args struct {
 	// Strategy is used for pods without the bandwidth.sextant.io/strategy annotation.
 	Strategy annotations.Strategy `json:"strategy,omitempty"`
 	// IngressWeight and EgressWeight weigh the two directions' scores against each other.
 	IngressWeight int64 `json:"ingressWeight"`
 	EgressWeight  int64 `json:"egressWeight"`
-	// StaleAfter is how old a NodeBandwidth sample may be before its node is no longer
-	// eligible for pods that require bandwidth.
+	// StaleAfter is how long after a NodeBandwidth reached the ranker (on the ranker's
+	// clock) its node stays eligible for pods that require bandwidth without a newer
+	// one.
 	StaleAfter metav1.Duration `json:"staleAfter"`
+	// MinWindow is the least peak window (status.window) of a full report: a report
+	// over a shorter window, which an agent publishes while it has not yet measured a
+	// whole window since it started, is not used (see the package doc, "Full reports").
+	// Set it to the agents' --window. 0 takes every report as full.
+	MinWindow metav1.Duration `json:"minWindow"`
 }
 
 // Defaults are the args every profile starts from before its own pluginConfig args are
@@ -38,6 +44,8 @@ var Defaults = Args{
 	IngressWeight: 1,
 	EgressWeight:  1,
 	StaleAfter:    metav1.Duration{Duration: 60 * time.Second},
+	// The agent's default --window (and the chart's agent.window).
+	MinWindow: metav1.Duration{Duration: 60 * time.Second},
 }
 
 // RegisterFlags adds the --bandwidth-* flags to fs; they set Defaults. Call it before
@@ -50,7 +58,9 @@ func RegisterFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&Defaults.EgressWeight, "bandwidth-egress-weight", Defaults.EgressWeight,
 		"BandwidthAware: weight of the egress score against the ingress score; plugin args override it")
 	fs.DurationVar(&Defaults.StaleAfter.Duration, "bandwidth-stale-after", Defaults.StaleAfter.Duration,
-		"BandwidthAware: a node whose NodeBandwidth sample is older than this is not eligible for pods that require bandwidth; plugin args override it")
+		"BandwidthAware: a node whose latest NodeBandwidth reached the ranker longer ago than this is not eligible for pods that require bandwidth; plugin args override it")
+	fs.DurationVar(&Defaults.MinWindow.Duration, "bandwidth-min-window", Defaults.MinWindow.Duration,
+		"BandwidthAware: a NodeBandwidth whose peak window is shorter than this (an agent that has not yet measured a whole window since it started) is not used; set it to the agents' --window, 0 to take every report; plugin args override it")
 }
 
 // strategyFlag rejects an unknown strategy when the flags are parsed, so a typo fails
@@ -109,6 +119,9 @@ func (a Args) Validate() error {
 	}
 	if a.StaleAfter.Duration <= 0 {
 		errs = append(errs, fmt.Errorf("staleAfter (--bandwidth-stale-after) %s must be positive", a.StaleAfter.Duration))
+	}
+	if a.MinWindow.Duration < 0 {
+		errs = append(errs, fmt.Errorf("minWindow (--bandwidth-min-window) %s is negative; want 0 or more", a.MinWindow.Duration))
 	}
 	return errors.Join(errs...)
 }

@@ -27,10 +27,14 @@ func TestArgsValidate(t *testing.T) {
 		{name: "both weights zero", mut: func(a *Args) { a.IngressWeight, a.EgressWeight = 0, 0 }, wantErr: []string{"both 0"}},
 		{name: "zero staleAfter", mut: func(a *Args) { a.StaleAfter.Duration = 0 }, wantErr: []string{"staleAfter (--bandwidth-stale-after) 0s must be positive"}},
 		{name: "negative staleAfter", mut: func(a *Args) { a.StaleAfter.Duration = -time.Second }, wantErr: []string{"must be positive"}},
+		{name: "zero minWindow takes every report", mut: func(a *Args) { a.MinWindow.Duration = 0 }},
+		{name: "negative minWindow", mut: func(a *Args) { a.MinWindow.Duration = -time.Second }, wantErr: []string{"minWindow (--bandwidth-min-window) -1s is negative"}},
 		{
-			name:    "all at once",
-			mut:     func(a *Args) { *a = Args{Strategy: "x", IngressWeight: -1, EgressWeight: -1} },
-			wantErr: []string{"strategy", "ingressWeight", "egressWeight", "staleAfter"},
+			name: "all at once",
+			mut: func(a *Args) {
+				*a = Args{Strategy: "x", IngressWeight: -1, EgressWeight: -1, MinWindow: metav1.Duration{Duration: -1}}
+			},
+			wantErr: []string{"strategy", "ingressWeight", "egressWeight", "staleAfter", "minWindow"},
 		},
 	}
 	for _, tc := range tests {
@@ -65,7 +69,7 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 	withDefaults(t)
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	RegisterFlags(fs)
-	if err := fs.Parse([]string{"--bandwidth-strategy=most-headroom", "--bandwidth-ingress-weight=3", "--bandwidth-stale-after=2m"}); err != nil {
+	if err := fs.Parse([]string{"--bandwidth-strategy=most-headroom", "--bandwidth-ingress-weight=3", "--bandwidth-stale-after=2m", "--bandwidth-min-window=30s"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -74,7 +78,8 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Args{Strategy: annotations.MostHeadroom, IngressWeight: 3, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 2 * time.Minute}}
+	want := Args{Strategy: annotations.MostHeadroom, IngressWeight: 3, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 2 * time.Minute},
+		MinWindow: metav1.Duration{Duration: 30 * time.Second}}
 	if got != want {
 		t.Errorf("flags only: got %+v, want %+v", got, want)
 	}
@@ -84,8 +89,8 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 		name string
 		obj  runtime.Object
 	}{
-		{"json", &runtime.Unknown{Raw: []byte(`{"strategy":"best-fit","ingressWeight":0,"staleAfter":"30s"}`), ContentType: runtime.ContentTypeJSON}},
-		{"yaml", &runtime.Unknown{Raw: []byte("strategy: best-fit\ningressWeight: 0\nstaleAfter: 30s\n"), ContentType: runtime.ContentTypeYAML}},
+		{"json", &runtime.Unknown{Raw: []byte(`{"strategy":"best-fit","ingressWeight":0,"staleAfter":"30s","minWindow":"0s"}`), ContentType: runtime.ContentTypeJSON}},
+		{"yaml", &runtime.Unknown{Raw: []byte("strategy: best-fit\ningressWeight: 0\nstaleAfter: 30s\nminWindow: 0s\n"), ContentType: runtime.ContentTypeYAML}},
 	} {
 		got, err := decodeArgs(tc.obj)
 		if err != nil {

@@ -24,11 +24,45 @@
 //
 // # Filter
 //
-// For every direction with a required value the node needs a NodeBandwidth sampled no
-// longer than staleAfter ago, with a known remaining (capacity known), and remaining
-// minus the ledger's reservations there ≥ required. Rejections are
+// For every direction with a required value the node needs a NodeBandwidth that is
+// fresh and full (below), with a known remaining (capacity known), and remaining minus
+// the ledger's reservations there ≥ required. Rejections are
 // UnschedulableAndUnresolvable: evicting pods does not change what the node measured,
 // so preemption is not attempted on bandwidth's behalf.
+//
+// # Fresh reports
+//
+// A report is fresh while no more than staleAfter (--bandwidth-stale-after, default
+// 60s) has passed since it reached the ranker: the heartbeat store's informer event,
+// on the ranker's clock (heartbeat.Bandwidth.Received). The agent's sampleTime plays
+// no part, so an agent whose clock is wrong, or that lies, can neither keep its node
+// fresh nor age it. A version of the object the ranker already holds, delivered again
+// by a relist, keeps its first arrival; reports listed when the ranker starts count as
+// arrived at the API server's last write of their status, when that is earlier.
+// Agents write at least every 30s, so a node goes stale after two missed heartbeats.
+//
+// # Full reports
+//
+// A report is full when it has a sampleTime and its window (status.window, the span
+// its peak covers) is at least minWindow (--bandwidth-min-window, default 60s, the
+// agents' default --window). An agent publishes the window it actually observed: right
+// after it starts, 3s since start rather than its configured 60s, and a peak over 3s
+// misses the bursts a full window would have seen, so its remaining is too high. So:
+//
+//	full ⇔ sampleTime present ∧ window ≥ minWindow
+//
+// A report that is not full counts as no usable report for pods that require
+// bandwidth: Filter rejects the node (reason partial_report), Score gives it 0 in each
+// direction, and the ledger releases no reservation on it. The agent writes a report
+// as soon as its window becomes full, so a restarted agent's node is eligible again
+// one window after the agent started. minWindow must not exceed the agents' --window,
+// or no report is ever full; 0 takes every report as full.
+//
+// # Poison
+//
+// A NodeBandwidth the heartbeat store cannot use (it does not decode, a figure is out of
+// range, remaining exceeds capacity) makes its node one without a report, reason
+// no_report; the store logs and counts it (sextant_ranker_heartbeat_rejected_total).
 //
 // # Score
 //

@@ -46,6 +46,8 @@ func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.P
 	// waits for the next event, and reservations also end without one (Unreserve). A
 	// needless requeue costs one attempt, in which Filter applies the ledger as usual.
 	parsed := heartbeat.ParseBandwidth(report)
+	// The report arrives now: kube-scheduler's informer delivers it at this event.
+	parsed.Received = pl.now()
 	if reason, _ := pl.check(req, parsed, 0, 0, pl.now(), false); reason != "" {
 		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
 		return fwk.QueueSkip, nil

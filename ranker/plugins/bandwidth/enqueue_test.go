@@ -61,11 +61,15 @@ func TestQueueingHintReport(t *testing.T) {
 	}{
 		{"enough now", toUnstructured(t, report("n", "500M", "1G", now)), fwk.Queue},
 		{"still too little", toUnstructured(t, report("n", "300M", "1G", now)), fwk.QueueSkip},
-		{"stale", toUnstructured(t, report("n", "5G", "5G", now.Add(-time.Hour))), fwk.QueueSkip},
+		// The event is the report's arrival: however old the agent's clock says it is,
+		// it is fresh now.
+		{"sampled an hour ago, arriving now", toUnstructured(t, report("n", "5G", "5G", now.Add(-time.Hour))), fwk.Queue},
+		{"partial", toUnstructured(t, partialReport("n", "5G", "5G", now)), fwk.QueueSkip},
 		{"typed object", report("n", "500M", "1G", now), fwk.Queue},
 		{"trimmed, enough now", trimmed(t, report("n", "500M", "1G", now)), fwk.Queue},
 		{"trimmed, still too little", trimmed(t, report("n", "300M", "1G", now)), fwk.QueueSkip},
-		{"trimmed, stale", trimmed(t, report("n", "5G", "5G", now.Add(-time.Hour))), fwk.QueueSkip},
+		{"trimmed, partial", trimmed(t, partialReport("n", "5G", "5G", now)), fwk.QueueSkip},
+		{"trimmed, rejected", trimmed(t, rejectedReport("n")), fwk.QueueSkip},
 	} {
 		got, err := pl.isSchedulableAfterReport(logger, pod, nil, tc.obj)
 		if err != nil || got != tc.want {
@@ -180,4 +184,17 @@ func TestQueueingHintAdvancesStore(t *testing.T) {
 	if got := pl.reports.Node("n").Bandwidth().IngressRemaining; got != 500e6 {
 		t.Errorf("remaining %d after a late older report, want the newer 500M", got)
 	}
+}
+
+// partialReport is a report of an agent that has measured 5s since it started.
+func partialReport(node, ingressRemaining, egressRemaining string, sampled time.Time) *v1alpha1.NodeBandwidth {
+	r := report(node, ingressRemaining, egressRemaining, sampled)
+	r.Status.Window.Duration = 5 * time.Second
+	return r
+}
+
+// rejectedReport is a report with plenty of room that the heartbeat store rejects
+// (remaining above capacity).
+func rejectedReport(node string) *v1alpha1.NodeBandwidth {
+	return report(node, "50G", "50G", now)
 }

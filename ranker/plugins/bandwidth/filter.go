@@ -14,8 +14,8 @@ import (
 )
 
 // Filter drops the node unless, for every direction the pod requires, the node has a
-// fresh NodeBandwidth whose remaining minus the ledger's reservations there is at least
-// the required rate.
+// fresh, full NodeBandwidth whose remaining minus the ledger's reservations there is at
+// least the required rate.
 //
 // The status message is fixed per reason (see message): kube-scheduler's
 // FailedScheduling event counts nodes per distinct message, so figures in it would make
@@ -66,6 +66,8 @@ func (pl *BandwidthAware) message(reason string) string {
 		return msgNoReport
 	case reasonStaleReport:
 		return pl.msgStale
+	case reasonPartialReport:
+		return pl.msgPartial
 	case reasonUnknownCapacity:
 		return msgUnknownCapacity
 	case reasonIngress:
@@ -77,7 +79,11 @@ func (pl *BandwidthAware) message(reason string) string {
 }
 
 func staleMessage(staleAfter time.Duration) string {
-	return fmt.Sprintf("node(s) had no fresh NodeBandwidth (none sampled within stale-after %s)", staleAfter)
+	return fmt.Sprintf("node(s) had no fresh NodeBandwidth (none received within stale-after %s)", staleAfter)
+}
+
+func partialMessage(minWindow time.Duration) string {
+	return fmt.Sprintf("node(s) had only a partial NodeBandwidth (a window shorter than min-window %s: the agent has not measured that long yet)", minWindow)
 }
 
 // check returns the reason why a node with this report (nil: none) and these
@@ -91,11 +97,20 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		if !detail {
 			return reasonStaleReport, ""
 		}
-		if report.SampleTime.IsZero() {
-			return reasonStaleReport, "NodeBandwidth has no sampleTime"
+		if report.Received.IsZero() {
+			return reasonStaleReport, "NodeBandwidth never received"
 		}
-		return reasonStaleReport, fmt.Sprintf("NodeBandwidth is stale (sampled %s ago, stale after %s)",
-			now.Sub(report.SampleTime).Truncate(time.Second), pl.args.StaleAfter.Duration)
+		return reasonStaleReport, fmt.Sprintf("NodeBandwidth is stale (received %s ago, stale after %s)",
+			now.Sub(report.Received).Truncate(time.Second), pl.args.StaleAfter.Duration)
+	}
+	if pl.partial(report) {
+		if !detail {
+			return reasonPartialReport, ""
+		}
+		if report.SampleTime.IsZero() {
+			return reasonPartialReport, "NodeBandwidth has no sampleTime"
+		}
+		return reasonPartialReport, fmt.Sprintf("NodeBandwidth is partial (window %s, min-window %s)", report.Window, pl.args.MinWindow.Duration)
 	}
 	dirs := [...]struct {
 		name     string
@@ -136,9 +151,23 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 	return "", ""
 }
 
-// stale reports whether the report is too old to trust at now (or has no sample time).
+// stale reports whether the report reached the ranker too long before now to trust.
+// The arrival is on the ranker's clock: an agent's clock, wrong or lying, neither
+// keeps its node's report fresh nor ages it.
 func (pl *BandwidthAware) stale(report *heartbeat.Bandwidth, now time.Time) bool {
-	return report.SampleTime.IsZero() || now.Sub(report.SampleTime) > pl.args.StaleAfter.Duration
+	return report.Received.IsZero() || now.Sub(report.Received) > pl.args.StaleAfter.Duration
+}
+
+// partial reports whether the report is not yet a full one (see the package doc).
+func (pl *BandwidthAware) partial(report *heartbeat.Bandwidth) bool {
+	return !full(report, pl.args.MinWindow.Duration)
+}
+
+// full reports whether report says when it was sampled and its peak spans at least
+// minWindow: after an agent starts, its peak has seen only the seconds since, and
+// the remaining it reports is too high by whatever burst it has not seen yet.
+func full(report *heartbeat.Bandwidth, minWindow time.Duration) bool {
+	return !report.SampleTime.IsZero() && report.Window >= minWindow
 }
 
 // available returns, per direction, the reported remaining minus reservations of the
@@ -149,7 +178,7 @@ func (pl *BandwidthAware) available(rec *heartbeat.Node, now time.Time) (ingress
 	if report == nil {
 		return avail{}, avail{}
 	}
-	if pl.stale(report, now) {
+	if pl.stale(report, now) || pl.partial(report) {
 		return avail{}, avail{}
 	}
 	in, eg := pl.ledger.reservedOn(rec)

@@ -13,6 +13,7 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 // seedReports are the seed's worked example (figures 8 and 9) plus node-4 below the
@@ -40,7 +41,13 @@ func TestFilter(t *testing.T) {
 	}
 	noTime := report("no-sample-time", "9G", "9G", fresh)
 	noTime.Status.SampleTime = nil
-	reports = append(reports, noTime)
+	restarted := report("restarted-agent", "9G", "9G", fresh)
+	restarted.Status.Window.Duration = 3 * time.Second
+	noWindow := report("no-window", "9G", "9G", fresh)
+	noWindow.Status.Window = nil
+	reports = append(reports, noTime, restarted, noWindow)
+	msgStale := "node(s) had no fresh NodeBandwidth (none received within stale-after 1m0s)"
+	msgPartial := "node(s) had only a partial NodeBandwidth (a window shorter than min-window 1m0s: the agent has not measured that long yet)"
 
 	ingress400 := map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"}
 	tests := []struct {
@@ -59,9 +66,13 @@ func TestFilter(t *testing.T) {
 		{name: "missing report", annotations: ingress400, node: "unknown-node", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonNoReport,
 			wantMsg: msgNoReport, wantDetail: "node has no NodeBandwidth"},
 		{name: "stale report", annotations: ingress400, node: "stale", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport,
-			wantMsg: "node(s) had no fresh NodeBandwidth (none sampled within stale-after 1m0s)", wantDetail: "NodeBandwidth is stale (sampled 2m0s ago, stale after 1m0s)"},
-		{name: "report without sampleTime", annotations: ingress400, node: "no-sample-time", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonStaleReport,
-			wantMsg: "node(s) had no fresh NodeBandwidth (none sampled within stale-after 1m0s)", wantDetail: "NodeBandwidth has no sampleTime"},
+			wantMsg: msgStale, wantDetail: "NodeBandwidth is stale (received 2m0s ago, stale after 1m0s)"},
+		{name: "report without sampleTime", annotations: ingress400, node: "no-sample-time", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonPartialReport,
+			wantMsg: msgPartial, wantDetail: "NodeBandwidth has no sampleTime"},
+		{name: "window shorter than min-window", annotations: ingress400, node: "restarted-agent", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonPartialReport,
+			wantMsg: msgPartial, wantDetail: "NodeBandwidth is partial (window 3s, min-window 1m0s)"},
+		{name: "no window", annotations: ingress400, node: "no-window", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonPartialReport,
+			wantMsg: msgPartial, wantDetail: "NodeBandwidth is partial (window 0s, min-window 1m0s)"},
 		{name: "unknown capacity", annotations: ingress400, node: "no-capacity", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonUnknownCapacity,
 			wantMsg: msgUnknownCapacity, wantDetail: "NodeBandwidth has no ingress remaining (capacity unknown)"},
 		{name: "unknown capacity in a direction not required", annotations: map[string]string{annotations.EgressRequired: "1G"}, node: "no-capacity", wantCode: fwk.Success},
@@ -225,4 +236,30 @@ func TestPreFilter(t *testing.T) {
 			t.Error("PreFilter should store the parsed request")
 		}
 	})
+}
+
+// Staleness is on the ranker's clock: an agent whose clock runs an hour ahead does not
+// keep its report fresh, nor does one an hour behind age it.
+func TestStaleByArrival(t *testing.T) {
+	store := heartbeat.NewFromObjects()
+	store.PutAt(report("ahead", "9G", "9G", now.Add(time.Hour)), now.Add(-2*time.Minute))
+	store.PutAt(report("behind", "9G", "9G", now.Add(-time.Hour)), now.Add(-time.Second))
+	pl := newPlugin(testArgs(nil), store, func() time.Time { return now })
+	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
+	c := schedule(t, pl, pod, []string{"ahead", "behind"}, false)
+	if c.filtered["ahead"] == nil || c.filtered["ahead"].Message() != staleMessage(time.Minute) {
+		t.Errorf("a report received 2m ago (sampled 1h ahead): %v, want stale", c.filtered["ahead"])
+	}
+	if c.filtered["behind"] != nil || c.chosen != "behind" {
+		t.Errorf("a report received 1s ago (sampled 1h behind): filtered %v, chosen %q; want it placed there", c.filtered["behind"], c.chosen)
+	}
+	// Score gives a partial report nothing, as it does a stale one.
+	partial := report("partial", "9G", "9G", now)
+	partial.Status.Window.Duration = 10 * time.Second
+	store.PutAt(partial, now)
+	store.PutAt(report("modest", "1G", "1G", now), now)
+	expected := testPod(map[string]string{annotations.IngressExpected: "400M", annotations.BandwidthStrategy: "most-headroom"})
+	if c := schedule(t, pl, expected, []string{"partial", "modest"}, false); c.chosen != "modest" || c.scores["partial"] != 0 {
+		t.Errorf("most-headroom between a partial 9G and a full 1G: chose %q, scores %v; want the full one, the partial scored 0", c.chosen, c.scores)
+	}
 }

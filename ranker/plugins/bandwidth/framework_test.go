@@ -35,11 +35,7 @@ func TestInFramework(t *testing.T) {
 	defer cancel()
 	schedmetrics.Register() // the framework instruments plugins with the scheduler's metrics
 
-	var objs []runtime.Object
-	for _, r := range seedReports() {
-		objs = append(objs, r)
-	}
-	store := heartbeat.NewFromObjects(objs...)
+	store := reportStore(seedReports()...)
 	saved := sharedStore
 	sharedStore = func(context.Context, *rest.Config) (*heartbeat.Store, error) { return store, nil }
 	t.Cleanup(func() { sharedStore = saved })

@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -51,15 +50,26 @@ func testPlugin(t *testing.T, args Args, reports ...*v1alpha1.NodeBandwidth) *Ba
 	if err := args.Validate(); err != nil {
 		t.Fatalf("test args invalid: %v", err)
 	}
-	objs := make([]runtime.Object, len(reports))
-	for i, r := range reports {
-		objs[i] = r
+	return newPlugin(args, reportStore(reports...), func() time.Time { return now })
+}
+
+// reportStore holds reports as if each reached the ranker when it was sampled (at now
+// when it has no sampleTime): the tests date a report by its sampleTime.
+func reportStore(reports ...*v1alpha1.NodeBandwidth) *heartbeat.Store {
+	store := heartbeat.NewFromObjects()
+	for _, r := range reports {
+		received := now
+		if r.Status.SampleTime != nil {
+			received = r.Status.SampleTime.Time
+		}
+		store.PutAt(r, received)
 	}
-	return newPlugin(args, heartbeat.NewFromObjects(objs...), func() time.Time { return now })
+	return store
 }
 
 func testArgs(mut func(*Args)) Args {
-	a := Args{Strategy: annotations.BestFit, IngressWeight: 1, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: time.Minute}}
+	a := Args{Strategy: annotations.BestFit, IngressWeight: 1, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: time.Minute},
+		MinWindow: metav1.Duration{Duration: time.Minute}}
 	if mut != nil {
 		mut(&a)
 	}

@@ -26,7 +26,8 @@ type Nodes interface {
 	Advance(report *heartbeat.Bandwidth) bool
 }
 
-// defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s).
+// defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s),
+// for a ledger that takes every report as full (minWindow 0).
 const defaultWindow = 60 * time.Second
 
 // Ledger holds the bandwidth of pods placed on a node that the node's reports cannot
@@ -35,10 +36,12 @@ const defaultWindow = 60 * time.Second
 //
 // The rule: a pod reserves its expected (else required) rate per direction on its node
 // from Reserve (or from when the ranker first sees it bound) until one of
-//   - a NodeBandwidth of that node arrives whose sampleTime is at least one peak window
-//     (status.window, 60s if absent) after the pod was seen running with all its
-//     containers started: that report's peak, and so its remaining, was measured
-//     entirely while the pod ran, so it already accounts for the pod's traffic;
+//   - a full NodeBandwidth of that node (window ≥ minWindow) arrives whose sampleTime
+//     is at least one peak window (status.window) after the pod was seen running with
+//     all its containers started: that report's peak, and so its remaining, was
+//     measured entirely while the pod ran, so it already accounts for the pod's
+//     traffic. (sampleTime and the pod's start are both the node's clock.) A partial
+//     report covers nothing: Filter does not use it either;
 //   - the pod is deleted or finishes (Succeeded/Failed);
 //   - the scheduler calls Unreserve (binding failed or was rejected).
 //
@@ -52,6 +55,9 @@ const defaultWindow = 60 * time.Second
 // rebuilds the ledger; pods bound by another scheduler are counted the same way.
 type Ledger struct {
 	reports Nodes
+	// minWindow is the plugin's MinWindow: reports over a shorter window are partial
+	// and cover no pod.
+	minWindow time.Duration
 
 	mu     sync.RWMutex
 	byPod  map[types.UID]*reservation
@@ -216,10 +222,10 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 	}
 }
 
-// coveredBy reports whether report was measured entirely while a pod running since
-// runningSince ran.
-func coveredBy(runningSince time.Time, report *heartbeat.Bandwidth) bool {
-	if runningSince.IsZero() || report == nil || report.SampleTime.IsZero() {
+// coveredBy reports whether report is full and was measured entirely while a pod
+// running since runningSince ran.
+func (l *Ledger) coveredBy(runningSince time.Time, report *heartbeat.Bandwidth) bool {
+	if runningSince.IsZero() || report == nil || !full(report, l.minWindow) {
 		return false
 	}
 	window := defaultWindow
@@ -284,7 +290,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		if err != nil || req.Empty() {
 			return
 		}
-		if coveredBy(since, l.reports.Node(pod.Spec.NodeName).Bandwidth()) {
+		if l.coveredBy(since, l.reports.Node(pod.Spec.NodeName).Bandwidth()) {
 			// Long-running pod seen at startup: its node's report already reflects it.
 			l.covered[pod.UID] = struct{}{}
 			return
@@ -298,7 +304,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 	if r.runningSince.IsZero() && !since.IsZero() {
 		r.runningSince = since
 	}
-	if coveredBy(r.runningSince, l.reports.Node(r.node).Bandwidth()) {
+	if l.coveredBy(r.runningSince, l.reports.Node(r.node).Bandwidth()) {
 		l.removeLocked(pod.UID, releaseCovered)
 		l.covered[pod.UID] = struct{}{}
 	}
@@ -329,7 +335,7 @@ func (l *Ledger) observeParsed(node string, parsed *heartbeat.Bandwidth) {
 		return
 	}
 	for uid, r := range n.pods {
-		if coveredBy(r.runningSince, parsed) {
+		if l.coveredBy(r.runningSince, parsed) {
 			l.removeLocked(uid, releaseCovered)
 			l.covered[uid] = struct{}{}
 		}

@@ -149,6 +149,16 @@ func TestLedgerRelease(t *testing.T) {
 			t.Error("a covered pod was reserved again")
 		}
 	})
+	t.Run("partial report long after the start keeps it", func(t *testing.T) {
+		pl, pod := setup(t)
+		pl.Ledger().ObservePod(runningPod(pod, "n", now))
+		// The node's agent restarted: its 5s window is all after the pod started, but
+		// Filter does not trust it, so it must not let go of what it cannot show.
+		pl.Ledger().ObserveReport(partialReport("n", "1G", "1G", now.Add(10*time.Minute)))
+		if pl.Ledger().Len() != 1 {
+			t.Fatal("released by a partial report")
+		}
+	})
 	t.Run("report from another node does not release", func(t *testing.T) {
 		pl, pod := setup(t)
 		pl.Ledger().ObservePod(runningPod(pod, "n", now))

@@ -15,7 +15,8 @@ const metricsSubsystem = "sextant_ranker_bandwidth"
 const (
 	reasonInvalidAnnotation = "invalid_annotation" // PreFilter: the pod's annotations are malformed
 	reasonNoReport          = "no_report"          // the node has no NodeBandwidth
-	reasonStaleReport       = "stale_report"       // its sample is older than staleAfter
+	reasonStaleReport       = "stale_report"       // it reached the ranker longer than staleAfter ago
+	reasonPartialReport     = "partial_report"     // its window is shorter than minWindow, or it has no sampleTime
 	reasonUnknownCapacity   = "unknown_capacity"   // a required direction has no remaining (capacity unknown)
 	reasonIngress           = "insufficient_ingress"
 	reasonEgress            = "insufficient_egress"

@@ -21,8 +21,9 @@ type BandwidthAware struct {
 	reports Nodes
 	ledger  *Ledger
 	now     func() time.Time
-	// msgStale is Filter's message for a stale report; it names args.StaleAfter.
-	msgStale string
+	// msgStale and msgPartial are Filter's messages for a stale and a partial report;
+	// they name args.StaleAfter and args.MinWindow.
+	msgStale, msgPartial string
 }
 
 var (
@@ -66,8 +67,10 @@ var sharedStore = heartbeat.Shared
 
 // newPlugin builds the plugin without a framework handle, for New and for tests.
 func newPlugin(args Args, reports Nodes, now func() time.Time) *BandwidthAware {
-	return &BandwidthAware{args: args, reports: reports, ledger: NewLedger(reports), now: now,
-		msgStale: staleMessage(args.StaleAfter.Duration)}
+	ledger := NewLedger(reports)
+	ledger.minWindow = args.MinWindow.Duration
+	return &BandwidthAware{args: args, reports: reports, ledger: ledger, now: now,
+		msgStale: staleMessage(args.StaleAfter.Duration), msgPartial: partialMessage(args.MinWindow.Duration)}
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (benchmarks,
