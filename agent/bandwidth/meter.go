@@ -69,8 +69,16 @@ func (c Config) withDefaults() Config {
 
 // Snapshot is the meter's view at one sample. Rates are in bits per second.
 type Snapshot struct {
-	Time       time.Time
-	Window     time.Duration
+	Time time.Time
+	// Window is the span the peaks actually cover: the configured window (FullWindow),
+	// or less until the meter has measured that long. It counts from when the meter
+	// started, or from when the latest of the interfaces with a known capacity (those
+	// a node's totals sum) was first sampled, if later: a peak over the few seconds
+	// since a start has not seen the bursts a full window would, and the ranker must
+	// know (it does not trust a report until its window is full).
+	Window time.Duration
+	// FullWindow is the configured window.
+	FullWindow time.Duration
 	Interfaces []InterfaceSample // by name
 }
 
@@ -105,6 +113,8 @@ type Meter struct {
 	mu     sync.Mutex
 	ifaces map[int]*iface
 	snap   Snapshot
+	// started is the time of the first sample, zero before it.
+	started time.Time
 }
 
 type iface struct {
@@ -234,13 +244,20 @@ func (m *Meter) Sample() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	snap := Snapshot{Time: now, Window: m.cfg.Window}
+	if m.started.IsZero() {
+		m.started = now
+	}
+	snap := Snapshot{Time: now, FullWindow: m.cfg.Window}
+	since := m.started
 	for idx, cur := range m.ifaces {
 		c := counters[idx] // absent: nothing counted yet
 		cur.ingress.observe(now, c.Ingress)
 		cur.egress.observe(now, c.Egress)
 		if !cur.ingress.haveRate || !cur.egress.haveRate {
 			continue // one interval is needed before there is a rate to publish
+		}
+		if cur.capacity.Ingress > 0 || cur.capacity.Egress > 0 {
+			since = latest(since, cur.ingress.first, cur.egress.first)
 		}
 		snap.Interfaces = append(snap.Interfaces, InterfaceSample{
 			Name:    cur.link.Name,
@@ -251,7 +268,17 @@ func (m *Meter) Sample() {
 		})
 	}
 	sort.Slice(snap.Interfaces, func(i, j int) bool { return snap.Interfaces[i].Name < snap.Interfaces[j].Name })
+	snap.Window = min(m.cfg.Window, max(now.Sub(since), 0))
 	m.snap = snap
+}
+
+func latest(t time.Time, more ...time.Time) time.Time {
+	for _, u := range more {
+		if u.After(t) {
+			t = u
+		}
+	}
+	return t
 }
 
 func direction(tr *tracker, capacity float64) DirectionSample {

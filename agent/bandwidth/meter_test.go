@@ -327,3 +327,45 @@ func TestReadSpeed(t *testing.T) {
 		t.Errorf("absent speed file: %d, want 0 (no data)", got)
 	}
 }
+
+// A meter publishes the window it has actually measured: after it starts, and when an
+// interface the totals count appears, less than the configured one, growing to it.
+func TestObservedWindow(t *testing.T) {
+	eth0 := Link{Name: "eth0", Index: 2, SpeedMbps: 1000, Physical: true}
+	eth1 := Link{Name: "eth1", Index: 3, SpeedMbps: 1000, Physical: true}
+	veth := Link{Name: "veth9", Index: 9} // no capacity: not in the totals
+	m, src, ll, _, clk := newTestMeter(Config{Window: 30 * time.Second, Interfaces: []string{"*"}}, []Link{eth0})
+	src.counters[2], src.counters[3], src.counters[9] = Counters{}, Counters{}, Counters{}
+	m.Rescan()
+	m.Sample() // the baseline
+	step := func(d time.Duration) Snapshot {
+		t.Helper()
+		for range int(d / time.Second) {
+			clk.Step(time.Second)
+			m.Sample()
+		}
+		return m.Snapshot()
+	}
+	if s := step(3 * time.Second); s.Window != 3*time.Second || s.FullWindow != 30*time.Second {
+		t.Errorf("3s after the start: window %s of %s, want 3s of 30s", s.Window, s.FullWindow)
+	}
+	if s := step(27 * time.Second); s.Window != 30*time.Second {
+		t.Errorf("30s after the start: window %s, want the full 30s", s.Window)
+	}
+	if s := step(10 * time.Second); s.Window != 30*time.Second {
+		t.Errorf("40s after the start: window %s, want 30s", s.Window)
+	}
+	ll.links = []Link{eth0, veth}
+	m.Rescan()
+	if s := step(2 * time.Second); s.Window != 30*time.Second || len(s.Interfaces) != 2 {
+		t.Errorf("after a NIC without capacity appeared: window %s, %d interfaces; want 30s, 2", s.Window, len(s.Interfaces))
+	}
+	ll.links = []Link{eth0, eth1, veth}
+	m.Rescan()
+	if s := step(5 * time.Second); s.Window != 4*time.Second {
+		t.Errorf("5 samples after eth1 appeared (its first is its baseline): window %s, want 4s", s.Window)
+	}
+	if s := step(30 * time.Second); s.Window != 30*time.Second {
+		t.Errorf("long after eth1 appeared: window %s, want 30s", s.Window)
+	}
+}

@@ -14,6 +14,7 @@ type tracker struct {
 	window time.Duration
 
 	have  bool
+	first time.Time // the first observation: the peak covers no time before it
 	last  time.Time
 	count Count
 
@@ -33,6 +34,7 @@ type point struct {
 func (tr *tracker) observe(now time.Time, c Count) {
 	switch {
 	case !tr.have:
+		tr.first = now
 	case !now.After(tr.last):
 		return // clock did not move (or went back): no interval to divide by
 	case c.Bytes < tr.count.Bytes || c.Packets < tr.count.Packets:

@@ -54,6 +54,8 @@ type BandwidthReporter struct {
 	clock     clock.PassiveClock
 	last      *v1alpha1.NodeBandwidthStatus
 	lastWrite time.Time
+	// lastFull says the last write covered the meter's whole window.
+	lastFull bool
 }
 
 // NewBandwidthReporter returns a reporter for the node's NodeBandwidth.
@@ -65,17 +67,22 @@ func NewBandwidthReporter(cfg BandwidthConfig, dyn dynamic.Interface, kube kuber
 	}
 }
 
-// Offer writes the snapshot if it is due, and says whether it wrote.
+// Offer writes the snapshot if it is due, and says whether it wrote. The first
+// snapshot whose window is full is due as soon as the minimum interval allows: the
+// ranker does not use a report over a shorter window (after the agent starts), so the
+// node is eligible again only from that write.
 func (r *BandwidthReporter) Offer(ctx context.Context, snap bandwidth.Snapshot) (bool, error) {
 	status := BandwidthStatus(snap, r.cfg.AgentVersion)
 	now := r.clock.Now()
-	if !bandwidthDue(r.cfg, r.last, r.lastWrite, &status, now) {
+	full := snap.Window >= snap.FullWindow
+	becameFull := r.last != nil && !r.lastFull && full && now.Sub(r.lastWrite) >= r.cfg.MinInterval
+	if !becameFull && !bandwidthDue(r.cfg, r.last, r.lastWrite, &status, now) {
 		return false, nil
 	}
 	if err := r.w.write(ctx, &status); err != nil {
 		return false, err
 	}
-	r.last, r.lastWrite = &status, now
+	r.last, r.lastWrite, r.lastFull = &status, now, full
 	return true, nil
 }
 

@@ -2,6 +2,12 @@
 // NodeTopology: cluster-scoped, named after the node, owned by its Node object, written
 // through the status subresource, and only when something worth telling changed or the
 // heartbeat interval ran out.
+//
+// A write starts from the object the last write returned, so a steady heartbeat is one
+// status update, with no GET before it. A conflict (someone else changed the object)
+// or NotFound (it was deleted, e.g. with its Node) drops that copy, and the retry reads
+// the object afresh or creates it. Retries back off exponentially with jitter, so the
+// agents of a whole cluster that lost the API server together do not come back in step.
 package report
 
 import (
@@ -30,6 +36,9 @@ type writer struct {
 	nodeName string
 	backoff  wait.Backoff
 	metrics  *Metrics
+	// last is the object as the last write (or read) returned it, nil when unknown:
+	// the next write updates it without reading it first.
+	last *unstructured.Unstructured
 }
 
 func newWriter(kind, plural string, dyn dynamic.Interface, kube kubernetes.Interface, nodeName string, m *Metrics) *writer {
@@ -39,8 +48,9 @@ func newWriter(kind, plural string, dyn dynamic.Interface, kube kubernetes.Inter
 		nodes:    kube,
 		nodeName: nodeName,
 		// Long enough to ride out an API server restart, short enough that the next
-		// sample (which retries anyway) is not held up for long.
-		backoff: wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.2, Steps: 6, Cap: 5 * time.Second},
+		// sample (which retries anyway) is not held up for long. The jitter spreads the
+		// retries of many agents: each wait is up to half as long again.
+		backoff: wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.5, Steps: 6, Cap: 5 * time.Second},
 		metrics: m,
 	}
 }
@@ -88,18 +98,30 @@ func (w *writer) write(ctx context.Context, status any) error {
 }
 
 func (w *writer) writeOnce(ctx context.Context, status map[string]any) error {
-	obj, err := w.get(ctx)
-	if err != nil {
-		return err
-	}
+	obj := w.last
 	if obj == nil {
-		if obj, err = w.create(ctx); err != nil {
+		var err error
+		if obj, err = w.get(ctx); err != nil {
 			return err
 		}
+		if obj == nil {
+			if obj, err = w.create(ctx); err != nil {
+				return err
+			}
+		}
 	}
+	obj = obj.DeepCopy()
 	obj.Object["status"] = status
-	_, err = w.resource.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "sextant-agent"})
-	return err
+	updated, err := w.resource.UpdateStatus(ctx, obj, metav1.UpdateOptions{FieldManager: "sextant-agent"})
+	if err != nil {
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			// Our copy is out of date or the object is gone: read or create it again.
+			w.last = nil
+		}
+		return err
+	}
+	w.last = updated
+	return nil
 }
 
 func (w *writer) create(ctx context.Context) (*unstructured.Unstructured, error) {

@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -24,7 +26,7 @@ import (
 )
 
 func snapshot(at time.Time, ifaces ...bandwidth.InterfaceSample) bandwidth.Snapshot {
-	return bandwidth.Snapshot{Time: at, Window: time.Minute, Interfaces: ifaces}
+	return bandwidth.Snapshot{Time: at, Window: time.Minute, FullWindow: time.Minute, Interfaces: ifaces}
 }
 
 // dir is a direction with capacity c and peak p (bits/s); c < 0 means unknown.
@@ -202,6 +204,51 @@ func TestBandwidthReporterWritesOwnedObjectOnlyWhenDue(t *testing.T) {
 	}
 }
 
+// A restarted agent's reports carry the window it has measured, and the first full
+// one is written at once (after the minimum interval), not at the next heartbeat: the
+// ranker uses no report over a shorter window.
+func TestBandwidthReporterWritesWhenTheWindowFills(t *testing.T) {
+	dyn, kube := newFakes(t)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	r := NewBandwidthReporter(BandwidthConfig{}, dyn, kube, "node-1", NewMetrics(nil), clk)
+	ctx := context.Background()
+	steady := bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(1e9, 0, 100e6), Egress: dir(1e9, 0, 100e6)}
+	offer := func(observed time.Duration) bool {
+		t.Helper()
+		snap := snapshot(clk.Now(), steady)
+		snap.Window = observed
+		wrote, err := r.Offer(ctx, snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wrote
+	}
+	if !offer(3 * time.Second) {
+		t.Fatal("the first report was not written")
+	}
+	nbw, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Get(ctx, "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, _, _ := unstructuredString(nbw.Object, "status", "window"); w != "3s" {
+		t.Errorf("published window %q, want the 3s observed", w)
+	}
+	for s := 4; s < 60; s++ {
+		clk.SetTime(clk.Now().Add(time.Second))
+		if wrote := offer(time.Duration(s) * time.Second); wrote && s != 33 {
+			t.Errorf("a steady partial report written at %ds", s)
+		}
+	}
+	clk.SetTime(clk.Now().Add(time.Second))
+	if !offer(time.Minute) {
+		t.Error("the first full report was not written at once")
+	}
+	clk.SetTime(clk.Now().Add(5 * time.Second))
+	if offer(time.Minute) {
+		t.Error("a steady full report was written before the heartbeat")
+	}
+}
+
 func TestWriterRetriesConflicts(t *testing.T) {
 	dyn, kube := newFakes(t)
 	conflicts := 2
@@ -221,6 +268,68 @@ func TestWriterRetriesConflicts(t *testing.T) {
 	if conflicts != 0 {
 		t.Errorf("%d conflicts left unconsumed", conflicts)
 	}
+}
+
+// Writes start from the object the last write returned: after the first, a heartbeat
+// is one status update and no read. A conflict or a deleted object sends the retry
+// back to a fresh read, or a create.
+func TestWriterStartsFromLastObject(t *testing.T) {
+	dyn, kube := newFakes(t)
+	w := newWriter(kindBandwidth, "nodebandwidths", dyn, kube, "node-1", NewMetrics(nil))
+	w.backoff.Duration = time.Millisecond
+	ctx := context.Background()
+	// write writes a status and returns the reads, status updates and creates it took.
+	write := func(step, version string) (gets, updates, creates int) {
+		t.Helper()
+		dyn.ClearActions()
+		if err := w.write(ctx, &v1alpha1.NodeBandwidthStatus{AgentVersion: version}); err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		gets, updates, creates = countActions(dyn, "get", ""), countActions(dyn, "update", "status"), countActions(dyn, "create", "")
+		obj, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Get(ctx, "node-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		if got, _, _ := unstructuredString(obj.Object, "status", "agentVersion"); got != version {
+			t.Fatalf("%s: published agentVersion %q, want %q", step, got, version)
+		}
+		return gets, updates, creates
+	}
+	if g, u, c := write("first", "v1"); g != 1 || u != 1 || c != 1 {
+		t.Errorf("first write: %d gets, %d status updates, %d creates; want 1 each", g, u, c)
+	}
+	for i := range 3 {
+		if g, u, c := write("steady", fmt.Sprint("v", i+2)); g != 0 || u != 1 || c != 0 {
+			t.Fatalf("steady write %d: %d gets, %d status updates, %d creates; want one update only", i, g, u, c)
+		}
+	}
+
+	conflicts := 1
+	dyn.PrependReactor("update", "nodebandwidths", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() == "status" && conflicts > 0 {
+			conflicts--
+			return true, nil, apierrors.NewConflict(v1alpha1.Resource("nodebandwidths"), "node-1", errors.New("stale"))
+		}
+		return false, nil, nil
+	})
+	if g, u, _ := write("after a conflict", "v10"); g != 1 || u != 2 {
+		t.Errorf("a conflict: %d gets, %d status updates; want a fresh read and a second update", g, u)
+	}
+
+	// The object went with its Node (or by hand): the retry creates it again.
+	if err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Delete(ctx, "node-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, c := write("after the object was deleted", "v11"); c != 1 {
+		t.Errorf("a deleted object: %d creates, want 1", c)
+	}
+	if g, u, c := write("steady again", "v12"); g != 0 || u != 1 || c != 0 {
+		t.Errorf("steady after the re-create: %d gets, %d status updates, %d creates; want one update only", g, u, c)
+	}
+}
+
+func unstructuredString(obj map[string]any, fields ...string) (string, bool, error) {
+	return unstructured.NestedString(obj, fields...)
 }
 
 func TestWriterGivesUpOnForbidden(t *testing.T) {

@@ -56,6 +56,8 @@ func (r *TopologyReporter) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The first write starts from what was just read.
+	r.w.last = obj
 	var seed []v1alpha1.PCIDevice
 	if obj != nil {
 		var prev v1alpha1.NodeTopology
