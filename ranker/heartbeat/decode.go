@@ -26,8 +26,8 @@ const (
 	// devices than the bounds (MaxNUMANodes, MaxCPUs, MaxDevices).
 	ReasonOutOfRange = "out_of_range"
 	// ReasonInconsistent: parts that contradict each other: a remaining above its
-	// capacity or without one, a NUMA node or CPU listed twice, a device on a NUMA node
-	// the topology lacks.
+	// capacity or without one, a NUMA node or CPU listed twice, a healthy device on a
+	// NUMA node the topology lacks.
 	ReasonInconsistent = "inconsistent"
 )
 
@@ -214,8 +214,8 @@ func BitsPerSecond(q *resource.Quantity) (int64, bool) {
 
 // ValidateTopology reports why a decoded NodeTopology cannot be used, nil if it can.
 // The plugins index by NUMA node and count CPUs: a NUMA node or CPU listed twice would
-// count its capacity twice, and a device on a NUMA node the topology lacks has no place
-// in a choice of NUMA nodes.
+// count its capacity twice, and a healthy device on a NUMA node the topology lacks has
+// no place in a choice of NUMA nodes.
 func ValidateTopology(nt *v1alpha1.NodeTopology) error {
 	t := &nt.Status.Topology
 	if n := len(t.NUMANodes); n > MaxNUMANodes {
@@ -269,8 +269,17 @@ func ValidateTopology(nt *v1alpha1.NodeTopology) error {
 			return reject(ReasonInconsistent, "PCI device %s listed twice", d.Address)
 		}
 		addresses[d.Address] = struct{}{}
-		if d.NUMANode != nil && (*d.NUMANode < 0 || *d.NUMANode >= MaxNUMANodes || !numa[*d.NUMANode]) {
-			return reject(ReasonInconsistent, "PCI device %s on NUMA node %d, which the topology lacks", d.Address, *d.NUMANode)
+		if d.NUMANode == nil {
+			continue
+		}
+		if *d.NUMANode < 0 || *d.NUMANode >= MaxNUMANodes {
+			return reject(ReasonOutOfRange, "PCI device %s on NUMA node %d, outside 0-%d", d.Address, *d.NUMANode, MaxNUMANodes-1)
+		}
+		// A vanished device stays listed, Unhealthy, with the NUMA node it had, which
+		// may be gone too (the agent seeds them from its previous NodeTopology); no
+		// plugin places a pod on it. A healthy one the agent read just now.
+		if d.Health == v1alpha1.Healthy && !numa[*d.NUMANode] {
+			return reject(ReasonInconsistent, "healthy PCI device %s on NUMA node %d, which the topology lacks", d.Address, *d.NUMANode)
 		}
 	}
 	return nil

@@ -121,7 +121,8 @@ var poison = []struct {
 	{"negative memory", kindTopology, "numaNodes.0.memoryBytes", `-1`, ReasonOutOfRange},
 	{"memory overflows in all", kindTopology, "numaNodes.1.memoryBytes", `9223372036854775807`, ReasonOutOfRange},
 	{"distance beyond a byte", kindTopology, "numaNodes.0.distances", `[10,1000]`, ReasonOutOfRange},
-	{"device on a NUMA node the topology lacks", kindTopology, "pciDevices.0.numaNode", `7`, ReasonInconsistent},
+	{"healthy device on a NUMA node the topology lacks", kindTopology, "pciDevices.0.numaNode", `7`, ReasonInconsistent},
+	{"device on a NUMA node beyond the bound", kindTopology, "pciDevices.0.numaNode", `4096`, ReasonOutOfRange},
 	{"device twice", kindTopology, "pciDevices", `[{"address":"0000:3b:00.0","kind":"gpu","health":"Healthy"},{"address":"0000:3b:00.0","kind":"gpu","health":"Healthy"}]`, ReasonInconsistent},
 }
 
@@ -138,6 +139,12 @@ func TestDecodeRejectsPoison(t *testing.T) {
 	}
 	if _, err := DecodeTopology(fromJSON(t, []byte(goodTopology))); err != nil {
 		t.Fatalf("an agent's NodeTopology rejected: %v", err)
+	}
+	// A device that vanished stays listed, Unhealthy, with the NUMA node it had, which
+	// may have gone too (measured: the local node's agent published such a topology).
+	vanished := withStatus(t, goodTopology, "pciDevices", `[{"address":"0000:3d:00.0","kind":"accelerator","numaNode":7,"health":"Unhealthy"}]`)
+	if _, err := DecodeTopology(fromJSON(t, vanished)); err != nil {
+		t.Errorf("a vanished device on a vanished NUMA node rejected the topology: %v", err)
 	}
 	for _, p := range poison {
 		t.Run(p.name, func(t *testing.T) {
