@@ -282,7 +282,12 @@ func TestRankerWeightsFlipDecision(t *testing.T) {
 	}
 }
 
-// TestRankerStaleReportExcludesNode: the fitting node's report is older than staleAfter.
+// TestRankerStaleReportExcludesNode: the fitting node's report reached the ranker longer
+// than staleAfter ago; the other node's agent keeps writing. Staleness is on the
+// ranker's clock: the stale node's sampleTime runs an hour ahead, which does not keep
+// it fresh, and the fresh node's five minutes behind, which does not age it. The ranker
+// starts after both reports exist, so it also dates the reports it lists at startup
+// (by the API server's write, not the moment it listed them).
 func TestRankerStaleReportExcludesNode(t *testing.T) {
 	installCRDs(t)
 	deployChart(t)
@@ -290,10 +295,14 @@ func TestRankerStaleReportExcludesNode(t *testing.T) {
 	ns := testNamespace(t)
 	prefix := "stale" + strings.TrimPrefix(ns, "e2e-")
 	nodes := makeRankerNodes(t, prefix, []rankerNode{
-		{name: "fresh", ingressRemaining: "500M"},
-		{name: "stale", ingressRemaining: "5G", sampled: time.Now().Add(-5 * time.Minute)},
+		{name: "fresh", ingressRemaining: "500M", sampled: time.Now().Add(-5 * time.Minute)},
+		{name: "stale", ingressRemaining: "5G", sampled: time.Now().Add(time.Hour)},
 	})
-	startRanker(t, rankerOptions{scheduler: prefix, port: 10365, strategy: "most-headroom", staleAfter: time.Minute})
+	keepReporting(t, []string{nodes["fresh"]}, nil, -5*time.Minute)
+	const staleAfter = 10 * time.Second
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10365, strategy: "most-headroom", staleAfter: staleAfter})
+	// Until then the stale node's report is fresh, and most-headroom would pick it.
+	time.Sleep(staleAfter + 2*time.Second)
 	_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, "p", prefix, map[string]string{
 		"bandwidth.sextant.io/ingress-required": "100M",
 	}), metav1.CreateOptions{})
