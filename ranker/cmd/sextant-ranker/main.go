@@ -7,7 +7,8 @@
 // --memory-limit-ratio set Go's garbage collector (package gcsettings).
 //
 // `sextant-ranker sidecar-webhook` serves sextant's admission webhook for pods instead
-// (sidecar preparation, annotation validation) and the virtual-node sidecar controller.
+// (sidecar preparation, annotation validation) and the virtual-node sidecar controller;
+// `sextant-ranker virtual-node-controller` runs that controller alone.
 package main
 
 import (
@@ -38,8 +39,10 @@ func main() {
 		app.WithPlugin(binder.Name, binder.New),
 	)
 	// The admission webhook and the virtual-node sidecar controller run from the same
-	// image as their own Deployment: `sextant-ranker sidecar-webhook`.
+	// image as Deployments of their own: `sextant-ranker sidecar-webhook` and
+	// `sextant-ranker virtual-node-controller`.
 	command.AddCommand(newSidecarWebhookCommand())
+	command.AddCommand(newVirtualNodeControllerCommand())
 	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)
 	bandwidth.RegisterFlags(sextantFlags)
 	gc.AddFlags(sextantFlags)

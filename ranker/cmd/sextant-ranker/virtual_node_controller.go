@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+
+	"sextant.io/sextant/internal/version"
+	"sextant.io/sextant/ranker/virtualnode"
+)
+
+// newVirtualNodeControllerCommand runs the virtual-node sidecar controller alone, so it
+// can have a service account of its own: the controller may update pods, which the
+// admission webhook serving beside it in sidecar-webhook never needs, and the chart's
+// pod policy lets only this account rewrite a sidecar's command annotation.
+func newVirtualNodeControllerCommand() *cobra.Command {
+	o := webhookOptions{virtualNodes: true}
+	cmd := &cobra.Command{
+		Use:   "virtual-node-controller",
+		Short: "Run the virtual-node sidecar controller (without the admission webhook)",
+		Long: `virtual-node-controller runs, on the replica that holds the lease --leader-elect-name,
+the controller that stops finished sidecars on virtual-kubelet nodes (label
+type=virtual-kubelet or taint virtual-kubelet.io/provider) by swapping them in place to
+--exit-image. It is what sidecar-webhook runs with --virtual-nodes, as a process of its
+own.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runVirtualNodeController(cmd.Context(), o)
+		},
+	}
+	plain := &cobra.Command{}
+	cmd.SetUsageFunc(plain.UsageFunc())
+	cmd.SetHelpFunc(plain.HelpFunc())
+	f := cmd.Flags()
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required)")
+	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
+	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the controller looks at")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "run the controller only on the replica holding the lease")
+	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "sextant-system"), "namespace of the lease ($POD_NAMESPACE when set)")
+	f.StringVar(&o.leaseName, "leader-elect-name", "sextant-sidecar-controller", "name of the lease")
+	return cmd
+}
+
+func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
+	if o.exitImage == "" {
+		return errors.New("--exit-image is required")
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "virtual-node-controller")
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.UserAgent = "sextant-sidecar-controller/" + version.Version
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	ctrl, err := virtualnode.New(virtualnode.Config{
+		ExitImage: o.exitImage, ExitCommand: o.exitCommand, PodSelector: o.podSelector,
+	}, kube, log)
+	if err != nil {
+		return err
+	}
+	log.Info("virtual-node controller starting", "version", version.Version, "leaderElect", o.leaderElect)
+	runLeading(ctx, o, kube, ctrl, log)
+	return nil
+}
