@@ -53,11 +53,6 @@ up() {
   (cd "$repo" && go build -o bin/sextant-agent ./agent/cmd/sextant-agent &&
     go build -o bin/fakenodes ./scripts/fakenodes) || die "demo-nodes: build failed"
 
-  # The agents authenticate as the chart's agent ServiceAccount, with its RBAC.
-  local agent_kubeconfig
-  agent_kubeconfig=$(demo_agent_kubeconfig "$state" "$kubeconfig") ||
-    die "demo-nodes: no sextant-agent ServiceAccount (make deploy first)"
-
   local names=()
   for n in "${nodes[@]}"; do names+=("sextant-demo-$n"); done
   spawn demo-fakenodes "$repo/bin/fakenodes" --kubeconfig "$kubeconfig" --cpu 16 --memory 64Gi \
@@ -79,6 +74,11 @@ up() {
       tc qdisc add dev "sxnode$n" root tbf rate 200mbit burst 256kb latency 50ms
       ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate 200mbit burst 256kb latency 50ms
     fi
+    # The agents authenticate as the chart's agent ServiceAccount, with its RBAC and a
+    # token bound to their node.
+    local agent_kubeconfig
+    agent_kubeconfig=$(demo_agent_kubeconfig "$state" "$kubeconfig" "sextant-demo-$n") ||
+      die "demo-nodes: no sextant-agent ServiceAccount (make deploy first)"
     spawn "demo-agent-$n" "$repo/bin/sextant-agent" run --kubeconfig "$agent_kubeconfig" \
       --node-name "sextant-demo-$n" --netns "/var/run/netns/$ns" --interfaces eth0 \
       --nic-capacity eth0=200M --metrics-addr "" --window 30s \

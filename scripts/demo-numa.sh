@@ -47,7 +47,7 @@ echo "10 20" >"$tree/sys/devices/system/node/node0/distance"
 echo "20 10" >"$tree/sys/devices/system/node/node1/distance"
 
 (cd "$repo" && go build -o bin/sextant-agent ./agent/cmd/sextant-agent) || die "demo-numa: building sextant-agent failed"
-agent_kubeconfig=$(demo_agent_kubeconfig "$state" "$kubeconfig") || die "demo-numa: no agent credentials (make deploy first)"
+agent_kubeconfig=$(demo_agent_kubeconfig "$state" "$kubeconfig" "$node") || die "demo-numa: no agent credentials (make deploy first)"
 
 echo "The chart's agent steps aside on $node; a demo agent reads a tree with NUMA node 0 = CPUs $node0"
 echo "(with the memory) and NUMA node 1 = CPUs $node1 (no memory), and pins on the real cgroups."

@@ -18,13 +18,15 @@ wait_listening() {
   die "nothing listens on TCP port $2 in network namespace $1 after 10s"
 }
 
-# demo_agent_kubeconfig STATE ADMIN_KUBECONFIG: writes and prints a kubeconfig that
-# authenticates as the chart's sextant-agent ServiceAccount, so a demo agent run as a
-# process has exactly the chart's RBAC.
+# demo_agent_kubeconfig STATE ADMIN_KUBECONFIG NODE: writes and prints a kubeconfig that
+# authenticates as the chart's sextant-agent ServiceAccount with a token bound to NODE,
+# so a demo agent run as a process has exactly the chart's RBAC and, by the token's node
+# claim, writes for that node only (the chart's agent-policy.yaml).
 demo_agent_kubeconfig() {
-  local state=$1 admin=$2 out=$1/pki/demo-agent.kubeconfig token
+  local state=$1 admin=$2 node=$3 out=$1/pki/demo-agent-$3.kubeconfig token
   local k="$state/kube-bin/kubectl --kubeconfig $out"
-  token=$("$state/kube-bin/kubectl" --kubeconfig "$admin" -n sextant-system create token sextant-agent --duration 24h) || return 1
+  token=$("$state/kube-bin/kubectl" --kubeconfig "$admin" -n sextant-system create token sextant-agent --duration 24h \
+    --bound-object-kind Node --bound-object-name "$node") || return 1
   cp "$admin" "$out"
   $k config set-credentials demo-agent --token "$token" >/dev/null
   $k config set-context "$($k config current-context)" --user demo-agent >/dev/null

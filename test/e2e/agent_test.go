@@ -102,7 +102,7 @@ func TestAgentPublishesBandwidth(t *testing.T) {
 		sample      = time.Second
 	)
 	startProcess(t, agentBinary(t), "run",
-		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
+		"--kubeconfig", agentKubeconfig(t, node.Name),
 		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false",
 		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=200M",
 		"--sample-interval", sample.String(), "--window", "5s",
@@ -226,7 +226,7 @@ func TestAgentPublishesTopologyFromFixture(t *testing.T) {
 	node := fakeNode(t, "e2e-topo-")
 	pair := newVethPair(t, 2, "100mbit")
 	startProcess(t, agentBinary(t), "run",
-		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
+		"--kubeconfig", agentKubeconfig(t, node.Name),
 		"--node-name", node.Name, "--metrics-addr", "", "--sysfs-root", root, "--sidecar-terminator=false", "--numa-pinning=false",
 		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a",
 		"--topology-interval", "1s")

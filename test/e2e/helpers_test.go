@@ -102,9 +102,23 @@ func nodeInternalIP(t *testing.T, name string) string {
 // account, so a process run by the test has exactly the chart's RBAC.
 func serviceAccountKubeconfig(t *testing.T, namespace, name string) string {
 	t.Helper()
-	tok, err := local.kube.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-	}, metav1.CreateOptions{})
+	return tokenKubeconfig(t, namespace, name, authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)})
+}
+
+// agentKubeconfig writes a kubeconfig for the chart's agent account with a token bound
+// to the node, whose node claim the chart's policies (agent-policy.yaml) key the agent's
+// writes on, as they do the token the kubelet mounts into an agent pod on that node.
+func agentKubeconfig(t *testing.T, node string) string {
+	t.Helper()
+	return tokenKubeconfig(t, releaseNamespace, "sextant-agent", authenticationv1.TokenRequestSpec{
+		ExpirationSeconds: ptr.To[int64](3600),
+		BoundObjectRef:    &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: node},
+	})
+}
+
+func tokenKubeconfig(t *testing.T, namespace, name string, spec authenticationv1.TokenRequestSpec) string {
+	t.Helper()
+	tok, err := local.kube.CoreV1().ServiceAccounts(namespace).CreateToken(context.Background(), name, &authenticationv1.TokenRequest{Spec: spec}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("token for %s/%s: %v", namespace, name, err)
 	}

@@ -220,7 +220,7 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 	pair := newVethPair(t, 7, "1gbit")
 	const metricsAddr = "127.0.0.1:19464"
 	h.agent = &numaAgent{t: t, metrics: "http://" + metricsAddr, args: []string{"run",
-		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-agent"),
+		"--kubeconfig", agentKubeconfig(t, local.nodeName),
 		"--node-name", local.nodeName, "--metrics-addr", metricsAddr,
 		"--sysfs-root", root, "--topology-interval", "1s", "--numa-resync", "2s",
 		"--cri-endpoint", "unix://" + sock, "--pod-resources-socket", prSock, "--sidecar-terminator=false",
