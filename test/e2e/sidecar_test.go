@@ -187,6 +187,21 @@ func serviceAccountWithRules(t *testing.T, ns, name string, rules, nsRules []rba
 	return serviceAccountKubeconfig(t, ns, name)
 }
 
+// leaseRole lets the service account namespace/name hold leases in ns.
+func leaseRole(t *testing.T, ns, namespace, name string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := local.kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "leases"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "leases"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "leases"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: namespace}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // sidecarHarness is one test's namespace, agent and webhook.
 type sidecarHarness struct {
 	t               *testing.T
@@ -261,8 +276,12 @@ func (h *sidecarHarness) startWebhook() {
 	addr := l.Addr().String()
 	l.Close()
 	caPEM, certFile, keyFile := webhookCertificate(t, ip)
-	kubeconfig := serviceAccountWithRules(t, h.ns, "webhook", chartRules(t, "webhook-rbac.yaml", "sextant-webhook"),
-		[]rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"create", "get", "update"}}})
+	// The virtual-node controller in it runs as the chart's own account: the chart's pod
+	// policy lets that account alone swap a command annotation. Its lease is in the
+	// test's namespace.
+	deployChart(t)
+	kubeconfig := serviceAccountKubeconfig(t, releaseNamespace, "sextant-virtual-node-controller")
+	leaseRole(t, h.ns, releaseNamespace, "sextant-virtual-node-controller")
 	h.webhook = startProcess(t, rankerBinary(t), "sidecar-webhook", "--kubeconfig", kubeconfig,
 		"--listen-addr", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", exitImageE2,
