@@ -1,0 +1,474 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/api/annotations"
+	sextantv1 "sextant.io/sextant/api/v1alpha1"
+)
+
+// The chart's accounts, as the API server names them.
+var (
+	agentUser      = "system:serviceaccount:" + releaseNamespace + ":sextant-agent"
+	rankerUser     = "system:serviceaccount:" + releaseNamespace + ":sextant-ranker"
+	webhookUser    = "system:serviceaccount:" + releaseNamespace + ":sextant-webhook"
+	controllerUser = "system:serviceaccount:" + releaseNamespace + ":sextant-virtual-node-controller"
+)
+
+const nodeClaim = "authentication.kubernetes.io/node-name"
+
+// impersonate returns clients that act as user with the extra attributes, as the API
+// server sees a request with a token that carries them (e.g. a pod-bound token's node
+// claim). Impersonating a service account's name gives it that account's groups.
+func impersonate(t *testing.T, user string, extra map[string][]string) (kubernetes.Interface, dynamic.Interface) {
+	t.Helper()
+	cfg := rest.CopyConfig(local.config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Extra: extra}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kube, dyn
+}
+
+// deniedBy reports whether err is the named ValidatingAdmissionPolicy's refusal (and not,
+// say, RBAC's: every refusal a test expects must come from the policy it tests).
+func deniedBy(err error, policy string) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+policy+"'")
+}
+
+func wantDenied(t *testing.T, err error, policy, what string) {
+	t.Helper()
+	if !deniedBy(err, policy) {
+		t.Errorf("%s: got %v, want a refusal by the policy %s", what, err, policy)
+	}
+}
+
+func wantAllowed(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Errorf("%s: %v, want it allowed", what, err)
+	}
+}
+
+var dryRun = []string{metav1.DryRunAll}
+
+// waitPolicy waits until the API server enforces a policy the chart just installed (it
+// loads them asynchronously): until probe, a dry run the policy refuses, is refused.
+func waitPolicy(t *testing.T, policy string, probe func() error) {
+	t.Helper()
+	eventually(t, time.Minute, func() (bool, string) {
+		err := probe()
+		return deniedBy(err, policy), fmt.Sprintf("the policy %s is not enforced yet: the probe got %v", policy, err)
+	})
+}
+
+func heartbeat(gvr schema.GroupVersionResource, name string) *unstructured.Unstructured {
+	kind := map[string]string{"nodebandwidths": "NodeBandwidth", "nodetopologies": "NodeTopology"}[gvr.Resource]
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(sextantv1.GroupVersion.WithKind(kind))
+	u.SetName(name)
+	return u
+}
+
+// TestSecurityAgentWritesOnlyItsNode: the chart's agent account, with the node claim of
+// a token bound to node A, writes A's NodeBandwidth and NodeTopology and the sextant.io/
+// resources of A's status, and nothing for node B, nothing else of A's status, and
+// nothing at all without the claim. The chart's own agent (a pod on the local node,
+// with the kubelet's pod-bound token) keeps publishing under the policies.
+func TestSecurityAgentWritesOnlyItsNode(t *testing.T) {
+	deployChart(t)
+	ctx := context.Background()
+	a, b := fakeNode(t, "e2e-sec-a-"), fakeNode(t, "e2e-sec-b-")
+	kubeA, agentA := impersonate(t, agentUser, map[string][]string{nodeClaim: {a.Name}})
+	kubeNoClaim, agentNoClaim := impersonate(t, agentUser, nil)
+	for _, gvr := range []schema.GroupVersionResource{nodeBandwidthGVR, nodeTopologyGVR} {
+		t.Cleanup(func() {
+			_ = local.dynamic.Resource(gvr).Delete(context.Background(), a.Name, metav1.DeleteOptions{})
+		})
+	}
+
+	waitPolicy(t, "sextant-agent-heartbeats", func() error {
+		_, err := agentA.Resource(nodeBandwidthGVR).Create(ctx, heartbeat(nodeBandwidthGVR, b.Name), metav1.CreateOptions{DryRun: dryRun})
+		return err
+	})
+	for _, gvr := range []schema.GroupVersionResource{nodeBandwidthGVR, nodeTopologyGVR} {
+		r := agentA.Resource(gvr)
+		_, err := r.Create(ctx, heartbeat(gvr, b.Name), metav1.CreateOptions{})
+		wantDenied(t, err, "sextant-agent-heartbeats", "agent of A creates "+gvr.Resource+" of B")
+		_, err = agentNoClaim.Resource(gvr).Create(ctx, heartbeat(gvr, a.Name), metav1.CreateOptions{})
+		wantDenied(t, err, "sextant-agent-heartbeats", "agent without a node claim creates "+gvr.Resource+" of A")
+
+		created, err := r.Create(ctx, heartbeat(gvr, a.Name), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("agent of A creates %s of A: %v, want it allowed", gvr.Resource, err)
+		}
+		// What the agent does next: write the status.
+		if gvr == nodeBandwidthGVR {
+			_ = unstructured.SetNestedField(created.Object, "30s", "status", "window")
+		} else {
+			_ = unstructured.SetNestedField(created.Object, []any{}, "status", "numaNodes")
+		}
+		updated, err := r.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		wantAllowed(t, err, "agent of A updates the status of "+gvr.Resource+" of A")
+		if err == nil {
+			_, err = agentNoClaim.Resource(gvr).UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+			wantDenied(t, err, "sextant-agent-heartbeats", "agent without a node claim updates the status of "+gvr.Resource+" of A")
+		}
+	}
+	// Another node's object, written by its own agent (here the admin): A's agent may
+	// not touch it.
+	other, err := local.dynamic.Resource(nodeBandwidthGVR).Create(ctx, heartbeat(nodeBandwidthGVR, b.Name), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = local.dynamic.Resource(nodeBandwidthGVR).Delete(context.Background(), b.Name, metav1.DeleteOptions{})
+	})
+	_ = unstructured.SetNestedField(other.Object, "30s", "status", "window")
+	_, err = agentA.Resource(nodeBandwidthGVR).UpdateStatus(ctx, other, metav1.UpdateOptions{})
+	wantDenied(t, err, "sextant-agent-heartbeats", "agent of A updates the status of B's NodeBandwidth")
+
+	// Nodes: only A's status, only sextant.io/ resources.
+	patch := func(kube kubernetes.Interface, node, body string) error {
+		_, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(body), metav1.PatchOptions{}, "status")
+		return err
+	}
+	waitPolicy(t, "sextant-agent-node-status", func() error {
+		_, err := kubeA.CoreV1().Nodes().Patch(ctx, b.Name, types.MergePatchType, []byte(`{"status":{"capacity":{"sextant.io/gpu":"1"}}}`),
+			metav1.PatchOptions{DryRun: dryRun}, "status")
+		return err
+	})
+	wantAllowed(t, patch(kubeA, a.Name, `{"status":{"capacity":{"sextant.io/gpu":"2"},"allocatable":{"sextant.io/gpu":"2"}}}`),
+		"agent of A advertises sextant.io/gpu on A")
+	if n, err := local.kube.CoreV1().Nodes().Get(ctx, a.Name, metav1.GetOptions{}); err != nil || n.Status.Capacity["sextant.io/gpu"] != *qty("2") {
+		t.Errorf("node A's capacity after the agent's patch: %v (%v), want sextant.io/gpu 2", n.Status.Capacity, err)
+	}
+	wantDenied(t, patch(kubeA, b.Name, `{"status":{"capacity":{"sextant.io/gpu":"2"}}}`), "sextant-agent-node-status",
+		"agent of A advertises sextant.io/gpu on B")
+	wantDenied(t, patch(kubeNoClaim, a.Name, `{"status":{"capacity":{"sextant.io/gpu":"3"}}}`), "sextant-agent-node-status",
+		"agent without a node claim advertises on A")
+	for what, body := range map[string]string{
+		"cpu capacity":           `{"status":{"capacity":{"cpu":"64"}}}`,
+		"pods allocatable":       `{"status":{"allocatable":{"pods":"500"}}}`,
+		"a foreign resource":     `{"status":{"capacity":{"example.com/gpu":"8"}}}`,
+		"a condition":            `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"Sextant"}]}}`,
+		"a label through status": `{"metadata":{"labels":{"sextant.io/e2e":"x"}}}`,
+	} {
+		wantDenied(t, patch(kubeA, a.Name, body), "sextant-agent-node-status", "agent of A changes "+what+" of A")
+	}
+
+	// The chart's own agent writes its node's NodeBandwidth with the token the kubelet
+	// mounted: the claim is there and the policy lets it through. (Skipped while
+	// another test has the local node's agent stand aside.)
+	node, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Labels["sextant.io/agent"] == "none" {
+		return
+	}
+	start, err := getNodeBandwidth(ctx, local.nodeName)
+	if err != nil {
+		t.Fatalf("the chart's agent has written no NodeBandwidth for %s: %v", local.nodeName, err)
+	}
+	eventually(t, 90*time.Second, func() (bool, string) {
+		nbw, err := getNodeBandwidth(ctx, local.nodeName)
+		return err == nil && nbw.ResourceVersion != start.ResourceVersion,
+			fmt.Sprintf("the chart's agent has not written the NodeBandwidth of %s since resourceVersion %s (%v)", local.nodeName, start.ResourceVersion, err)
+	})
+}
+
+// TestSecurityOnlyTheRankerWritesItsDecisions: nobody, not even the cluster's admin,
+// creates a pod with numa.sextant.io/nodes or devices.sextant.io/allocated or adds them
+// later; they reach a pod on its Binding, which carries them only from the ranker.
+// Once bound, a pod's bandwidth annotations stay as they are; a sidecar's command
+// annotation changes only to the exit command, by the virtual-node controller. The
+// ranker may not patch pods.
+func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	node := fakeNode(t, "e2e-sec-bind-")
+	pods := local.kube.CoreV1().Pods(ns)
+	pod := func(name string, ann map[string]string) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+			Spec: corev1.PodSpec{
+				// No scheduler of that name: the pod stays unbound until the test binds it.
+				SchedulerName: "sextant-e2e-nobody",
+				Containers:    []corev1.Container{{Name: "main", Image: busyboxImage, ImagePullPolicy: corev1.PullNever}},
+			},
+		}
+	}
+
+	waitPolicy(t, "sextant-pod-annotations", func() error {
+		_, err := pods.Create(ctx, pod("probe", map[string]string{annotations.NUMANodes: "0"}), metav1.CreateOptions{DryRun: dryRun})
+		return err
+	})
+	for key, value := range map[string]string{
+		annotations.NUMANodes:        "0",
+		annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:3b:00.0"]}`,
+	} {
+		_, err := pods.Create(ctx, pod("forged", map[string]string{key: value}), metav1.CreateOptions{})
+		wantDenied(t, err, "sextant-pod-annotations", "the admin creates a pod with "+key)
+	}
+	// As an ordinary user with the right to create pods, too.
+	user := "e2e-security-user"
+	grant(t, ns, user, rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "pods/binding"}, Verbs: []string{"create", "update", "patch", "get"}})
+	userKube, _ := impersonate(t, user, nil)
+	_, err := userKube.CoreV1().Pods(ns).Create(ctx, pod("forged", map[string]string{annotations.DevicesAllocated: `{"sextant.io/gpu":["0"]}`}), metav1.CreateOptions{})
+	wantDenied(t, err, "sextant-pod-annotations", "a user creates a pod with "+annotations.DevicesAllocated)
+
+	const sidecarKey = annotations.SidecarCommandPrefix + "proxy"
+	p, err := pods.Create(ctx, pod("p", map[string]string{
+		annotations.BandwidthPrefix + "ingress-required": "100M",
+		sidecarKey: `["sleep","3600"]`,
+	}), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create a pod with bandwidth and command annotations: %v", err)
+	}
+	// Bound to a node without a kubelet, it would otherwise wait for one to confirm.
+	t.Cleanup(func() {
+		_ = pods.Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	annotate := func(kube kubernetes.Interface, body string) error {
+		_, err := kube.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{})
+		return err
+	}
+	wantDenied(t, annotate(local.kube, `{"metadata":{"annotations":{"numa.sextant.io/nodes":"1"}}}`), "sextant-pod-annotations",
+		"the admin adds numa.sextant.io/nodes to a pod")
+	_, err = pods.Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"numa.sextant.io/nodes":"1"}}}`), metav1.PatchOptions{}, "status")
+	wantDenied(t, err, "sextant-pod-annotations", "the admin adds numa.sextant.io/nodes through pods/status")
+	wantAllowed(t, annotate(local.kube, `{"metadata":{"annotations":{"bandwidth.sextant.io/ingress-required":"200M"}}}`),
+		"the admin changes the bandwidth of an unbound pod")
+
+	// The sidecar's command: the virtual-node controller's account may swap it to the
+	// exit command, and to nothing else; nobody else may change it.
+	controller, _ := impersonate(t, controllerUser, nil)
+	wantDenied(t, annotate(userKube, `{"metadata":{"annotations":{"`+sidecarKey+`":"[\"sh\",\"-c\",\"id\"]"}}}`), "sextant-pod-annotations",
+		"a user changes a sidecar's command")
+	wantDenied(t, annotate(local.kube, `{"metadata":{"annotations":{"`+sidecarKey+`":"[\"/exit0\"]"}}}`), "sextant-pod-annotations",
+		"the admin swaps a sidecar's command to the exit command")
+	// The controller updates pods (its role has no patch), as virtualnode does.
+	swap := func(value *string) error {
+		cur, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if value == nil {
+			delete(cur.Annotations, sidecarKey)
+		} else {
+			cur.Annotations[sidecarKey] = *value
+		}
+		_, err = controller.CoreV1().Pods(ns).Update(ctx, cur, metav1.UpdateOptions{DryRun: dryRun})
+		return err
+	}
+	wantDenied(t, swap(ptr.To(`["sh"]`)), "sextant-pod-annotations",
+		"the virtual-node controller changes a sidecar's command to another than the exit command")
+	wantDenied(t, swap(nil), "sextant-pod-annotations", "the virtual-node controller removes a sidecar's command")
+	wantAllowed(t, swap(ptr.To(`["/exit0"]`)), "the virtual-node controller swaps a sidecar's command to the exit command")
+
+	// The Binding: from anyone but the ranker (and the cluster's admins), not with the
+	// ranker's decisions; from the admin (standing in for the ranker), it puts them on
+	// the pod.
+	binding := func(ann map[string]string) *corev1.Binding {
+		return &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Annotations: ann}, Target: corev1.ObjectReference{Kind: "Node", Name: node.Name}}
+	}
+	decisions := map[string]string{annotations.NUMANodes: "0", annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:3b:00.0"]}`}
+	err = userKube.CoreV1().Pods(ns).Bind(ctx, binding(decisions), metav1.CreateOptions{DryRun: dryRun})
+	wantDenied(t, err, "sextant-binding-annotations", "a user binds a pod with the ranker's decisions")
+	if err := pods.Bind(ctx, binding(decisions), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("bind with the ranker's decisions as the admin: %v", err)
+	}
+	bound, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bound.Spec.NodeName != node.Name || bound.Annotations[annotations.NUMANodes] != "0" || bound.Annotations[annotations.DevicesAllocated] == "" {
+		t.Fatalf("after the Binding: node %q, annotations %v; want %s and the Binding's annotations", bound.Spec.NodeName, bound.Annotations, node.Name)
+	}
+	wantDenied(t, annotate(local.kube, `{"metadata":{"annotations":{"numa.sextant.io/nodes":"0,1"}}}`), "sextant-pod-annotations",
+		"the admin changes numa.sextant.io/nodes of a bound pod")
+	wantDenied(t, annotate(local.kube, `{"metadata":{"annotations":{"devices.sextant.io/allocated":null}}}`), "sextant-pod-annotations",
+		"the admin removes devices.sextant.io/allocated from a bound pod")
+	wantDenied(t, annotate(local.kube, `{"metadata":{"annotations":{"bandwidth.sextant.io/ingress-required":"1G"}}}`), "sextant-pod-annotations",
+		"the admin changes the bandwidth of a bound pod")
+	wantDenied(t, annotate(userKube, `{"metadata":{"annotations":{"bandwidth.sextant.io/egress-required":"1G"}}}`), "sextant-pod-annotations",
+		"a user adds a bandwidth annotation to a bound pod")
+	wantAllowed(t, annotate(userKube, `{"metadata":{"annotations":{"example.com/note":"x"}}}`),
+		"a user adds an annotation of its own to a bound pod")
+
+	// The accounts' rights.
+	for _, c := range []struct {
+		user, verb, resource, subresource string
+		want                              bool
+	}{
+		{rankerUser, "patch", "pods", "", false},
+		{rankerUser, "update", "pods", "", false},
+		{rankerUser, "create", "pods", "binding", true},
+		{rankerUser, "patch", "pods", "status", true}, // kube-scheduler's conditions and nominatedNodeName
+		{webhookUser, "update", "pods", "", false},
+		{webhookUser, "list", "pods", "", false},
+		{controllerUser, "update", "pods", "", true},
+		{controllerUser, "patch", "pods", "", false},
+		{agentUser, "patch", "pods", "", false},
+		{agentUser, "patch", "nodes", "", false},
+	} {
+		if got := mayDo(t, c.user, c.verb, c.resource, c.subresource); got != c.want {
+			t.Errorf("%s may %s %s: %v, want %v", c.user, c.verb, path.Join(c.resource, c.subresource), got, c.want)
+		}
+	}
+}
+
+// grant gives user the rule in ns.
+func grant(t *testing.T, ns, user string, rule rbacv1.PolicyRule) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := local.kube.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: []rbacv1.PolicyRule{rule}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.kube.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: user},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mayDo asks the API server's authorizer whether a service account may do the verb
+// on pods in some namespace (or on nodes), with the groups its token gives it.
+func mayDo(t *testing.T, user, verb, resource, subresource string) bool {
+	t.Helper()
+	ns := strings.Split(user, ":")[2]
+	objectNamespace := "default"
+	if resource == "nodes" {
+		objectNamespace = ""
+	}
+	sar, err := local.kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: objectNamespace, Verb: verb, Resource: resource, Subresource: subresource,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sar.Status.Allowed
+}
+
+// TestSecurityChartHardening: what the chart deployed runs confined. Every workload
+// under the RuntimeDefault seccomp profile; the agent with containerd's socket alone
+// (not its directory); the webhook without an API token, reachable on its serving port
+// only; the virtual-node controller in a Deployment of its own with its own account,
+// holding the lease. That these workloads are Ready (deployChart waits for it) shows
+// they work so: the agent loads and attaches eBPF under the profile and reaches
+// containerd through the mounted socket.
+func TestSecurityChartHardening(t *testing.T) {
+	deployChart(t)
+	ctx := context.Background()
+	apps := local.kube.AppsV1()
+	agent, err := apps.DaemonSets(releaseNamespace).Get(ctx, "sextant-agent", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs := map[string]corev1.PodSpec{"DaemonSet sextant-agent": agent.Spec.Template.Spec}
+	deployments := map[string]*appsv1.Deployment{}
+	for _, name := range []string{"sextant-ranker", "sextant-webhook", "sextant-virtual-node-controller"} {
+		d, err := apps.Deployments(releaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deployments[name] = d
+		specs["Deployment "+name] = d.Spec.Template.Spec
+	}
+	for what, spec := range specs {
+		for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+			profile := spec.SecurityContext.SeccompProfile
+			if c.SecurityContext != nil && c.SecurityContext.SeccompProfile != nil {
+				profile = c.SecurityContext.SeccompProfile
+			}
+			if profile == nil || profile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Errorf("%s, container %s: seccomp profile %v, want RuntimeDefault", what, c.Name, profile)
+			}
+		}
+	}
+
+	// The agent: containerd's socket as a socket, nothing else of its directory.
+	var socket string
+	for _, v := range agent.Spec.Template.Spec.Volumes {
+		if v.HostPath == nil {
+			continue
+		}
+		if v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathSocket {
+			socket = v.HostPath.Path
+		}
+	}
+	if socket == "" || !strings.HasSuffix(socket, ".sock") {
+		t.Fatalf("the agent mounts no containerd socket (volumes %v)", agent.Spec.Template.Spec.Volumes)
+	}
+	for _, v := range agent.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil && v.HostPath.Path == path.Dir(socket) {
+			t.Errorf("the agent mounts the directory of containerd's socket, %s", v.HostPath.Path)
+		}
+	}
+
+	// The webhook: no token, and a NetworkPolicy that admits its serving port only and
+	// lets nothing out.
+	web := deployments["sextant-webhook"].Spec.Template.Spec
+	if web.ServiceAccountName != "sextant-webhook" || web.AutomountServiceAccountToken == nil || *web.AutomountServiceAccountToken {
+		t.Errorf("the webhook's pods: account %q, token mounted %v; want sextant-webhook without a token", web.ServiceAccountName, web.AutomountServiceAccountToken)
+	}
+	np, err := local.kube.NetworkingV1().NetworkPolicies(releaseNamespace).Get(ctx, "sextant-webhook", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the webhook's NetworkPolicy: %v", err)
+	}
+	port := web.Containers[0].Ports[0].ContainerPort
+	if sel := np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"]; sel != "webhook" ||
+		len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntVal != port ||
+		len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 {
+		t.Errorf("the webhook's NetworkPolicy: %+v; want ingress to port %d only, no egress, for the webhook's pods", np.Spec, port)
+	}
+
+	// The virtual-node controller: its own account, and one replica leads.
+	vnc := deployments["sextant-virtual-node-controller"]
+	if vnc.Spec.Template.Spec.ServiceAccountName != "sextant-virtual-node-controller" {
+		t.Errorf("the virtual-node controller runs as %q", vnc.Spec.Template.Spec.ServiceAccountName)
+	}
+	eventually(t, time.Minute, func() (bool, string) {
+		lease, err := local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, "sextant-sidecar-controller", metav1.GetOptions{})
+		if err != nil || lease.Spec.HolderIdentity == nil {
+			return false, fmt.Sprintf("no holder of the lease sextant-sidecar-controller (%v)", err)
+		}
+		holder := *lease.Spec.HolderIdentity
+		return strings.HasPrefix(holder, "sextant-virtual-node-controller-"),
+			fmt.Sprintf("the lease sextant-sidecar-controller is held by %q, not a virtual-node controller pod", holder)
+	})
+}
