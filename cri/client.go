@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -34,6 +36,12 @@ const StopMarkLabel = "sextant.io/sidecar-stop"
 // exitTopic is containerd's event for a task's process having exited.
 const exitTopic = "/tasks/exit"
 
+// DefaultTimeout bounds every call to the runtime unless Dial is told otherwise. A
+// containerd that is wedged (a stuck shim, a full disk under its metadata store) must
+// not wedge the agent's loops with it: a call that does not answer in time fails, the
+// loop logs it and tries again later, and /healthz sees the loop still turning.
+const DefaultTimeout = 10 * time.Second
+
 // Client talks to containerd over one socket: CRI for the containers, containerd's own
 // API for exit events and stop marks.
 type Client struct {
@@ -42,11 +50,28 @@ type Client struct {
 	containers containersapi.ContainersClient
 	events     eventsapi.EventsClient
 	namespace  string
+	timeout    time.Duration
+}
+
+// An Option changes how Dial connects.
+type Option func(*Client)
+
+// WithTimeout bounds each call (and each attempt to connect) to d instead of
+// DefaultTimeout; d <= 0 keeps the default.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
 }
 
 // Dial connects to the runtime at endpoint (unix:///path or a plain path). The
 // connection is lazy: a runtime that is not up yet fails the first call, not Dial.
-func Dial(endpoint, namespace string) (*Client, error) {
+// Every unary call gets a deadline of the client's timeout (StopContainer: its own
+// timeout on top), unless the caller's context ends sooner; connecting, the socket
+// and the HTTP/2 handshake together, gets the same bound.
+func Dial(endpoint, namespace string, opts ...Option) (*Client, error) {
 	if endpoint == "" {
 		endpoint = DefaultEndpoint
 	}
@@ -60,19 +85,86 @@ func Dial(endpoint, namespace string) (*Client, error) {
 	if !strings.HasPrefix(target, "unix://") {
 		return nil, fmt.Errorf("cri endpoint %q: only unix sockets are supported (unix:///path)", endpoint)
 	}
+	c := &Client{namespace: namespace, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	dialer := &net.Dialer{Timeout: c.timeout}
 	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
+		}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: c.timeout}),
+		grpc.WithChainUnaryInterceptor(c.unaryDeadline),
+		grpc.WithChainStreamInterceptor(c.streamDeadline))
 	if err != nil {
 		return nil, fmt.Errorf("cri endpoint %s: %w", endpoint, err)
 	}
-	return &Client{
-		conn:       conn,
-		runtime:    runtimeapi.NewRuntimeServiceClient(conn),
-		containers: containersapi.NewContainersClient(conn),
-		events:     eventsapi.NewEventsClient(conn),
-		namespace:  namespace,
-	}, nil
+	c.conn = conn
+	c.runtime = runtimeapi.NewRuntimeServiceClient(conn)
+	c.containers = containersapi.NewContainersClient(conn)
+	c.events = eventsapi.NewEventsClient(conn)
+	return c, nil
+}
+
+// Timeout is the bound on each call.
+func (c *Client) Timeout() time.Duration { return c.timeout }
+
+// extraTime is a context key: how much longer than the client's timeout one call may
+// legitimately take (StopContainer waits out the grace period it passes).
+type extraTime struct{}
+
+func withExtraTime(ctx context.Context, d time.Duration) context.Context {
+	return context.WithValue(ctx, extraTime{}, d)
+}
+
+// unaryDeadline puts the client's deadline on every unary call: the one place every
+// method of every service goes through, so a method added later cannot forget it.
+func (c *Client) unaryDeadline(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	d := c.timeout
+	if extra, ok := ctx.Value(extraTime{}).(time.Duration); ok && extra > 0 {
+		d += extra
+	}
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// streamDeadline bounds opening a stream, not its life: the exit stream is meant to
+// stay open and quiet for as long as nothing exits. A stream that opened and then
+// hangs is the terminator's resync's to cover.
+func (c *Client) streamDeadline(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(c.timeout, cancel)
+	s, err := streamer(ctx, desc, cc, method, opts...)
+	if !timer.Stop() {
+		cancel()
+		if err == nil {
+			err = status.Errorf(codes.DeadlineExceeded, "opening %s took longer than %s", method, c.timeout)
+		}
+		return nil, err
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &cancelOnEnd{ClientStream: s, cancel: cancel}, nil
+}
+
+// cancelOnEnd releases the stream's context once the stream has ended.
+type cancelOnEnd struct {
+	grpc.ClientStream
+	cancel context.CancelFunc
+}
+
+func (s *cancelOnEnd) RecvMsg(m any) error {
+	err := s.ClientStream.RecvMsg(m)
+	if err != nil {
+		s.cancel()
+	}
+	return err
 }
 
 // Close closes the connection.
@@ -179,6 +271,9 @@ func (c *Client) ContainerStatus(ctx context.Context, id string) (Container, err
 // StopContainer implements Runtime.
 func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Duration) error {
 	secs := int64((timeout + time.Second - 1) / time.Second) // CRI counts whole seconds; round up
+	// The runtime answers once the container is gone: after up to secs of grace, then
+	// the kill.
+	ctx = withExtraTime(ctx, time.Duration(secs)*time.Second)
 	_, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: secs})
 	if err != nil {
 		return fmt.Errorf("stop container %s (timeout %ds): %w", id, secs, err)

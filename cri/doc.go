@@ -7,6 +7,11 @@
 // exit. containerd 1.6 does not implement the CRI's GetContainerEvents, so exits come
 // from containerd's /tasks/exit events instead, on the same socket.
 //
+// Every unary call carries a deadline (DefaultTimeout, or WithTimeout; the agent's
+// --cri-timeout), put on in one interceptor so no method can miss it; StopContainer
+// gets the grace period it passes on top. Connecting is bounded the same way. The
+// exit stream is bounded only while it opens: it is meant to stay open and quiet.
+//
 // Runtime is the small interface the sidecar terminator needs; Client implements it
 // against a real socket and tests use a fake.
 package cri

@@ -58,6 +58,7 @@ type runOptions struct {
 	heartbeats          bool
 	sidecarTerminator   bool
 	criEndpoint         string
+	criTimeout          time.Duration
 	containerdNamespace string
 	sidecarResync       time.Duration
 	sidecarPodSelector  string
@@ -120,6 +121,7 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 	f.BoolVar(&o.heartbeats, "heartbeats", true, "meter the NICs and publish NodeBandwidth and NodeTopology; false runs only the sidecar terminator")
 	f.BoolVar(&o.sidecarTerminator, "sidecar-terminator", true, "stop the sidecars of this node's pods once their main containers are done")
 	f.StringVar(&o.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "containerd's socket: CRI for listing, stopping and updating containers, containerd's event service for exits")
+	f.DurationVar(&o.criTimeout, "cri-timeout", cri.DefaultTimeout, "deadline of each call to the runtime on --cri-endpoint, and of connecting to it (a stop gets its grace period on top)")
 	f.StringVar(&o.containerdNamespace, "containerd-namespace", cri.DefaultNamespace, "containerd namespace of the kubelet's containers")
 	f.DurationVar(&o.sidecarResync, "sidecar-resync", 30*time.Second, "look at every pod with sidecars at least this often (a safety net: exits come as events)")
 	f.StringVar(&o.sidecarPodSelector, "sidecar-pod-selector", "", "label selector limiting the pods whose sidecars are stopped (default: all pods on the node)")
@@ -149,6 +151,8 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--sidecar-resync %s: want a positive duration", o.sidecarResync)
 	case o.numaPinning && o.numaResync <= 0:
 		return fmt.Errorf("--numa-resync %s: want a positive duration", o.numaResync)
+	case (o.sidecarTerminator || o.numaPinning) && o.criTimeout <= 0:
+		return fmt.Errorf("--cri-timeout %s: want a positive duration, e.g. 10s", o.criTimeout)
 	case o.numaPinning && o.cgroupRoot == "":
 		return errors.New("--cgroup-root is empty: want the directory where cgroups are mounted, e.g. /sys/fs/cgroup")
 	}
@@ -210,7 +214,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 	topo := topology.NewCache(o.sysfsRoot, o.topologyInterval)
 	var rt *cri.Client
 	if o.sidecarTerminator || o.numaPinning {
-		if rt, err = cri.Dial(o.criEndpoint, o.containerdNamespace); err != nil {
+		if rt, err = cri.Dial(o.criEndpoint, o.containerdNamespace, cri.WithTimeout(o.criTimeout)); err != nil {
 			return err
 		}
 		defer rt.Close()

@@ -1,0 +1,220 @@
+package cri
+
+import (
+	"context"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	containersapi "github.com/containerd/containerd/api/services/containers/v1"
+	eventsapi "github.com/containerd/containerd/api/services/events/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// hungRuntime answers nothing: every handler waits for its caller to give up.
+type hungRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	containersapi.UnimplementedContainersServer
+	eventsapi.UnimplementedEventsServer
+	stopCalled chan time.Duration // the deadline StopContainer's caller gave it
+}
+
+func (h *hungRuntime) hang(ctx context.Context) error {
+	<-ctx.Done()
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+func (h *hungRuntime) Version(ctx context.Context, _ *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return nil, h.hang(ctx)
+}
+
+func (h *hungRuntime) ListContainers(ctx context.Context, _ *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	return nil, h.hang(ctx)
+}
+
+func (h *hungRuntime) ContainerStatus(ctx context.Context, _ *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	return nil, h.hang(ctx)
+}
+
+func (h *hungRuntime) UpdateContainerResources(ctx context.Context, _ *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	return nil, h.hang(ctx)
+}
+
+func (h *hungRuntime) StopContainer(ctx context.Context, _ *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	if d, ok := ctx.Deadline(); ok {
+		h.stopCalled <- time.Until(d)
+	}
+	return nil, h.hang(ctx)
+}
+
+func (h *hungRuntime) Update(ctx context.Context, _ *containersapi.UpdateContainerRequest) (*containersapi.UpdateContainerResponse, error) {
+	return nil, h.hang(ctx)
+}
+
+func (h *hungRuntime) List(ctx context.Context, _ *containersapi.ListContainersRequest) (*containersapi.ListContainersResponse, error) {
+	return nil, h.hang(ctx)
+}
+
+func shortSocket(t *testing.T) string {
+	t.Helper()
+	// Unix socket paths are limited to ~108 bytes; t.TempDir() may be longer.
+	dir, err := filepath.Abs(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, "c.sock")
+}
+
+func serveHung(t *testing.T) (string, *hungRuntime) {
+	t.Helper()
+	sock := shortSocket(t)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Skipf("unix socket: %v", err)
+	}
+	h := &hungRuntime{stopCalled: make(chan time.Duration, 1)}
+	srv := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(srv, h)
+	containersapi.RegisterContainersServer(srv, h)
+	eventsapi.RegisterEventsServer(srv, h)
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return sock, h
+}
+
+// within runs call and checks it fails with DeadlineExceeded after about want.
+func within(t *testing.T, what string, want time.Duration, call func() error) {
+	t.Helper()
+	start := time.Now()
+	err := call()
+	took := time.Since(start)
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("%s on a hung runtime: err %v, want DeadlineExceeded", what, err)
+	}
+	if took < want-50*time.Millisecond || took > want+2*time.Second {
+		t.Errorf("%s on a hung runtime returned after %v, want about %v", what, took, want)
+	}
+}
+
+func TestHungRuntimeCallsHitTheDeadline(t *testing.T) {
+	sock, h := serveHung(t)
+	const timeout = 300 * time.Millisecond
+	c, err := Dial(sock, "", WithTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The callers pass contexts without a deadline: the client's own must hold.
+	ctx := context.Background()
+	within(t, "Version", timeout, func() error { _, err := c.Version(ctx); return err })
+	within(t, "PodContainers", timeout, func() error { _, err := c.PodContainers(ctx, "uid"); return err })
+	within(t, "ContainerStatus", timeout, func() error { _, err := c.ContainerStatus(ctx, "id"); return err })
+	within(t, "MarkStop", timeout, func() error { return c.MarkStop(ctx, "id", "v1:1:2") })
+	within(t, "UpdateCpuset", timeout, func() error { return c.UpdateCpuset(ctx, "id", "0", "0") })
+	// StopContainer may take its own timeout (the grace period) on top of the client's.
+	within(t, "StopContainer", time.Second+timeout, func() error { return c.StopContainer(ctx, "id", time.Second) })
+	if d := <-h.stopCalled; d < time.Second || d > time.Second+timeout {
+		t.Errorf("StopContainer reached the runtime with %v left, want the grace period plus the timeout", d)
+	}
+	// A caller's earlier deadline still wins.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	within(t, "Version with the caller's deadline", 50*time.Millisecond, func() error { _, err := c.Version(short); return err })
+}
+
+// A socket that accepts and never speaks HTTP/2: connecting is bounded too, for calls
+// and for the exit stream.
+func TestSilentSocketBoundsConnecting(t *testing.T) {
+	sock := shortSocket(t)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Skipf("unix socket: %v", err)
+	}
+	defer l.Close()
+	go func() {
+		var held []net.Conn // open, never answered
+		defer func() {
+			for _, c := range held {
+				_ = c.Close()
+			}
+		}()
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, conn)
+		}
+	}()
+	const timeout = 300 * time.Millisecond
+	c, err := Dial("unix://"+sock, "", WithTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	within(t, "Version", timeout, func() error { _, err := c.Version(context.Background()); return err })
+
+	start := time.Now()
+	exits, errc := c.Exits(context.Background())
+	for range exits {
+		t.Error("an exit from a socket that says nothing")
+	}
+	if err := <-errc; err == nil {
+		t.Error("the exit stream of a silent socket ended without an error")
+	}
+	if took := time.Since(start); took > timeout+2*time.Second {
+		t.Errorf("opening the exit stream of a silent socket failed after %v, want about %v", took, timeout)
+	}
+}
+
+// The exit stream of a runtime that answers stays open past the timeout: it is meant
+// to be quiet while nothing exits.
+func TestExitStreamOutlivesTheTimeout(t *testing.T) {
+	sock, _ := serveQuietEvents(t)
+	const timeout = 200 * time.Millisecond
+	c, err := Dial(sock, "", WithTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	exits, errc := c.Exits(ctx)
+	select {
+	case err := <-errc:
+		t.Fatalf("the exit stream ended within %v: %v", 5*timeout, err)
+	case <-time.After(5 * timeout):
+	}
+	cancel()
+	for range exits {
+	}
+	if err := <-errc; err != nil {
+		t.Errorf("the exit stream ended with %v after its context did, want nil", err)
+	}
+}
+
+type quietEvents struct {
+	eventsapi.UnimplementedEventsServer
+}
+
+func (quietEvents) Subscribe(_ *eventsapi.SubscribeRequest, s eventsapi.Events_SubscribeServer) error {
+	<-s.Context().Done()
+	return nil
+}
+
+func serveQuietEvents(t *testing.T) (string, *grpc.Server) {
+	t.Helper()
+	sock := shortSocket(t)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Skipf("unix socket: %v", err)
+	}
+	srv := grpc.NewServer()
+	eventsapi.RegisterEventsServer(srv, quietEvents{})
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(srv.Stop)
+	return sock, srv
+}
