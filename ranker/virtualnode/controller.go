@@ -6,8 +6,10 @@
 // in-place change the API allows; the node restarts the container, whatever the pod's
 // restartPolicy, and the new container exits at once with 0.
 //
-// It runs in sextant-ranker's sidecar-webhook command, behind a leader election, and
-// watches only pods the webhook prepared (label sidecar.sextant.io/prepared=true).
+// It runs in sextant-ranker's virtual-node-controller command (or sidecar-webhook with
+// --virtual-nodes), behind a leader election: a replica that loses its lease stops it
+// and runs it again once it wins the lease back. It watches only pods the webhook
+// prepared (label sidecar.sextant.io/prepared=true).
 package virtualnode
 
 import (
@@ -18,6 +20,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -65,16 +68,20 @@ type Config struct {
 	Workers     int
 }
 
-// Controller does the swap.
+// Controller does the swap. Run may be called again after it returned (a replica that
+// lost its lease and won it back): each run starts from fresh informers and a fresh
+// queue, since neither can be started again once stopped.
 type Controller struct {
-	cfg   Config
-	kube  kubernetes.Interface
-	log   *slog.Logger
+	cfg      Config
+	kube     kubernetes.Interface
+	log      *slog.Logger
+	selector string
+	running  atomic.Bool
+
+	// What one run works with, made by Run.
 	pods  cache.SharedIndexInformer
 	nodes corelisters.NodeLister
 	queue workqueue.TypedRateLimitingInterface[string]
-	start func(<-chan struct{})
-	sync  []cache.InformerSynced
 }
 
 // New makes a controller; Run starts it.
@@ -95,20 +102,21 @@ func New(cfg Config, kube kubernetes.Interface, log *slog.Logger) (*Controller, 
 		}
 		selector += "," + cfg.PodSelector
 	}
-	podFactory := informers.NewSharedInformerFactoryWithOptions(kube, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector }))
-	nodeFactory := informers.NewSharedInformerFactory(kube, 0)
-	c := &Controller{
-		cfg: cfg, kube: kube, log: log,
-		pods:  podFactory.Core().V1().Pods().Informer(),
-		nodes: nodeFactory.Core().V1().Nodes().Lister(),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "virtualnode"}),
-	}
+	return &Controller{cfg: cfg, kube: kube, log: log, selector: selector}, nil
+}
+
+// setup makes the informers and the queue of one run. shutdown waits for the
+// informers' goroutines, once their stop channel is closed.
+func (c *Controller) setup() (start func(<-chan struct{}), shutdown func(), synced []cache.InformerSynced) {
+	podFactory := informers.NewSharedInformerFactoryWithOptions(c.kube, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = c.selector }))
+	nodeFactory := informers.NewSharedInformerFactory(c.kube, 0)
+	c.pods = podFactory.Core().V1().Pods().Informer()
+	c.nodes = nodeFactory.Core().V1().Nodes().Lister()
+	c.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "virtualnode"})
 	nodeInformer := nodeFactory.Core().V1().Nodes().Informer()
-	c.sync = []cache.InformerSynced{c.pods.HasSynced, nodeInformer.HasSynced}
-	c.start = func(stop <-chan struct{}) { podFactory.Start(stop); nodeFactory.Start(stop) }
 	enqueue := func(obj any) {
 		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 			c.queue.Add(key)
@@ -121,7 +129,9 @@ func New(cfg Config, kube kubernetes.Interface, log *slog.Logger) (*Controller, 
 	_, _ = nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { c.enqueueNode(obj) }, UpdateFunc: func(_, obj any) { c.enqueueNode(obj) },
 	})
-	return c, nil
+	start = func(stop <-chan struct{}) { podFactory.Start(stop); nodeFactory.Start(stop) }
+	shutdown = func() { podFactory.Shutdown(); nodeFactory.Shutdown() }
+	return start, shutdown, []cache.InformerSynced{c.pods.HasSynced, nodeInformer.HasSynced}
 }
 
 func (c *Controller) enqueueNode(obj any) {
@@ -138,11 +148,24 @@ func (c *Controller) enqueueNode(obj any) {
 	}
 }
 
-// Run works until ctx ends.
+// Run works until ctx ends, and returns once everything it started has stopped. It
+// may be called again after it returned, never while it runs.
 func (c *Controller) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("virtual-node controller: already running")
+	}
+	defer c.running.Store(false)
+	start, shutdown, synced := c.setup()
+	// The informers end with this channel; wait for them, so that a next run never
+	// overlaps with this one's handlers.
+	stop := make(chan struct{})
+	start(stop)
+	defer func() { close(stop); shutdown() }()
 	defer c.queue.ShutDown()
-	c.start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), c.sync...) {
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return errors.New("virtual-node controller: caches did not sync")
 	}
 	var wg sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -38,6 +39,19 @@ type webhookOptions struct {
 	leaderElect       bool
 	leaseNamespace    string
 	leaseName         string
+	leaseDuration     time.Duration
+	renewDeadline     time.Duration
+	retryPeriod       time.Duration
+}
+
+// addLeaderFlags adds the lease's flags, named as kube-scheduler names its own.
+func (o *webhookOptions) addLeaderFlags(f *pflag.FlagSet, what string) {
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "run "+what+" only on the replica holding the lease")
+	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "sextant-system"), "namespace of the lease ($POD_NAMESPACE when set)")
+	f.StringVar(&o.leaseName, "leader-elect-name", "sextant-sidecar-controller", "name of the lease")
+	f.DurationVar(&o.leaseDuration, "leader-elect-lease-duration", 15*time.Second, "how long a lease not renewed stops other replicas from taking it")
+	f.DurationVar(&o.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader tries to renew before it stops leading (less than the lease duration)")
+	f.DurationVar(&o.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often replicas try to take or renew the lease")
 }
 
 func newSidecarWebhookCommand() *cobra.Command {
@@ -81,9 +95,7 @@ them in place to --exit-image.`,
 	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
 	f.BoolVar(&o.virtualNodes, "virtual-nodes", true, "run the virtual-node sidecar controller")
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the virtual-node controller looks at")
-	f.BoolVar(&o.leaderElect, "leader-elect", true, "run the virtual-node controller only on the replica holding the lease")
-	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "sextant-system"), "namespace of the lease ($POD_NAMESPACE when set)")
-	f.StringVar(&o.leaseName, "leader-elect-name", "sextant-sidecar-controller", "name of the lease")
+	o.addLeaderFlags(f, "the virtual-node controller")
 	return cmd
 }
 
@@ -127,7 +139,11 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		if err != nil {
 			return err
 		}
-		wg.Go(func() { runLeading(ctx, o, kube, ctrl, log) })
+		elect, err := o.election(kube)
+		if err != nil {
+			return err
+		}
+		wg.Go(func() { runLeading(ctx, elect, ctrl, log) })
 	}
 
 	h := &webhook.Handler{
@@ -141,39 +157,87 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	return err
 }
 
-// runLeading runs the controller whenever this replica holds the lease, until ctx ends.
-func runLeading(ctx context.Context, o webhookOptions, kube kubernetes.Interface, ctrl *virtualnode.Controller, log *slog.Logger) {
+// election is the leader election of the virtual-node controller; nil without
+// --leader-elect. It is checked here, once: leaderelection.RunOrDie panics on a bad one.
+func (o webhookOptions) election(kube kubernetes.Interface) (*leaderelection.LeaderElectionConfig, error) {
+	if !o.leaderElect {
+		return nil, nil
+	}
+	id, err := os.Hostname()
+	if err != nil {
+		id = "sidecar-controller"
+	}
+	id += fmt.Sprintf("_%d", os.Getpid())
+	cfg := &leaderelection.LeaderElectionConfig{
+		Lock: &resourcelock.LeaseLock{
+			LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
+			Client:     kube.CoordinationV1(),
+			LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+		},
+		ReleaseOnCancel: true, Name: o.leaseName,
+		LeaseDuration: o.leaseDuration, RenewDeadline: o.renewDeadline, RetryPeriod: o.retryPeriod,
+	}
+	check := *cfg
+	check.Callbacks = leaderelection.LeaderCallbacks{OnStartedLeading: func(context.Context) {}, OnStoppedLeading: func() {}}
+	if _, err := leaderelection.NewLeaderElector(check); err != nil {
+		return nil, fmt.Errorf("leader election (--leader-elect-lease-duration > --leader-elect-renew-deadline > 1.2 x --leader-elect-retry-period): %w", err)
+	}
+	return cfg, nil
+}
+
+// runLeading runs the controller whenever this replica holds the lease, until ctx ends;
+// without an election (elect nil), always.
+//
+// A replica that loses its lease stops the controller and campaigns again, in this
+// process. It does not exit for the kubelet to restart it: in sidecar-webhook the same
+// process serves the admission webhook, which must not go down with a lease, and a
+// process that exits on every lost lease ends in CrashLoopBackOff on a flapping API
+// server, minutes with no replica campaigning. Each term runs the controller afresh
+// (Controller.Run starts from new informers and a new queue) and only once the last
+// term's run has returned, so two never overlap in one process.
+func runLeading(ctx context.Context, elect *leaderelection.LeaderElectionConfig, ctrl *virtualnode.Controller, log *slog.Logger) {
 	run := func(ctx context.Context) {
 		if err := ctrl.Run(ctx); err != nil && ctx.Err() == nil {
 			log.Error("virtual-node controller stopped", "err", err)
 		}
 	}
-	if !o.leaderElect {
+	if elect == nil {
 		run(ctx)
 		return
 	}
-	id, err := os.Hostname()
-	if err != nil {
-		id = "sidecar-webhook"
-	}
-	id += fmt.Sprintf("_%d", os.Getpid())
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: o.leaseNamespace, Name: o.leaseName},
-		Client:     kube.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
+	id := elect.Lock.Identity()
+	// One goroutine runs the terms one after another. leaderelection starts
+	// OnStartedLeading in a goroutine of its own and returns without waiting for it.
+	terms := make(chan context.Context)
+	var runner sync.WaitGroup
+	runner.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case term := <-terms:
+				log.Info("leading: virtual-node controller running", "lease", elect.Lock.Describe(), "identity", id)
+				run(term)
+				log.Info("virtual-node controller stopped for the end of the term", "identity", id)
+			}
+		}
+	})
+	defer runner.Wait()
+	cfg := *elect
+	cfg.Callbacks = leaderelection.LeaderCallbacks{
+		OnStartedLeading: func(term context.Context) {
+			select {
+			case terms <- term:
+			case <-term.Done():
+			}
+		},
+		OnStoppedLeading: func() { log.Info("not leading", "lease", elect.Lock.Describe(), "identity", id) },
 	}
 	for ctx.Err() == nil {
-		leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-			Lock: lock, ReleaseOnCancel: true, Name: o.leaseName,
-			LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: func(ctx context.Context) {
-					log.Info("leading: virtual-node controller running", "lease", o.leaseNamespace+"/"+o.leaseName, "identity", id)
-					run(ctx)
-				},
-				OnStoppedLeading: func() { log.Info("not leading: virtual-node controller stopped", "identity", id) },
-			},
-		})
+		leaderelection.RunOrDie(ctx, cfg)
+		if ctx.Err() == nil {
+			log.Warn("lost the lease; campaigning again", "lease", elect.Lock.Describe(), "identity", id)
+		}
 	}
 }
 

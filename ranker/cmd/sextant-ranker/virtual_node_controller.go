@@ -45,9 +45,7 @@ own.`,
 	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required)")
 	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the controller looks at")
-	f.BoolVar(&o.leaderElect, "leader-elect", true, "run the controller only on the replica holding the lease")
-	f.StringVar(&o.leaseNamespace, "leader-elect-namespace", envOr("POD_NAMESPACE", "sextant-system"), "namespace of the lease ($POD_NAMESPACE when set)")
-	f.StringVar(&o.leaseName, "leader-elect-name", "sextant-sidecar-controller", "name of the lease")
+	o.addLeaderFlags(f, "the controller")
 	return cmd
 }
 
@@ -73,7 +71,11 @@ func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
 	if err != nil {
 		return err
 	}
+	elect, err := o.election(kube)
+	if err != nil {
+		return err
+	}
 	log.Info("virtual-node controller starting", "version", version.Version, "leaderElect", o.leaderElect)
-	runLeading(ctx, o, kube, ctrl, log)
+	runLeading(ctx, elect, ctrl, log)
 	return nil
 }
