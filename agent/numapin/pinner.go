@@ -23,6 +23,7 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/cri"
+	"sextant.io/sextant/internal/liveness"
 )
 
 // Config tunes a Pinner.
@@ -94,6 +95,9 @@ type Pinner struct {
 	staticPolicy atomic.Bool
 	ready        atomic.Bool // the cgroup watch runs
 	synced       atomic.Bool // the pod cache has synced
+	// beat and rtBeat are marked while the kubelet's cgroups are awaited, and whenever
+	// a worker of queue, or of rtQueue, takes out the probe the resync puts in.
+	beat, rtBeat liveness.Beat
 
 	mu    sync.Mutex
 	state map[types.UID]*podState
@@ -175,6 +179,24 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 // Ready says the pinner found the kubelet's pod cgroups, watches them, and has its pods.
 func (p *Pinner) Ready() bool { return p.ready.Load() && p.synced.Load() }
 
+// LastAlive is when the pinner last showed it turns: the resync ticked, and workers of
+// both its queues took the probe out. It stays old when the workers of either queue
+// are all blocked.
+func (p *Pinner) LastAlive() time.Time {
+	a, b := p.beat.Last(), p.rtBeat.Last()
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// LivenessInterval is how often LastAlive moves while all is well: the resync, or the
+// retry while the kubelet's cgroups are awaited, whichever is longer.
+func (p *Pinner) LivenessInterval() time.Duration { return max(p.cfg.Resync, kubepodsRetry) }
+
+// kubepodsRetry is how often the kubelet's cgroups are looked for until found.
+const kubepodsRetry = 5 * time.Second
+
 func (p *Pinner) onPod(obj any) {
 	pod, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -224,6 +246,12 @@ func (p *Pinner) enqueue(pod *corev1.Pod) {
 	}
 }
 
+// probe puts the liveness probe in both queues.
+func (p *Pinner) probe() {
+	p.queue.Add(liveness.ProbeKey)
+	p.rtQueue.Add(liveness.ProbeKey)
+}
+
 func (p *Pinner) enqueueAll() {
 	for _, obj := range p.pods.GetStore().List() {
 		p.onPod(obj)
@@ -243,6 +271,7 @@ func (p *Pinner) Run(ctx context.Context) error {
 	// Workers start before the pod cache has synced: every pod the initial list brings
 	// is queued by its own event, and a restarted agent catches up the first pods
 	// without waiting for the last.
+	p.probe()
 	var wg sync.WaitGroup
 	wg.Go(func() { p.watch(ctx, kp) })
 	for range p.cfg.Workers {
@@ -263,6 +292,7 @@ func (p *Pinner) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+				p.probe()
 				p.checkStaticPolicy(ctx)
 				p.enqueueAll()
 			}
@@ -301,10 +331,14 @@ func (p *Pinner) findKubepods(ctx context.Context) (*cgroups.Kubepods, error) {
 			p.log.Warn("no kubelet pod cgroups yet; NUMA pinning waits for them", "err", err)
 			logged = true
 		}
+		// Waiting for the kubelet is not being stuck.
+		now := p.now()
+		p.beat.Mark(now)
+		p.rtBeat.Mark(now)
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(5 * time.Second):
+		case <-time.After(kubepodsRetry):
 		}
 	}
 }
@@ -368,6 +402,10 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer p.queue.Done(key)
+	if key == liveness.ProbeKey {
+		p.beat.Mark(p.now())
+		return true
+	}
 	if err := p.reconcile(ctx, key); err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("pinning a pod to its NUMA nodes failed; retrying", "pod", key, "err", err)

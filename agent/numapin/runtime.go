@@ -8,6 +8,7 @@ import (
 
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/cri"
+	"sextant.io/sextant/internal/liveness"
 )
 
 func (p *Pinner) processRuntime(ctx context.Context) bool {
@@ -16,6 +17,10 @@ func (p *Pinner) processRuntime(ctx context.Context) bool {
 		return false
 	}
 	defer p.rtQueue.Done(key)
+	if key == liveness.ProbeKey {
+		p.rtBeat.Mark(p.now())
+		return true
+	}
 	if err := p.syncRuntime(ctx, key); err != nil {
 		if ctx.Err() == nil {
 			p.log.Warn("recording a pod's NUMA cpuset in the container runtime failed; retrying", "pod", key, "err", err)

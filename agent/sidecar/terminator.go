@@ -21,6 +21,7 @@ import (
 	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/cri"
+	"sextant.io/sextant/internal/liveness"
 )
 
 // Config tunes a Terminator.
@@ -63,6 +64,9 @@ type Terminator struct {
 	// it is broken and being retried, so readiness shows an agent that hears no exits.
 	following atomic.Bool
 	synced    atomic.Bool
+	// beat is marked while the pod cache syncs and whenever a worker takes the probe
+	// the resync puts in the queue.
+	beat liveness.Beat
 }
 
 // exitMemory is how long an exit seen as an event overrides what the runtime's
@@ -126,13 +130,27 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 // sextant_sidecar_event_stream_restarts_total.
 func (t *Terminator) Ready() bool { return t.synced.Load() && t.following.Load() }
 
+// LastAlive is when the terminator last showed it turns: its resync ticked, and a
+// worker took the probe out of the queue. It stays old when every worker is blocked.
+func (t *Terminator) LastAlive() time.Time { return t.beat.Last() }
+
+// LivenessInterval is how often LastAlive moves while all is well.
+func (t *Terminator) LivenessInterval() time.Duration { return t.cfg.Resync }
+
 // Run works until ctx ends.
 func (t *Terminator) Run(ctx context.Context) error {
 	defer t.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), t.informer.HasSynced) {
-		return errors.New("sidecar terminator: pod cache did not sync")
+	// Waiting for the API server is not being stuck: beat meanwhile.
+	for !t.informer.HasSynced() {
+		t.beat.Mark(t.now())
+		select {
+		case <-ctx.Done():
+			return errors.New("sidecar terminator: pod cache did not sync")
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	t.synced.Store(true)
+	t.queue.Add(liveness.ProbeKey)
 	var wg sync.WaitGroup
 	for range t.cfg.Workers {
 		wg.Go(func() {
@@ -149,6 +167,7 @@ func (t *Terminator) Run(ctx context.Context) error {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
+				t.queue.Add(liveness.ProbeKey)
 				t.enqueueAll()
 			}
 		}
@@ -251,6 +270,10 @@ func (t *Terminator) processNext(ctx context.Context) bool {
 		return false
 	}
 	defer t.queue.Done(key)
+	if key == liveness.ProbeKey {
+		t.beat.Mark(t.now())
+		return true
+	}
 	if err := t.process(ctx, key); err != nil {
 		if ctx.Err() == nil {
 			t.log.Warn("sidecar terminator: will look at the pod again", "pod", key, "err", err)

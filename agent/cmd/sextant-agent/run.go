@@ -33,6 +33,7 @@ import (
 	"sextant.io/sextant/agent/sidecar"
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/cri"
+	"sextant.io/sextant/internal/liveness"
 	"sextant.io/sextant/internal/version"
 )
 
@@ -207,6 +208,9 @@ func runAgent(ctx context.Context, o runOptions) error {
 		return (!o.heartbeats || heartbeatsReady.Load()) && (terminator == nil || terminator.Ready()) &&
 			(pinner == nil || pinner.Ready())
 	}
+	// Each long-running loop shows it still comes round; /healthz fails naming the one
+	// that has not for longer than three of its intervals and a minute.
+	loops := liveness.NewChecker(nil)
 
 	// One watch on the node's pods, shared by the parts that act on them; one
 	// connection to the runtime.
@@ -252,6 +256,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		}
 	}
 	if terminator != nil {
+		loops.Add("sidecar-terminator", liveness.Bound(terminator.LivenessInterval()), terminator.LastAlive)
 		wg.Go(func() {
 			if err := terminator.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("sidecar terminator stopped", "err", err)
@@ -260,6 +265,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		})
 	}
 	if pinner != nil {
+		loops.Add("numa-pinning", liveness.Bound(pinner.LivenessInterval()), pinner.LastAlive)
 		wg.Go(func() {
 			if err := pinner.Run(ctx); err != nil && ctx.Err() == nil {
 				log.Error("NUMA pinning stopped", "err", err)
@@ -304,38 +310,25 @@ func runAgent(ctx context.Context, o runOptions) error {
 		}
 		log.Info("sextant-agent metering", "attach", bpf.Mode(), "sysfsRoot", o.sysfsRoot)
 
+		// The meter's own loop shows in its samples' times. A meter that cannot read its
+		// counters takes no samples and counts as stuck too: a new agent loads the
+		// programs again.
+		loops.Add("bandwidth-meter", liveness.Bound(o.sampleInterval), func() time.Time { return meter.Snapshot().Time })
 		wg.Go(func() {
 			if err := meter.Run(ctx); err != nil {
 				log.Error("detaching the meter", "err", err)
 			}
 		})
-		wg.Go(func() { topoReporter.Run(ctx, topo, o.topologyInterval, log) })
-		wg.Go(func() {
-			t := time.NewTicker(o.sampleInterval)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				snap := meter.Snapshot()
-				if snap.Time.IsZero() {
-					continue // the meter has not sampled yet: nothing true to publish
-				}
-				if _, err := bw.Offer(ctx, snap); err != nil {
-					if ctx.Err() == nil {
-						log.Error("publishing NodeBandwidth failed", "err", err)
-					}
-					continue
-				}
-				heartbeatsReady.Store(true)
-			}
-		})
+		topoLoop := loop{every: o.topologyInterval, beat: &liveness.Beat{}, now: time.Now, timeout: apiCallTimeout, log: log}
+		loops.Add("topology-reporter", liveness.Bound(o.topologyInterval), topoLoop.beat.Last)
+		wg.Go(func() { topoLoop.publishTopology(ctx, topo.Fresh, topoReporter.Offer, topo.Root()) })
+		bwLoop := loop{every: o.sampleInterval, beat: &liveness.Beat{}, now: time.Now, timeout: apiCallTimeout, log: log}
+		loops.Add("bandwidth-reporter", liveness.Bound(o.sampleInterval), bwLoop.beat.Last)
+		wg.Go(func() { bwLoop.publishBandwidth(ctx, meter.Snapshot, bw.Offer, &heartbeatsReady) })
 	}
 
 	if o.metricsAddr != "" {
-		srv := metricsServer(o.metricsAddr, reg, ready)
+		srv := metricsServer(o.metricsAddr, reg, loops, ready)
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error("metrics server stopped", "addr", o.metricsAddr, "err", err)
@@ -369,12 +362,12 @@ func loadConfig(kubeconfig string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-func metricsServer(addr string, reg *prometheus.Registry, ready func() bool) *http.Server {
+// metricsServer serves /metrics, /healthz (every loop comes round: the liveness probe)
+// and /readyz (the agent has done its first work: the readiness probe).
+func metricsServer(addr string, reg *prometheus.Registry, loops *liveness.Checker, ready func() bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	mux.Handle("/healthz", loops)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {
 			http.Error(w, "not ready: no NodeBandwidth written yet, the sidecar terminator has not synced, or NUMA pinning has not found the kubelet's pod cgroups", http.StatusServiceUnavailable)
