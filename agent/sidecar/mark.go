@@ -2,6 +2,7 @@ package sidecar
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,9 @@ type stopMark struct {
 }
 
 const markVersion = "v1"
+
+// maxGraceSeconds is the longest grace period a time.Duration holds, in seconds.
+const maxGraceSeconds = int64(math.MaxInt64 / time.Second)
 
 func (m stopMark) String() string {
 	s := fmt.Sprintf("%s:%d:%d", markVersion, m.Requested.UnixNano(), int64(m.Grace/time.Second))
@@ -38,7 +42,9 @@ func parseStopMark(s string) (stopMark, error) {
 		return stopMark{}, fmt.Errorf("stop mark %q: time: %w", s, err)
 	}
 	grace, err := strconv.ParseInt(parts[2], 10, 64)
-	if err != nil || grace < 0 {
+	// Beyond what a time.Duration holds it would wrap negative: a stop with no grace
+	// at all, the kill a sidecar that is a regular container fails its pod with.
+	if err != nil || grace < 0 || grace > maxGraceSeconds {
 		return stopMark{}, fmt.Errorf("stop mark %q: grace seconds: bad value", s)
 	}
 	m := stopMark{Requested: time.Unix(0, ns), Grace: time.Duration(grace) * time.Second}

@@ -14,7 +14,7 @@ func TestStopMarkRoundTrip(t *testing.T) {
 			t.Errorf("parse(%q) = %+v, %v; want %+v", m.String(), got, err, m)
 		}
 	}
-	for _, bad := range []string{"", "v2:1:2", "v1:x:2", "v1:1:-3", "v1:1:2:done", "v1:1"} {
+	for _, bad := range []string{"", "v2:1:2", "v1:x:2", "v1:1:-3", "v1:1:2:done", "v1:1", "v1:1:9223372037"} {
 		if _, err := parseStopMark(bad); err == nil {
 			t.Errorf("parse(%q): no error", bad)
 		}
