@@ -119,8 +119,11 @@ func expand(s string, lookup func(string) (string, bool)) string {
 		case '(':
 			end := strings.IndexByte(s[i+2:], ')')
 			if end < 0 {
-				b.WriteString(s[i:]) // unterminated: as written
-				return b.String()
+				// Unterminated: "$(" as written, and what follows is read on, $$ and
+				// all, as the kubelet does.
+				b.WriteString("$(")
+				i++
+				continue
 			}
 			name := s[i+2 : i+2+end]
 			if v, ok := lookup(name); ok && name != "" {
