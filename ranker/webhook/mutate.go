@@ -3,6 +3,7 @@ package webhook
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"slices"
 	"strings"
 
@@ -74,6 +75,10 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 		res.Warnings = append(res.Warnings, "sextant: every container is marked as a sidecar, so none would ever be stopped; the pod is left as written")
 		return res, nil
 	}
+	if clash := nameClash(pod); clash != "" {
+		res.Warnings = append(res.Warnings, "sextant: "+clash+", which the webhook needs for its own; the pod is left as written (its sidecars are still stopped, but their exit code counts)")
+		return res, nil
+	}
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
@@ -142,6 +147,10 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 	if len(c.Command) > 0 && c.Command[0] == WrapperPath {
 		return true, "", nil // prepared before
 	}
+	if slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return path.Clean(m.MountPath) == WrapperDir }) {
+		// A second mount at the same path makes the pod invalid.
+		return false, fmt.Sprintf("sextant: sidecar %s mounts something of its own at %s, where the wrapper goes, so it is not wrapped; stopping it may take its grace period", c.Name, WrapperDir), nil
+	}
 	key := annotations.SidecarCommand(c.Name)
 	if errs := validation.IsQualifiedName(key); len(errs) > 0 {
 		return false, fmt.Sprintf("sextant: sidecar %s: its name is too long for the annotation %s, so it is not wrapped; stopping it may take its grace period", c.Name, key), nil
@@ -160,6 +169,11 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 		}
 		command = parsed
 	}
+	if command[0] == "" {
+		// The annotation would hold a command the validating webhook refuses, and the
+		// pod with it; unwrapped, the runtime reports the empty command as it would have.
+		return false, fmt.Sprintf("sextant: sidecar %s has a command whose first word is empty, so it is not wrapped", c.Name), nil
+	}
 	b, err := json.Marshal(command)
 	if err != nil {
 		return false, "", fmt.Errorf("encode the command of %s: %w", c.Name, err)
@@ -172,6 +186,31 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: WrapperVolume, MountPath: WrapperDir, ReadOnly: true})
 	return true, "", nil
 }
+
+// nameClash says which name of the pod's own is one Mutate adds (the wrapper's init
+// container, its volume): adding ours beside it makes the pod invalid. The pod Mutate
+// prepared before has both, as its own.
+func nameClash(pod *corev1.Pod) string {
+	ours := false
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == InstallContainer {
+			if !slices.Equal(c.Command, installCommand) {
+				return "init container " + InstallContainer + " is the pod's own"
+			}
+			ours = true
+		}
+	}
+	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == InstallContainer }) {
+		return "container " + InstallContainer + " is the pod's own"
+	}
+	if !ours && slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == WrapperVolume }) {
+		return "volume " + WrapperVolume + " is the pod's own"
+	}
+	return ""
+}
+
+// installCommand is what the wrapper's init container runs.
+var installCommand = []string{wrapperInImage, "install", WrapperPath}
 
 // ParseCommand parses a command annotation: a non-empty JSON array of strings.
 func ParseCommand(raw string) ([]string, error) {
@@ -194,7 +233,7 @@ func (cfg MutatorConfig) installContainer() corev1.Container {
 		Name:            InstallContainer,
 		Image:           cfg.WrapperImage,
 		ImagePullPolicy: policy,
-		Command:         []string{wrapperInImage, "install", WrapperPath},
+		Command:         slices.Clone(installCommand),
 		VolumeMounts:    []corev1.VolumeMount{{Name: WrapperVolume, MountPath: WrapperDir}},
 		Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
