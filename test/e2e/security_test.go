@@ -246,10 +246,13 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	wantDenied(t, err, "sextant-pod-annotations", "a user creates a pod with "+annotations.DevicesAllocated)
 
 	const sidecarKey = annotations.SidecarCommandPrefix + "proxy"
-	p, err := pods.Create(ctx, pod("p", map[string]string{
+	prepared := pod("p", map[string]string{
 		annotations.BandwidthPrefix + "ingress-required": "100M",
 		sidecarKey: `["sleep","3600"]`,
-	}), metav1.CreateOptions{})
+	})
+	// As the webhook leaves a pod it prepared.
+	prepared.Labels = map[string]string{annotations.SidecarPrepared: "true"}
+	p, err := pods.Create(ctx, prepared, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create a pod with bandwidth and command annotations: %v", err)
 	}
@@ -276,23 +279,45 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	wantDenied(t, annotate(local.kube, `{"metadata":{"annotations":{"`+sidecarKey+`":"[\"/exit0\"]"}}}`), "sextant-pod-annotations",
 		"the admin swaps a sidecar's command to the exit command")
 	// The controller updates pods (its role has no patch), as virtualnode does.
-	swap := func(value *string) error {
-		cur, err := pods.Get(ctx, p.Name, metav1.GetOptions{})
+	update := func(name string, change func(*corev1.Pod)) error {
+		cur, err := pods.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if value == nil {
-			delete(cur.Annotations, sidecarKey)
-		} else {
-			cur.Annotations[sidecarKey] = *value
-		}
+		change(cur)
 		_, err = controller.CoreV1().Pods(ns).Update(ctx, cur, metav1.UpdateOptions{DryRun: dryRun})
 		return err
 	}
-	wantDenied(t, swap(ptr.To(`["sh"]`)), "sextant-pod-annotations",
+	command := func(value *string) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			if value == nil {
+				delete(p.Annotations, sidecarKey)
+			} else {
+				p.Annotations[sidecarKey] = *value
+			}
+		}
+	}
+	image := func(img string) func(*corev1.Pod) { return func(p *corev1.Pod) { p.Spec.Containers[0].Image = img } }
+	wantDenied(t, update(p.Name, command(ptr.To(`["sh"]`))), "sextant-pod-annotations",
 		"the virtual-node controller changes a sidecar's command to another than the exit command")
-	wantDenied(t, swap(nil), "sextant-pod-annotations", "the virtual-node controller removes a sidecar's command")
-	wantAllowed(t, swap(ptr.To(`["/exit0"]`)), "the virtual-node controller swaps a sidecar's command to the exit command")
+	wantDenied(t, update(p.Name, command(nil)), "sextant-pod-annotations", "the virtual-node controller removes a sidecar's command")
+	wantAllowed(t, update(p.Name, command(ptr.To(`["/exit0"]`))), "the virtual-node controller swaps a sidecar's command to the exit command")
+	// Beyond that, its updates are held to its job: the exit image, on prepared pods.
+	exitImage := chartExitImage(t)
+	wantAllowed(t, update(p.Name, func(p *corev1.Pod) { image(exitImage)(p); command(ptr.To(`["/exit0"]`))(p) }),
+		"the virtual-node controller swaps a container to the exit image and its command to the exit command")
+	wantDenied(t, update(p.Name, image("sextant.local/anything:else")), "sextant-virtual-node-controller",
+		"the virtual-node controller changes a container's image to another than the exit image")
+	wantDenied(t, update(p.Name, func(p *corev1.Pod) { p.Labels["example.com/x"] = "y" }), "sextant-virtual-node-controller",
+		"the virtual-node controller adds a label")
+	wantDenied(t, update(p.Name, func(p *corev1.Pod) { p.Annotations["example.com/x"] = "y" }), "sextant-virtual-node-controller",
+		"the virtual-node controller adds an annotation")
+	plain, err := pods.Create(ctx, pod("unprepared", nil), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantDenied(t, update(plain.Name, image(exitImage)), "sextant-virtual-node-controller",
+		"the virtual-node controller swaps a container of a pod the webhook did not prepare")
 
 	// The Binding: from anyone but the ranker (and the cluster's admins), not with the
 	// ranker's decisions; from the admin (standing in for the ranker), it puts them on
@@ -344,6 +369,22 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 			t.Errorf("%s may %s %s: %v, want %v", c.user, c.verb, path.Join(c.resource, c.subresource), got, c.want)
 		}
 	}
+}
+
+// chartExitImage is the exit image the chart's virtual-node controller swaps sidecars to.
+func chartExitImage(t *testing.T) string {
+	t.Helper()
+	d, err := local.kube.AppsV1().Deployments(releaseNamespace).Get(context.Background(), "sextant-virtual-node-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range d.Spec.Template.Spec.Containers[0].Args {
+		if img, ok := strings.CutPrefix(arg, "--exit-image="); ok {
+			return img
+		}
+	}
+	t.Fatalf("the virtual-node controller has no --exit-image: %v", d.Spec.Template.Spec.Containers[0].Args)
+	return ""
 }
 
 // grant gives user the rule in ns.

@@ -284,7 +284,7 @@ func (h *sidecarHarness) startWebhook() {
 	leaseRole(t, h.ns, releaseNamespace, "sextant-virtual-node-controller")
 	h.webhook = startProcess(t, rankerBinary(t), "sidecar-webhook", "--kubeconfig", kubeconfig,
 		"--listen-addr", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", exitImageE2,
+		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", chartExitImage(t),
 		"--pod-selector", sidecarLabel+"="+h.id, "--leader-elect-namespace", h.ns)
 	waitForOutput(t, h.webhook, `"msg":"sidecar webhook serving"`, 30*time.Second)
 
@@ -958,11 +958,13 @@ func TestSidecarVirtualNode(t *testing.T) {
 	}
 	swapAt := time.Now()
 	setStatus(corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, FinishedAt: metav1.Now()}})
+	// The chart's exit image: its policy lets the controller's account swap to no other.
+	exitImage := chartExitImage(t)
 	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return findContainer(h.pod("virtual").Spec.InitContainers, "proxy").Image == exitImageE2, nil
+		return findContainer(h.pod("virtual").Spec.InitContainers, "proxy").Image == exitImage, nil
 	})
 	if err != nil {
-		t.Fatalf("sidecar not swapped to %s\n%s", exitImageE2, lastLines(h.webhook.output(), 20))
+		t.Fatalf("sidecar not swapped to %s\n%s", exitImage, lastLines(h.webhook.output(), 20))
 	}
 	t.Logf("swapped %v after the status showed the main container done", time.Since(swapAt).Round(time.Millisecond))
 	pod = h.pod("virtual")
