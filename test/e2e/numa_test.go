@@ -24,13 +24,15 @@ import (
 
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
 )
 
 // splitNUMATree writes a sysfs/procfs tree that splits this machine's online CPUs over
 // two NUMA nodes: node 0 the first half with all the memory, node 1 the rest without
 // memory (the real machine has one NUMA node, so pinning memory to a node 1 it lacks
-// could not work). The agent reads the topology from it; it pins on the real cgroups.
-func splitNUMATree(t *testing.T) (root string, nodes map[string]string) {
+// could not work), with two accelerators on each (accelerators: PCI address -> NUMA
+// node). The agent reads the topology from it; it pins on the real cgroups.
+func splitNUMATree(t *testing.T) (root string, nodes, accelerators map[string]string) {
 	t.Helper()
 	online, err := os.ReadFile("/sys/devices/system/cpu/online")
 	if err != nil {
@@ -46,6 +48,7 @@ func splitNUMATree(t *testing.T) (root string, nodes map[string]string) {
 	}
 	memKB := strings.Fields(strings.SplitN(string(meminfo), "\n", 2)[0])[1]
 	root = t.TempDir()
+	accelerators = map[string]string{}
 	half := len(cpus) / 2
 	nodes = map[string]string{"0": topology.FormatCPUList(cpus[:half]), "1": topology.FormatCPUList(cpus[half:])}
 	files := map[string]string{
@@ -58,6 +61,16 @@ func splitNUMATree(t *testing.T) (root string, nodes map[string]string) {
 		"sys/devices/system/node/node1/distance": "20 10\n",
 		"proc/meminfo":                           string(meminfo),
 	}
+	// Two accelerators (processing accelerators, class 0x1200) on each NUMA node.
+	for i, numa := range []string{"0", "0", "1", "1"} {
+		addr := fmt.Sprintf("0000:%02x:00.0", 0x3b+i)
+		dir := "sys/devices/pci0000:00/" + addr
+		files[dir+"/class"] = "0x120000\n"
+		files[dir+"/vendor"] = "0x1d0f\n"
+		files[dir+"/device"] = "0xcd01\n"
+		files[dir+"/numa_node"] = numa + "\n"
+		accelerators[addr] = numa
+	}
 	for rel, content := range files {
 		path := filepath.Join(root, rel)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -67,7 +80,21 @@ func splitNUMATree(t *testing.T) (root string, nodes map[string]string) {
 			t.Fatal(err)
 		}
 	}
-	return root, nodes
+	devices := filepath.Join(root, "sys/bus/pci/devices")
+	if err := os.MkdirAll(devices, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for addr := range accelerators {
+		if err := os.Symlink("../../../devices/pci0000:00/"+addr, filepath.Join(devices, addr)); err != nil {
+			t.Fatal(err)
+		}
+		// Bound to a driver: the agent counts a device without one as disabled once it
+		// was published before (an earlier test's tree) and has vanished since.
+		if err := os.Symlink("../../../bus/pci/drivers/sextant-e2e", filepath.Join(root, "sys/devices/pci0000:00", addr, "driver")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root, nodes, accelerators
 }
 
 // takeOverLocalAgent keeps the chart's agent off the local node for the rest of the
@@ -202,7 +229,9 @@ type numaHarness struct {
 	scheduler string
 	agent     *numaAgent
 	numaCPUs  map[string]string // NUMA node ID -> its CPUs in the split tree
-	allCPUs   string
+	// accelerators are the split tree's accelerators: PCI address -> NUMA node ID.
+	accelerators map[string]string
+	allCPUs      string
 }
 
 func newNUMAHarness(t *testing.T) *numaHarness {
@@ -210,11 +239,11 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 	requireRoot(t)
 	installCRDs(t)
 	deployChart(t)
-	root, numaCPUs := splitNUMATree(t)
+	root, numaCPUs, accelerators := splitNUMATree(t)
 	sock := containerdSocket(t)
 	prSock := podResourcesSocket(t)
 	online, _ := os.ReadFile("/sys/devices/system/cpu/online")
-	h := &numaHarness{t: t, numaCPUs: numaCPUs, allCPUs: strings.TrimSpace(string(online))}
+	h := &numaHarness{t: t, numaCPUs: numaCPUs, accelerators: accelerators, allCPUs: strings.TrimSpace(string(online))}
 
 	takeOverLocalAgent(t)
 	pair := newVethPair(t, 7, "1gbit")
@@ -584,4 +613,59 @@ func TestNUMABench(t *testing.T) {
 		pct(early, 0.50), pct(early, 0.99))
 	fmt.Printf("bench-numa: catch-up path, %d pods running when the agent started, agent start -> pinned: p50 %v  p99 %v  (goal p99 <= 100ms: %s)\n",
 		len(catchUp), pct(catchUp, 0.50), pct(catchUp, 0.99), verdict[pct(catchUp, 0.99) <= 100*time.Millisecond])
+}
+
+// TestNUMADevicesSpanNodes: a pod that needs more accelerators than one NUMA node holds
+// gets both NUMA nodes in numa.sextant.io/nodes, accelerators on them only, and, once
+// pinned, the CPUs of both.
+func TestNUMADevicesSpanNodes(t *testing.T) {
+	h := newNUMAHarness(t)
+	eventually(t, time.Minute, func() (bool, string) {
+		n, err := local.kube.CoreV1().Nodes().Get(context.Background(), local.nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := n.Status.Allocatable[v1alpha1.KindAccelerator.ResourceName()]
+		return q.Value() == 4, fmt.Sprintf("allocatable %s = %s, want 4", v1alpha1.KindAccelerator.ResourceName(), q.String())
+	})
+	three := resource.MustParse("3")
+	c := h.container("main", loop)
+	c.Resources.Requests[v1alpha1.KindAccelerator.ResourceName()] = three
+	c.Resources.Limits = corev1.ResourceList{v1alpha1.KindAccelerator.ResourceName(): three}
+	p := h.pod("wide", nil, c)
+	delete(p.Annotations, annotations.NUMAPolicy)
+	h.create(p)
+
+	got := waitScheduled(t, h.ns, "wide", 2*time.Minute)
+	if v := got.Annotations[annotations.NUMANodes]; v != "0,1" {
+		t.Fatalf("%s = %q, want \"0,1\": three accelerators need both NUMA nodes", annotations.NUMANodes, v)
+	}
+	alloc, err := annotations.ParseAllocation(got.Annotations[annotations.DevicesAllocated])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := alloc[v1alpha1.KindAccelerator.ResourceName()]
+	perNUMA := map[string]int{}
+	for _, id := range ids {
+		numa, ok := h.accelerators[id]
+		if !ok {
+			t.Fatalf("allocated %s, which is not an accelerator of the tree", id)
+		}
+		perNUMA[numa]++
+	}
+	if len(ids) != 3 || perNUMA["0"] == 0 || perNUMA["1"] == 0 {
+		t.Fatalf("allocated %v (per NUMA node %v), want three accelerators from both NUMA nodes", ids, perNUMA)
+	}
+	all := topology.FormatCPUList(append(mustCPUs(t, h.numaCPUs["0"]), mustCPUs(t, h.numaCPUs["1"])...))
+	h.checkFirst("wide", "main", all)
+	checkContainerCgroups(t, h.ns, "wide", all)
+}
+
+func mustCPUs(t *testing.T, list string) []int32 {
+	t.Helper()
+	cpus, err := topology.ParseCPUList(list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cpus
 }
