@@ -45,8 +45,13 @@ verify: generate ## Regenerate and fail on any diff; gofmt, go vet, go mod tidy.
 test: deps verify test-unit test-e2e ## Everything CI runs: verify, unit tests, then the suite on the real local cluster.
 
 .PHONY: test-unit
-test-unit: ## Unit tests (go test ./...); tests that need root or tools skip without them.
-	go test -count=1 ./...
+test-unit: ## Unit tests under the race detector (go test -race ./..., cgo on for it); tests that need root or tools skip without them.
+	CGO_ENABLED=1 go test -race -count=1 ./...
+
+FUZZTIME ?= 30s
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 30s); `make test` replays their seeds and saved crashers.
+	FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 .PHONY: test-e2e
 test-e2e: ## Integration tests against the real local cluster (root; brings it up, and down again if it started it).

@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   # eBPF toolchain: bpf2go drives clang; headers from libbpf and the kernel uapi.
   clang llvm libbpf-dev linux-libc-dev bpftool
+  # go test -race needs cgo, and cgo a C compiler and libc's headers.
+  gcc libc6-dev
   # The local cluster: etcd for the API server, containerd + runc for the kubelet,
   # CNI plugins for the pod bridge, busybox for the test image.
   etcd-server containerd runc containernetworking-plugins busybox-static
