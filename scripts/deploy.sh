@@ -16,6 +16,19 @@ node_ip=$(cat "$state/node-ip")
 # reaches a cluster that already has an older one.
 "$state/kube-bin/kubectl" --kubeconfig "$kubeconfig" apply --server-side --force-conflicts \
   -f "$repo/charts/sextant/crds" >/dev/null || die "deploy: applying the CRDs failed"
+# diagnose prints what keeps the release from being ready: its pods, the events of those
+# not ready, and the last lines of their containers' logs.
+diagnose() {
+  local k=("$state/kube-bin/kubectl" --kubeconfig "$kubeconfig" -n sextant-system)
+  log "deploy: the release's pods"
+  "${k[@]}" get pods -o wide >&2 || true
+  local pod
+  for pod in $("${k[@]}" get pods -o jsonpath='{range .items[*]}{.metadata.name}{" "}{range .status.conditions[?(@.type=="Ready")]}{.status}{end}{"\n"}{end}' 2>/dev/null | awk '$2 != "True" {print $1}'); do
+    log "deploy: pod $pod is not ready"
+    "${k[@]}" get events --field-selector "involvedObject.name=$pod" -o custom-columns=AGE:.lastTimestamp,TYPE:.type,REASON:.reason,MESSAGE:.message >&2 || true
+    "${k[@]}" logs "$pod" --all-containers --tail 30 >&2 || true
+  done
+}
 log "deploy: installing charts/sextant as release sextant in namespace sextant-system"
 (cd "$repo" && go tool helm upgrade --install sextant charts/sextant \
   --kubeconfig "$kubeconfig" --namespace sextant-system --create-namespace \
@@ -37,4 +50,4 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   --set-string "agent.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-agent.tar" | cut -c1-16)" \
   --set-string "ranker.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-ranker.tar" | cut -c1-16)" \
   --set-string "webhook.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-ranker.tar" | cut -c1-16)" \
-  --wait --timeout 3m) || die "deploy: helm upgrade --install failed"
+  --wait --timeout "${SEXTANT_DEPLOY_TIMEOUT:-5m}") || { diagnose; die "deploy: helm upgrade --install failed"; }
