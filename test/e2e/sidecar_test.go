@@ -1003,6 +1003,57 @@ func TestSidecarVirtualNode(t *testing.T) {
 	}
 }
 
+// TestSidecarWebhookDown: with the webhooks registered as the chart registers them
+// (failure policy Ignore) and the webhook process gone, pods are still created, and
+// the agent still stops the sidecar of a Job pod, which was left a regular container.
+func TestSidecarWebhookDown(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	ctx := context.Background()
+	ignore := admissionregistrationv1.Ignore
+	mutating, err := local.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, h.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mutating.Webhooks[0].FailurePolicy = &ignore
+	if _, err := local.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, mutating, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	validating, err := local.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Get(ctx, h.ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	validating.Webhooks[0].FailurePolicy = &ignore
+	if _, err := local.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Update(ctx, validating, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.webhook.cmd.Process.Kill()
+	_ = h.webhook.cmd.Wait()
+
+	// The API server loads the changed configurations in its own time: wait until a pod
+	// with a sidecar is admitted unprepared rather than refused.
+	probe := h.jobPodSpec(corev1.RestartPolicyNever, []corev1.Container{h.main("main", "true")}, []corev1.Container{h.sidecar("proxy", "sleep", "1")})
+	eventually(t, 30*time.Second, func() (bool, string) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: h.ns, Labels: map[string]string{sidecarLabel: h.id}}, Spec: probe}
+		out, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, fmt.Sprintf("pod creation with the webhook down: %v", err)
+		}
+		return out.Labels[annotations.SidecarPrepared] == "", "the pod came back prepared: the webhook still answers"
+	})
+
+	sidecar := h.sidecar("proxy", "sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.2; done")
+	h.job("down", corev1.RestartPolicyNever, nil, []corev1.Container{h.main("main", "sleep 3; exit 0")}, []corev1.Container{sidecar})
+	if got := h.waitJob("down", 2*time.Minute); got != batchv1.JobComplete {
+		t.Fatalf("job %s, want Complete\n%s", got, h.describePods("down"))
+	}
+	pod := h.jobPod("down")
+	if pod.Labels[annotations.SidecarPrepared] != "" || len(pod.Spec.InitContainers) != 0 || findContainer(pod.Spec.Containers, "proxy") == nil {
+		t.Errorf("pod prepared although the webhook was down: labels %v, init containers %d", pod.Labels, len(pod.Spec.InitContainers))
+	}
+	h.checkStopped(pod, 3*time.Second, []string{"main"}, "proxy")
+}
+
 // TestSidecarWebhookRejectsMalformedAnnotations: the webhook refuses a pod with a
 // malformed sextant annotation, naming it and its accepted form.
 func TestSidecarWebhookRejectsMalformedAnnotations(t *testing.T) {
