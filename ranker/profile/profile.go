@@ -10,11 +10,13 @@ package profile
 // "- schedulerName: <name>" line of a KubeSchedulerConfiguration's profiles: the sextant
 // plugins at every extension point, SextantBinder in DefaultBinder's place, and the
 // sextant Filters first (they reject nodes with one lookup each, which kube-scheduler's
-// own Filters then skip).
+// own Filters then skip). BandwidthAware's score weight is the chart's default
+// ranker.bandwidth.scoreWeight.
 const Plugins = `  plugins:
     multiPoint:
       enabled:
       - name: BandwidthAware
+        weight: 1
       - name: NUMAAware
       - name: DeviceAware
       - name: SextantBinder

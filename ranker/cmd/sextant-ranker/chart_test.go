@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -143,4 +144,52 @@ type binderStandIn string
 func (p binderStandIn) Name() string { return string(p) }
 func (binderStandIn) Bind(context.Context, fwk.CycleState, *corev1.Pod, string) *fwk.Status {
 	return nil
+}
+
+// TestChartValuesSchema: values the ranker or the agent would refuse only at startup
+// (a crash-looping pod after helm upgrade) are refused by helm, naming the value.
+func TestChartValuesSchema(t *testing.T) {
+	chart, err := loader.Load(filepath.Join("..", "..", "..", "charts", "sextant"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(overrides map[string]any) error {
+		_, err := chartutil.ToRenderValues(chart, overrides, chartutil.ReleaseOptions{Name: "sextant", Namespace: "sextant-system"}, nil)
+		return err
+	}
+	bandwidth := func(kv ...any) map[string]any {
+		m := map[string]any{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return map[string]any{"ranker": map[string]any{"bandwidth": m}}
+	}
+	if err := render(nil); err != nil {
+		t.Fatalf("the default values: %v", err)
+	}
+	if err := render(bandwidth("ingressWeight", 3, "egressWeight", 0, "scoreWeight", 5, "bestFitWindow", "strict", "strategy", "most-headroom")); err != nil {
+		t.Errorf("valid bandwidth values refused: %v", err)
+	}
+	for _, tc := range []struct {
+		name      string
+		overrides map[string]any
+		want      string
+	}{
+		{"fractional weight", bandwidth("ingressWeight", 1.5), "/ranker/bandwidth/ingressWeight"},
+		{"negative weight", bandwidth("egressWeight", -1), "/ranker/bandwidth/egressWeight"},
+		{"both weights zero", bandwidth("ingressWeight", 0, "egressWeight", 0), "/ranker/bandwidth"},
+		{"unknown strategy", bandwidth("strategy", "cheapest"), "/ranker/bandwidth/strategy"},
+		{"unknown best-fit window", bandwidth("bestFitWindow", "loose"), "/ranker/bandwidth/bestFitWindow"},
+		{"score weight out of range", bandwidth("scoreWeight", 0), "/ranker/bandwidth/scoreWeight"},
+		{"stale-after not a duration", bandwidth("staleAfter", "a minute"), "/ranker/bandwidth/staleAfter"},
+		{"agent window not a duration", map[string]any{"agent": map[string]any{"window": "soon"}}, "/agent/window"},
+		{"webhook failure policy", map[string]any{"webhook": map[string]any{"failurePolicy": "Sometimes"}}, "/webhook/failurePolicy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := render(tc.overrides)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error naming %s", err, tc.want)
+			}
+		})
+	}
 }

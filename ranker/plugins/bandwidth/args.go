@@ -9,16 +9,19 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/ranker/plugins/pluginargs"
 )
 
 // Args are the BandwidthAware plugin args of a KubeSchedulerConfiguration profile:
 //
 //	pluginConfig:
 //	- name: BandwidthAware
-//	  args: {strategy: most-headroom, ingressWeight: 2, egressWeight: 1, staleAfter: 90s, minWindow: 60s}
+//	  args: {strategy: most-headroom, ingressWeight: 2, egressWeight: 1, staleAfter: 90s, minWindow: 60s, bestFitWindow: prefer}
+//
+// They are decoded strictly: an unknown field, or a value of the wrong type (a weight of
+// 1.5), stops the ranker at startup with an error naming it.
 type Args struct {
 	// Strategy is used for pods without the bandwidth.sextant.io/strategy annotation.
 	Strategy annotations.Strategy `json:"strategy,omitempty"`
@@ -34,7 +37,26 @@ type Args struct {
 	// whole window since it started, is not used (see the package doc, "Full reports").
 	// Set it to the agents' --window. 0 takes every report as full.
 	MinWindow metav1.Duration `json:"minWindow"`
+	// BestFitWindow is how best-fit treats a direction where the pod gives both
+	// required and expected rates (seed 001, claim 10): prefer (the default) scores
+	// nodes by |available - expected| over every node that has the required rate;
+	// strict also filters out nodes where |available - expected| > expected - required,
+	// so a pod never lands on a node far roomier than it expects while a closer one
+	// exists, and stays Pending when none is within the window.
+	BestFitWindow BestFitWindow `json:"bestFitWindow,omitempty"`
 }
+
+// BestFitWindow is prefer or strict (see Args.BestFitWindow).
+type BestFitWindow string
+
+// The best-fit window modes.
+const (
+	WindowPrefer BestFitWindow = "prefer"
+	WindowStrict BestFitWindow = "strict"
+)
+
+// valid accepts the modes, and "" for prefer (args built in code without the field).
+func (w BestFitWindow) valid() bool { return w == "" || w == WindowPrefer || w == WindowStrict }
 
 // Defaults are the args every profile starts from before its own pluginConfig args are
 // applied. RegisterFlags binds the --bandwidth-* flags to it, so explicit plugin args
@@ -45,7 +67,8 @@ var Defaults = Args{
 	EgressWeight:  1,
 	StaleAfter:    metav1.Duration{Duration: 60 * time.Second},
 	// The agent's default --window (and the chart's agent.window).
-	MinWindow: metav1.Duration{Duration: 60 * time.Second},
+	MinWindow:     metav1.Duration{Duration: 60 * time.Second},
+	BestFitWindow: WindowPrefer,
 }
 
 // RegisterFlags adds the --bandwidth-* flags to fs; they set Defaults. Call it before
@@ -61,7 +84,29 @@ func RegisterFlags(fs *pflag.FlagSet) {
 		"BandwidthAware: a node whose latest NodeBandwidth reached the ranker longer ago than this is not eligible for pods that require bandwidth; plugin args override it")
 	fs.DurationVar(&Defaults.MinWindow.Duration, "bandwidth-min-window", Defaults.MinWindow.Duration,
 		"BandwidthAware: a NodeBandwidth whose peak window is shorter than this (an agent that has not yet measured a whole window since it started) is not used; set it to the agents' --window, 0 to take every report; plugin args override it")
+	fs.Var(windowFlag{&Defaults.BestFitWindow}, "bandwidth-best-fit-window",
+		"BandwidthAware: for best-fit pods with required and expected rates, prefer (score by closeness to expected) or strict (also filter out nodes where |available - expected| > expected - required); plugin args override it")
 }
+
+// windowFlag rejects an unknown best-fit window mode when the flags are parsed.
+type windowFlag struct{ w *BestFitWindow }
+
+func (f windowFlag) String() string {
+	if f.w == nil {
+		return ""
+	}
+	return string(*f.w)
+}
+
+func (f windowFlag) Set(v string) error {
+	if !BestFitWindow(v).valid() {
+		return fmt.Errorf("unknown best-fit window %q; want prefer or strict", v)
+	}
+	*f.w = BestFitWindow(v)
+	return nil
+}
+
+func (windowFlag) Type() string { return "mode" }
 
 // strategyFlag rejects an unknown strategy when the flags are parsed, so a typo fails
 // at startup with the flag's name rather than later as a plugin error.
@@ -92,8 +137,8 @@ func decodeArgs(obj runtime.Object) (Args, error) {
 		if typed, ok := obj.(*Args); ok {
 			// Tests and embedders may pass typed args.
 			args = *typed
-		} else if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
-			return Args{}, fmt.Errorf("decode %s args: %w", Name, err)
+		} else if err := pluginargs.Decode(Name, obj, &args); err != nil {
+			return Args{}, err
 		}
 	}
 	if err := args.Validate(); err != nil {
@@ -122,6 +167,9 @@ func (a Args) Validate() error {
 	}
 	if a.MinWindow.Duration < 0 {
 		errs = append(errs, fmt.Errorf("minWindow (--bandwidth-min-window) %s is negative; want 0 or more", a.MinWindow.Duration))
+	}
+	if !a.BestFitWindow.valid() {
+		errs = append(errs, fmt.Errorf("bestFitWindow (--bandwidth-best-fit-window) %q unknown; want prefer or strict", a.BestFitWindow))
 	}
 	return errors.Join(errs...)
 }

@@ -28,6 +28,8 @@ func TestArgsValidate(t *testing.T) {
 		{name: "zero staleAfter", mut: func(a *Args) { a.StaleAfter.Duration = 0 }, wantErr: []string{"staleAfter (--bandwidth-stale-after) 0s must be positive"}},
 		{name: "negative staleAfter", mut: func(a *Args) { a.StaleAfter.Duration = -time.Second }, wantErr: []string{"must be positive"}},
 		{name: "zero minWindow takes every report", mut: func(a *Args) { a.MinWindow.Duration = 0 }},
+		{name: "strict best-fit window", mut: func(a *Args) { a.BestFitWindow = WindowStrict }},
+		{name: "unknown best-fit window", mut: func(a *Args) { a.BestFitWindow = "loose" }, wantErr: []string{`bestFitWindow (--bandwidth-best-fit-window) "loose" unknown; want prefer or strict`}},
 		{name: "negative minWindow", mut: func(a *Args) { a.MinWindow.Duration = -time.Second }, wantErr: []string{"minWindow (--bandwidth-min-window) -1s is negative"}},
 		{
 			name: "all at once",
@@ -79,7 +81,7 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Args{Strategy: annotations.MostHeadroom, IngressWeight: 3, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 2 * time.Minute},
-		MinWindow: metav1.Duration{Duration: 30 * time.Second}}
+		MinWindow: metav1.Duration{Duration: 30 * time.Second}, BestFitWindow: WindowPrefer}
 	if got != want {
 		t.Errorf("flags only: got %+v, want %+v", got, want)
 	}
@@ -96,7 +98,7 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		want := Args{Strategy: annotations.BestFit, IngressWeight: 0, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 30 * time.Second}}
+		want := Args{Strategy: annotations.BestFit, IngressWeight: 0, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 30 * time.Second}, BestFitWindow: WindowPrefer}
 		if got != want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, want)
 		}
@@ -119,6 +121,53 @@ func TestStrategyFlagRejectsUnknown(t *testing.T) {
 	RegisterFlags(fs)
 	err := fs.Parse([]string{"--bandwidth-strategy=fastest"})
 	if err == nil || !strings.Contains(err.Error(), "bandwidth-strategy") || !strings.Contains(err.Error(), "best-fit or most-headroom") {
+		t.Errorf("want an error naming the flag and the accepted values, got %v", err)
+	}
+}
+
+// TestDecodeArgsStrict: a field the plugin does not know, one given twice, or a value of
+// the wrong type stops the ranker with an error naming the field, instead of the plugin
+// running on its defaults.
+func TestDecodeArgsStrict(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw, contentType string
+		want                   []string
+	}{
+		{"misspelt field", `{"ingressWieght":2}`, runtime.ContentTypeJSON, []string{"BandwidthAware", `unknown field "ingressWieght"`}},
+		{"misspelt field in YAML", "strategy: best-fit\negressweight: 2\n", runtime.ContentTypeYAML, []string{"BandwidthAware", `unknown field "egressweight"`}},
+		{"field given twice", `{"ingressWeight":2,"ingressWeight":3}`, runtime.ContentTypeJSON, []string{"BandwidthAware", `duplicate field "ingressWeight"`}},
+		{"fractional weight", `{"ingressWeight":1.5}`, runtime.ContentTypeJSON, []string{"BandwidthAware", "ingressWeight"}},
+		{"weight as a string", `{"egressWeight":"2"}`, runtime.ContentTypeJSON, []string{"BandwidthAware", "egressWeight"}},
+		{"unknown best-fit window", `{"bestFitWindow":"loose"}`, runtime.ContentTypeJSON, []string{"bestFitWindow", "prefer or strict"}},
+		{"not YAML", "strategy: [", runtime.ContentTypeYAML, []string{"BandwidthAware", "YAML"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decodeArgs(&runtime.Unknown{Raw: []byte(tc.raw), ContentType: tc.contentType})
+			if err == nil {
+				t.Fatalf("%s: decoded without error", tc.raw)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+		})
+	}
+	got, err := decodeArgs(&runtime.Unknown{Raw: []byte(`{"bestFitWindow":"strict"}`)})
+	if err != nil || got.BestFitWindow != WindowStrict {
+		t.Errorf("bestFitWindow strict: %+v, %v", got, err)
+	}
+}
+
+func TestBestFitWindowFlag(t *testing.T) {
+	withDefaults(t)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	RegisterFlags(fs)
+	if err := fs.Parse([]string{"--bandwidth-best-fit-window=strict"}); err != nil || Defaults.BestFitWindow != WindowStrict {
+		t.Fatalf("--bandwidth-best-fit-window=strict: %v, Defaults %q", err, Defaults.BestFitWindow)
+	}
+	err := fs.Parse([]string{"--bandwidth-best-fit-window=loose"})
+	if err == nil || !strings.Contains(err.Error(), "bandwidth-best-fit-window") || !strings.Contains(err.Error(), "prefer or strict") {
 		t.Errorf("want an error naming the flag and the accepted values, got %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package bandwidth
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -57,6 +58,7 @@ const (
 	msgUnknownCapacity = "node(s) reported no remaining bandwidth (capacity unknown) in a direction the pod requires"
 	msgIngress         = "node(s) didn't have the pod's required ingress bandwidth remaining"
 	msgEgress          = "node(s) didn't have the pod's required egress bandwidth remaining"
+	msgOutsideWindow   = "node(s) had remaining bandwidth outside the pod's best-fit window (|remaining - expected| > expected - required; bestFitWindow strict)"
 )
 
 // message is Filter's status message for reason.
@@ -74,6 +76,8 @@ func (pl *BandwidthAware) message(reason string) string {
 		return msgIngress
 	case reasonEgress:
 		return msgEgress
+	case reasonOutsideWindow:
+		return msgOutsideWindow
 	}
 	return reason
 }
@@ -112,6 +116,8 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		}
 		return reasonPartialReport, fmt.Sprintf("NodeBandwidth is partial (window %s, min-window %s)", report.Window, pl.args.MinWindow.Duration)
 	}
+	// The strict best-fit window (seed 001, claim 10) applies to best-fit pods only.
+	window := pl.args.BestFitWindow == WindowStrict && pl.strategy(req) == annotations.BestFit
 	dirs := [...]struct {
 		name     string
 		d        annotations.Direction
@@ -135,6 +141,16 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		}
 		avail := dir.reported - dir.reserved
 		if avail >= dir.d.Required {
+			if !window || !dir.d.HasExpected || dir.d.Expected < dir.d.Required {
+				continue
+			}
+			if dist, width := absDiff(avail, dir.d.Expected), dir.d.Expected-dir.d.Required; dist > width {
+				if !detail {
+					return reasonOutsideWindow, ""
+				}
+				return reasonOutsideWindow, fmt.Sprintf("%s remaining %s is %s from expected %s, more than expected - required %s",
+					dir.name, annotations.FormatRate(avail), annotations.FormatRate(dist), annotations.FormatRate(dir.d.Expected), annotations.FormatRate(width))
+			}
 			continue
 		}
 		switch {
@@ -149,6 +165,27 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		}
 	}
 	return "", ""
+}
+
+// strategy is the pod's own strategy, else the plugin's default.
+func (pl *BandwidthAware) strategy(req annotations.BandwidthRequest) annotations.Strategy {
+	if req.Strategy != "" {
+		return req.Strategy
+	}
+	return pl.args.Strategy
+}
+
+// absDiff is |a - b| for rates (non-negative int64s, or a negative available after
+// reservations), saturating instead of overflowing.
+func absDiff(a, b int64) int64 {
+	d := a - b
+	if (d < 0) != (a < b) {
+		return math.MaxInt64
+	}
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // stale reports whether the report reached the ranker too long before now to trust.

@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -118,6 +119,71 @@ func TestFilter(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFilterStrictBestFitWindow: the seed's example under bestFitWindow strict (claim
+// 10). With required 400M and expected 500M the window is |available - 500M| <= 100M:
+// only node-2 (500M) is in it; node-1 (900M) and node-3 (700M) are outside, node-4
+// (300M) below the floor. most-headroom pods and prefer keep today's answer.
+func TestFilterStrictBestFitWindow(t *testing.T) {
+	pod := map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"}
+	for _, tc := range []struct {
+		name         string
+		window       BestFitWindow
+		strategy     annotations.Strategy
+		podStrategy  string
+		wantFiltered map[string]string // node -> reason
+	}{
+		{"strict best-fit", WindowStrict, annotations.BestFit, "",
+			map[string]string{"node-1": reasonOutsideWindow, "node-3": reasonOutsideWindow, "node-4": reasonIngress}},
+		{"strict, pod asks for best-fit", WindowStrict, annotations.MostHeadroom, "best-fit",
+			map[string]string{"node-1": reasonOutsideWindow, "node-3": reasonOutsideWindow, "node-4": reasonIngress}},
+		{"strict, most-headroom pod", WindowStrict, annotations.BestFit, "most-headroom", map[string]string{"node-4": reasonIngress}},
+		{"prefer best-fit", WindowPrefer, annotations.BestFit, "", map[string]string{"node-4": reasonIngress}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = tc.strategy; a.BestFitWindow = tc.window }), seedReports()...)
+			ann := map[string]string{}
+			for k, v := range pod {
+				ann[k] = v
+			}
+			if tc.podStrategy != "" {
+				ann[annotations.BandwidthStrategy] = tc.podStrategy
+			}
+			p := testPod(ann)
+			c := schedule(t, pl, p, seedNodes, false)
+			if len(c.filtered) != len(tc.wantFiltered) {
+				t.Errorf("filtered %v, want %v", c.filtered, tc.wantFiltered)
+			}
+			for node, reason := range tc.wantFiltered {
+				st := c.filtered[node]
+				if st == nil {
+					t.Errorf("%s not filtered, want %s", node, reason)
+					continue
+				}
+				if want := pl.message(reason); st.Message() != want {
+					t.Errorf("%s: message %q, want %q", node, st.Message(), want)
+				}
+			}
+			if tc.window == WindowStrict && tc.wantFiltered["node-1"] != "" {
+				want := "ingress remaining 900M is 400M from expected 500M, more than expected - required 100M"
+				if d := checkDetail(pl, p, "node-1"); d != want {
+					t.Errorf("node-1 detail %q, want %q", d, want)
+				}
+			}
+		})
+	}
+}
+
+func TestAbsDiff(t *testing.T) {
+	for _, tc := range []struct{ a, b, want int64 }{
+		{900, 500, 400}, {500, 900, 400}, {-100, 500, 600}, {0, 0, 0},
+		{math.MinInt64 + 1, math.MaxInt64, math.MaxInt64}, {math.MaxInt64, -1, math.MaxInt64},
+	} {
+		if got := absDiff(tc.a, tc.b); got != tc.want {
+			t.Errorf("absDiff(%d, %d) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
 	}
 }
 

@@ -20,6 +20,7 @@ const (
 	reasonUnknownCapacity   = "unknown_capacity"   // a required direction has no remaining (capacity unknown)
 	reasonIngress           = "insufficient_ingress"
 	reasonEgress            = "insufficient_egress"
+	reasonOutsideWindow     = "outside_best_fit_window" // bestFitWindow strict: |available - expected| > expected - required
 )
 
 // Reservation release reasons, the values of the reason label.

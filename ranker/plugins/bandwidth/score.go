@@ -1,11 +1,14 @@
 package bandwidth
 
 import (
+	"cmp"
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
@@ -98,7 +101,7 @@ func (pl *BandwidthAware) ScoreExtensions() fwk.ScoreExtensions { return pl }
 // stretches the scores so the best node gets MaxNodeScore, keeping their ratios: a node
 // twice as far from the target keeps half the score, instead of min-max scaling blowing
 // tiny differences up to the full range.
-func (pl *BandwidthAware) NormalizeScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
+func (pl *BandwidthAware) NormalizeScore(ctx context.Context, state fwk.CycleState, pod *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	s, ok := readScoreState(state)
 	if !ok {
 		// PreScore skipped the pod: no node is preferred.
@@ -107,9 +110,60 @@ func (pl *BandwidthAware) NormalizeScore(_ context.Context, state fwk.CycleState
 		}
 		return nil
 	}
-	pl.scoreAvailable(s.req, scores)
+	var raw []int64
+	logger := klog.FromContext(ctx).V(4)
+	if logger.Enabled() {
+		raw = make([]int64, len(scores))
+		for i := range scores {
+			raw[i] = scores[i].Score
+		}
+	}
+	dirs := pl.scoreAvailable(s.req, scores)
 	stretch(scores)
+	if raw != nil {
+		logTopScores(logger, pod, pl.strategy(s.req), dirs, raw, scores)
+	}
 	return nil
+}
+
+// topScoresLogged is how many of the best nodes logTopScores shows per pod.
+const topScoresLogged = 3
+
+// logTopScores logs, for the best-scoring nodes, what each had available and its score
+// per direction (0-100, before weighting), so an SRE tuning the weights sees why a node
+// won (-v=4).
+func logTopScores(logger klog.Logger, pod *v1.Pod, strategy annotations.Strategy, dirs [2]directionScale, raw []int64, scores fwk.NodeScoreList) {
+	order := make([]int, len(scores))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b].Score, scores[a].Score) })
+	for rank, i := range order[:min(topScoresLogged, len(order))] {
+		in, eg := decodeAvail(raw[i])
+		logger.Info("BandwidthAware score", "pod", klog.KObj(pod), "rank", rank+1, "node", scores[i].Name, "score", scores[i].Score,
+			"strategy", strategy,
+			"ingressAvailable", formatAvail(in), "ingressScore", dirs[0].percent(in), "ingressWeight", dirs[0].weight,
+			"egressAvailable", formatAvail(eg), "egressScore", dirs[1].percent(eg), "egressWeight", dirs[1].weight)
+	}
+}
+
+func formatAvail(a avail) string {
+	if !a.ok {
+		return "no report"
+	}
+	return annotations.FormatRate(max(a.bits, 0))
+}
+
+// percent is the node's unweighted score in this direction, 0-100; -1 when the
+// direction does not count for the pod.
+func (d *directionScale) percent(a avail) int64 {
+	if !d.counts {
+		return -1
+	}
+	if d.weight == 0 {
+		return 0
+	}
+	return int64(math.Round(d.weighted(a) / d.weight * float64(fwk.MaxNodeScore)))
 }
 
 // stretch scales scores so the highest becomes MaxNodeScore, keeping their ratios.
@@ -146,11 +200,8 @@ func (pl *BandwidthAware) weighted(req annotations.BandwidthRequest) bool {
 // difference keeps the scale anchored at zero). A node without a usable report scores 0
 // in that direction. Directions combine as a weighted mean with the ingress/egress
 // weights; all scores are 0 when no direction counts (see weighted).
-func (pl *BandwidthAware) scoreAvailable(req annotations.BandwidthRequest, scores fwk.NodeScoreList) {
-	strategy := req.Strategy
-	if strategy == "" {
-		strategy = pl.args.Strategy
-	}
+func (pl *BandwidthAware) scoreAvailable(req annotations.BandwidthRequest, scores fwk.NodeScoreList) [2]directionScale {
+	strategy := pl.strategy(req)
 	var dirs [2]directionScale
 	var weightSum float64
 	for i, d := range [2]struct {
@@ -168,7 +219,7 @@ func (pl *BandwidthAware) scoreAvailable(req annotations.BandwidthRequest, score
 		for i := range scores {
 			scores[i].Score = 0
 		}
-		return
+		return dirs
 	}
 	for _, sc := range scores {
 		in, eg := decodeAvail(sc.Score)
@@ -180,6 +231,7 @@ func (pl *BandwidthAware) scoreAvailable(req annotations.BandwidthRequest, score
 		total := dirs[0].weighted(in) + dirs[1].weighted(eg)
 		scores[i].Score = int64(math.Round(total / weightSum * float64(fwk.MaxNodeScore)))
 	}
+	return dirs
 }
 
 // directionScale scores one direction of the pod's request over the feasible nodes: see

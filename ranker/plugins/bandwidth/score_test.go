@@ -2,9 +2,12 @@ package bandwidth
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -255,5 +258,48 @@ func TestNormalizeScoreAllocatesNothing(t *testing.T) {
 		if top != fwk.MaxNodeScore {
 			t.Errorf("%s: best score %d, want %d", strategy, top, fwk.MaxNodeScore)
 		}
+	}
+}
+
+// TestNormalizeScoreLogsTopNodes: at -v=4 each pod's best nodes are logged with what
+// they had available and their score per direction, the seed's example here.
+func TestNormalizeScoreLogsTopNodes(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil))
+	state := framework.NewCycleState()
+	scoreMemo.Write(state, &scoreState{req: annotations.BandwidthRequest{
+		Ingress: annotations.Direction{Required: 400e6, HasRequired: true, Expected: 500e6, HasExpected: true},
+	}})
+	list := fwk.NodeScoreList{
+		{Name: "node-1", Score: encodeAvail(avail{bits: 900e6, ok: true}, avail{})},
+		{Name: "node-2", Score: encodeAvail(avail{bits: 500e6, ok: true}, avail{})},
+		{Name: "node-3", Score: encodeAvail(avail{bits: 700e6, ok: true}, avail{})},
+		{Name: "node-5", Score: encodeAvail(avail{}, avail{})},
+	}
+	var lines []string
+	logger := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 4})
+	ctx := klog.NewContext(context.Background(), logger)
+	if st := pl.NormalizeScore(ctx, state, testPod(nil), list); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	want := []string{
+		`"rank"=1 "node"="node-2" "score"=100 "strategy"="best-fit" "ingressAvailable"="500M" "ingressScore"=100 "ingressWeight"=1 "egressAvailable"="no report" "egressScore"=-1`,
+		`"rank"=2 "node"="node-3" "score"=50 "strategy"="best-fit" "ingressAvailable"="700M" "ingressScore"=50`,
+		`"rank"=3 "node"="node-1" "score"=0 "strategy"="best-fit" "ingressAvailable"="900M" "ingressScore"=0`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("logged %d lines, want %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d:\n%s\nwant it to contain\n%s", i+1, lines[i], w)
+		}
+	}
+
+	// Below -v=4 nothing is logged.
+	lines = nil
+	quiet := klog.NewContext(context.Background(), funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{Verbosity: 3}))
+	pl.NormalizeScore(quiet, state, testPod(nil), list)
+	if len(lines) != 0 {
+		t.Errorf("logged at -v=3: %v", lines)
 	}
 }
