@@ -17,14 +17,24 @@ const (
 	IngressExpected   = BandwidthPrefix + "ingress-expected"
 	EgressExpected    = BandwidthPrefix + "egress-expected"
 	BandwidthStrategy = BandwidthPrefix + "strategy"
+	// BandwidthNetwork names the node network whose bandwidth the pod's rates are
+	// about (a NodeBandwidth's status.networks); without it, the pod network.
+	BandwidthNetwork = BandwidthPrefix + "network"
 )
+
+// PodNetwork is the network of the node's default route, which pod traffic crosses
+// unless the pod names another network.
+const PodNetwork = "pod"
+
+// NetworkForm is the accepted form of a network name, for error messages.
+const NetworkForm = "a DNS label (lower-case letters, digits and '-', at most 63) naming a network of the nodes, such as pod or storage"
 
 // bandwidthKeys lists every annotation under BandwidthPrefix the ranker understands,
 // so that a typo (ingress-requried) is refused instead of silently ignored.
 var bandwidthKeys = []string{
 	IngressRequired, EgressRequired,
 	IngressExpected, EgressExpected,
-	BandwidthStrategy,
+	BandwidthStrategy, BandwidthNetwork,
 }
 
 // Strategy is how Score ranks the nodes that passed Filter.
@@ -86,6 +96,9 @@ type BandwidthRequest struct {
 	Egress  Direction
 	// Strategy is empty when the pod leaves it to the ranker's default.
 	Strategy Strategy
+	// Network is the node network the rates are about; never empty (PodNetwork
+	// unless the pod names another).
+	Network string
 }
 
 // Empty reports whether the request has no rate at all, i.e. the plugin has nothing to
@@ -151,7 +164,7 @@ func HasBandwidth(annotations map[string]string) bool {
 // empty BandwidthRequest and no error. The error, if any, is an Errors naming every bad
 // annotation and its accepted form.
 func ParseBandwidth(annotations map[string]string) (BandwidthRequest, error) {
-	var req BandwidthRequest
+	req := BandwidthRequest{Network: PodNetwork}
 	var errs Errors
 
 	var unknown []string
@@ -209,10 +222,36 @@ func ParseBandwidth(annotations map[string]string) (BandwidthRequest, error) {
 		}
 	}
 
+	if v, ok := annotations[BandwidthNetwork]; ok {
+		if !IsNetworkName(v) {
+			errs = append(errs, &Error{Annotation: BandwidthNetwork, Value: truncate(v), Problem: "not a network name", Want: NetworkForm})
+		} else {
+			req.Network = v
+		}
+	}
+
 	if len(errs) > 0 {
 		return BandwidthRequest{}, errs
 	}
 	return req, nil
+}
+
+// IsNetworkName reports whether s is a DNS label (RFC 1123), the form of a network's
+// name in annotations, agent flags and NodeBandwidth.
+func IsNetworkName(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+		case c == '-' && i > 0 && i < len(s)-1:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func StrategyForm() string {

@@ -16,7 +16,7 @@ func TestParseBandwidth(t *testing.T) {
 		// wantForm must appear in the error: the accepted form.
 		wantForm string
 	}{
-		{name: "none", annotations: map[string]string{"other": "x"}, want: BandwidthRequest{}},
+		{name: "none", annotations: map[string]string{"other": "x"}, want: BandwidthRequest{Network: PodNetwork}},
 		{
 			name: "seed example",
 			annotations: map[string]string{
@@ -27,17 +27,25 @@ func TestParseBandwidth(t *testing.T) {
 				Ingress:  Direction{Required: 400e6, HasRequired: true, Expected: 500e6, HasExpected: true},
 				Egress:   Direction{Required: 1e9, HasRequired: true},
 				Strategy: MostHeadroom,
+				Network:  PodNetwork,
 			},
 		},
 		{
+			name:        "a network named",
+			annotations: map[string]string{IngressRequired: "2G", BandwidthNetwork: "storage"},
+			want:        BandwidthRequest{Ingress: Direction{Required: 2e9, HasRequired: true}, Network: "storage"},
+		},
+		{name: "network not a DNS label", annotations: map[string]string{BandwidthNetwork: "Storage_1"}, wantErrs: []string{BandwidthNetwork}, wantForm: NetworkForm},
+		{name: "network empty", annotations: map[string]string{BandwidthNetwork: ""}, wantErrs: []string{BandwidthNetwork}, wantForm: NetworkForm},
+		{
 			name:        "expected equal to required, binary suffix, spaces",
 			annotations: map[string]string{EgressRequired: " 1Gi", EgressExpected: "1Gi "},
-			want:        BandwidthRequest{Egress: Direction{Required: 1 << 30, HasRequired: true, Expected: 1 << 30, HasExpected: true}},
+			want:        BandwidthRequest{Egress: Direction{Required: 1 << 30, HasRequired: true, Expected: 1 << 30, HasExpected: true}, Network: PodNetwork},
 		},
 		{
 			name:        "zero is allowed",
 			annotations: map[string]string{IngressRequired: "0"},
-			want:        BandwidthRequest{Ingress: Direction{HasRequired: true}},
+			want:        BandwidthRequest{Ingress: Direction{HasRequired: true}, Network: PodNetwork},
 		},
 		{name: "ingress-required not a quantity", annotations: map[string]string{IngressRequired: "lots"}, wantErrs: []string{IngressRequired}, wantForm: RateForm},
 		{name: "egress-required negative", annotations: map[string]string{EgressRequired: "-1M"}, wantErrs: []string{EgressRequired}, wantForm: RateForm},
@@ -143,4 +151,15 @@ func FuzzParseBandwidth(f *testing.F) {
 			t.Fatalf("round trip of %d: %+v, %v", req.Ingress.Required, again, err)
 		}
 	})
+}
+
+func TestIsNetworkName(t *testing.T) {
+	for s, want := range map[string]bool{
+		"pod": true, "storage": true, "sriov-1": true, "a": true, "0": true, strings.Repeat("a", 63): true,
+		"": false, "-a": false, "a-": false, "Pod": false, "a_b": false, "a.b": false, strings.Repeat("a", 64): false, "é": false,
+	} {
+		if got := IsNetworkName(s); got != want {
+			t.Errorf("IsNetworkName(%q) = %v, want %v", s, got, want)
+		}
+	}
 }

@@ -14,10 +14,10 @@ import (
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Cluster,shortName=nbw,categories=sextant
-// +kubebuilder:printcolumn:name="Ingress-Remaining",type=string,JSONPath=`.status.total.ingress.remaining`
-// +kubebuilder:printcolumn:name="Ingress-Peak",type=string,JSONPath=`.status.total.ingress.peak`
-// +kubebuilder:printcolumn:name="Egress-Remaining",type=string,JSONPath=`.status.total.egress.remaining`
-// +kubebuilder:printcolumn:name="Egress-Peak",type=string,JSONPath=`.status.total.egress.peak`
+// +kubebuilder:printcolumn:name="Pod-Ingress-Remaining",type=string,JSONPath=`.status.networks[?(@.name=="pod")].ingress.remaining`
+// +kubebuilder:printcolumn:name="Pod-Ingress-Peak",type=string,JSONPath=`.status.networks[?(@.name=="pod")].ingress.peak`
+// +kubebuilder:printcolumn:name="Pod-Egress-Remaining",type=string,JSONPath=`.status.networks[?(@.name=="pod")].egress.remaining`
+// +kubebuilder:printcolumn:name="Pod-Egress-Peak",type=string,JSONPath=`.status.networks[?(@.name=="pod")].egress.peak`
 // +kubebuilder:printcolumn:name="Sampled",type=date,JSONPath=`.status.sampleTime`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentVersion`,priority=1
 type NodeBandwidth struct {
@@ -57,9 +57,41 @@ type NodeBandwidthStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=256
 	Interfaces []InterfaceBandwidth `json:"interfaces,omitempty"`
-	// Total sums, per direction, the interfaces whose capacity is known.
+	// Total sums, per direction, the interfaces whose capacity is known. It is for
+	// people to read: no component schedules on it, since no path has the sum of
+	// separate NICs (an agent older than networks is read as one pod network of it).
 	// +optional
 	Total *Bandwidth `json:"total,omitempty"`
+	// Networks groups the interfaces into the node's networks: "pod" (the default
+	// route's, found by the agent) and those the operator names (storage, a Multus
+	// network's master NIC, ...). The ranker filters and scores a pod on the network it
+	// names (bandwidth.sextant.io/network, default pod).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	Networks []NetworkBandwidth `json:"networks,omitempty"`
+}
+
+// NetworkBandwidth is one network of the node: the interfaces that carry it and what
+// they carry. Capacity, rate and peak sum the interfaces; remaining is the largest
+// remaining of any one interface, since one pod's traffic crosses one interface (a
+// bond, which spreads flows over its links, is one interface with the bond's capacity).
+type NetworkBandwidth struct {
+	// Name is the network's name, a DNS label: pod, storage, ...
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+	// Interfaces are the interfaces metered for the network, each counted once: a
+	// VLAN, macvlan or bridge resolves to the devices under it, a bond is itself and
+	// its slaves are not listed beside it.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=15
+	Interfaces []string `json:"interfaces"`
+
+	Bandwidth `json:",inline"`
 }
 
 // InterfaceBandwidth is the sample of one NIC.
