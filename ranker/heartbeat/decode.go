@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sextant.io/sextant/api/annotations"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -41,6 +42,8 @@ const (
 	MaxDevices   = 4096
 	// maxInterfaces is the CRD's bound on a NodeBandwidth's interfaces.
 	maxInterfaces = 256
+	// maxNetworks is the CRD's bound on a NodeBandwidth's networks.
+	maxNetworks = 32
 )
 
 // Rejection is why a heartbeat object cannot be used: its node counts as having no
@@ -163,6 +166,23 @@ func ValidateBandwidth(nbw *v1alpha1.NodeBandwidth) error {
 	if st.Total != nil {
 		if err := validateBoth(st.Total); err != nil {
 			return fmt.Errorf("total: %w", err)
+		}
+	}
+	if n := len(st.Networks); n > maxNetworks {
+		return reject(ReasonOutOfRange, "%d networks, more than %d", n, maxNetworks)
+	}
+	seen := make(map[string]bool, len(st.Networks))
+	for i := range st.Networks {
+		nw := &st.Networks[i]
+		if !annotations.IsNetworkName(nw.Name) {
+			return reject(ReasonOutOfRange, "network name %q is not a DNS label", nw.Name)
+		}
+		if seen[nw.Name] {
+			return reject(ReasonInconsistent, "network %q is listed twice", nw.Name)
+		}
+		seen[nw.Name] = true
+		if err := validateBoth(&nw.Bandwidth); err != nil {
+			return fmt.Errorf("network %q: %w", nw.Name, err)
 		}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/component-base/metrics/testutil"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -112,6 +113,9 @@ var poison = []struct {
 	{"remaining above capacity", kindBandwidth, "total.ingress.remaining", `"11G"`, ReasonInconsistent},
 	{"remaining without capacity", kindBandwidth, "total.ingress.capacity", `null`, ReasonInconsistent},
 	{"interfaces not a list", kindBandwidth, "interfaces", `{"name":"eth0"}`, ReasonUndecodable},
+	{"network name not a DNS label", kindBandwidth, "networks", `[{"name":"Pod_1","interfaces":["eth0"],"ingress":{},"egress":{}}]`, ReasonOutOfRange},
+	{"network twice", kindBandwidth, "networks", `[{"name":"pod","interfaces":["eth0"],"ingress":{},"egress":{}},{"name":"pod","interfaces":["eth1"],"ingress":{},"egress":{}}]`, ReasonInconsistent},
+	{"network remaining above capacity", kindBandwidth, "networks", `[{"name":"pod","interfaces":["eth0"],"ingress":{"capacity":"1G","remaining":"2G"},"egress":{}}]`, ReasonInconsistent},
 	{"updateTime lower-case", kindTopology, "updateTime", `"2026-01-02t15:04:05z"`, ReasonUndecodable},
 	{"NUMA ID a float", kindTopology, "numaNodes.0.id", `1.5`, ReasonUndecodable},
 	{"NUMA ID beyond the bound", kindTopology, "numaNodes.1.id", `4096`, ReasonOutOfRange},
@@ -237,7 +241,7 @@ func TestStoreSyncsDespitePoison(t *testing.T) {
 			t.Errorf("%s (%s) has a report", name, p.name)
 		}
 	}
-	if b := s.Node("good").Bandwidth(); b == nil || b.IngressRemaining != 8e9 || b.Received.IsZero() {
+	if b := s.Node("good").Bandwidth(); b == nil || b.Network(annotations.PodNetwork) == nil || b.Network(annotations.PodNetwork).IngressRemaining != 8e9 || b.Received.IsZero() {
 		t.Errorf("the good node's report: %+v", b)
 	}
 	want := map[string]float64{}

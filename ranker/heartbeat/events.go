@@ -63,8 +63,26 @@ func trimBandwidth(in any) (any, error) {
 			SampleTime: full.Status.SampleTime,
 			Window:     full.Status.Window,
 			Total:      full.Status.Total,
+			Networks:   trimNetworks(full.Status.Networks),
 		},
 	}, nil
+}
+
+// trimNetworks keeps each network's name and remaining, what the hints read.
+func trimNetworks(in []v1alpha1.NetworkBandwidth) []v1alpha1.NetworkBandwidth {
+	if in == nil {
+		return nil
+	}
+	out := make([]v1alpha1.NetworkBandwidth, len(in))
+	for i := range in {
+		out[i].Name = in[i].Name
+		out[i].Ingress.Remaining = in[i].Ingress.Remaining
+		out[i].Egress.Remaining = in[i].Egress.Remaining
+		// remaining needs a capacity to be read as known (ParseBandwidth).
+		out[i].Ingress.Capacity = in[i].Ingress.Capacity
+		out[i].Egress.Capacity = in[i].Egress.Capacity
+	}
+	return out
 }
 
 // trimTopology keeps a NodeTopology's identity only.

@@ -1,6 +1,7 @@
 package heartbeat
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func TestEventTransformBandwidth(t *testing.T) {
 		t.Errorf("sample time %v, want %v", have.SampleTime, want.SampleTime)
 	}
 	want.Object, have.Object, want.SampleTime, have.SampleTime = nil, nil, time.Time{}, time.Time{}
-	if have != want {
+	if !reflect.DeepEqual(have, want) {
 		t.Errorf("trimmed report parses as %+v, want %+v", have, want)
 	}
 	if key, err := cache.MetaNamespaceKeyFunc(got); err != nil || key != "node-1" {

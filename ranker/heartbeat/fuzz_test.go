@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -77,8 +78,13 @@ func FuzzDecodeBandwidth(f *testing.F) {
 			if b == nil || b.Object != o || b.Received.IsZero() {
 				t.Fatalf("an accepted report is not held: %+v", b)
 			}
-			if b.Window < 0 || (b.IngressKnown && b.IngressRemaining < 0) || (b.EgressKnown && b.EgressRemaining < 0) {
+			if b.Window < 0 || b.Network(annotations.PodNetwork) == nil && len(o.Status.Networks) == 0 {
 				t.Fatalf("an accepted report parses to figures Filter cannot use: %+v", b)
+			}
+			for _, n := range b.Networks {
+				if (n.IngressKnown && n.IngressRemaining < 0) || (n.EgressKnown && n.EgressRemaining < 0) || !annotations.IsNetworkName(n.Name) {
+					t.Fatalf("an accepted report parses to a network Filter cannot use: %+v", n)
+				}
 			}
 		default:
 			t.Fatalf("the transform returned %T", out)

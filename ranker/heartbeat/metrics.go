@@ -17,12 +17,22 @@ var rejectedTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 	StabilityLevel: metrics.ALPHA,
 }, []string{"kind", "reason"})
 
+// legacyReports warns of agents older than networks: their nodes' pods are placed on
+// status.total as the pod network, which on a node with several NICs is a sum no path
+// has. Upgrading those agents brings it to 0.
+var legacyReports = metrics.NewGauge(&metrics.GaugeOpts{
+	Subsystem:      "sextant_ranker_heartbeat",
+	Name:           "legacy_bandwidth_reports",
+	Help:           "Nodes whose NodeBandwidth has no networks (an agent older than networks): the ranker reads its total as the pod network.",
+	StabilityLevel: metrics.ALPHA,
+})
+
 var registerOnce sync.Once
 
 // registerMetrics registers the collector with the legacy registry, which
 // kube-scheduler serves on /metrics, once per process.
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(rejectedTotal)
+		legacyregistry.MustRegister(rejectedTotal, legacyReports)
 	})
 }

@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -95,10 +96,42 @@ type Bandwidth struct {
 	SampleTime time.Time
 	// Window is status.window; zero when absent.
 	Window time.Duration
-	// IngressRemaining and EgressRemaining are status.total.<direction>.remaining in
+	// Networks are the report's networks (status.networks) as Filter and Score read
+	// them. A report without networks, from an agent older than them, has one: the pod
+	// network, from status.total (Legacy).
+	Networks []Network
+	// Legacy is true when Networks was made from status.total.
+	Legacy bool
+}
+
+// Network is one network of a report, parsed.
+type Network struct {
+	Name string
+	// IngressRemaining and EgressRemaining are the network's <direction>.remaining in
 	// bits/s, valid when the matching Known is true (the capacity is known).
 	IngressRemaining, EgressRemaining int64
 	IngressKnown, EgressKnown         bool
+}
+
+// Network returns the report's network called name, nil when the node has none.
+func (b *Bandwidth) Network(name string) *Network {
+	for i := range b.Networks {
+		if b.Networks[i].Name == name {
+			return &b.Networks[i]
+		}
+	}
+	return nil
+}
+
+func parseNetwork(name string, bw *v1alpha1.Bandwidth) Network {
+	n := Network{Name: name}
+	if r := bw.Ingress.Remaining; r != nil {
+		n.IngressRemaining, n.IngressKnown = BitsPerSecond(r)
+	}
+	if r := bw.Egress.Remaining; r != nil {
+		n.EgressRemaining, n.EgressKnown = BitsPerSecond(r)
+	}
+	return n
 }
 
 // ParseBandwidth returns nbw's parsed form, without Received; nil for nil. A remaining
@@ -116,13 +149,21 @@ func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
 	if st.Window != nil {
 		b.Window = st.Window.Duration
 	}
-	if st.Total != nil {
-		if r := st.Total.Ingress.Remaining; r != nil {
-			b.IngressRemaining, b.IngressKnown = BitsPerSecond(r)
+	switch {
+	case len(st.Networks) > 0:
+		b.Networks = make([]Network, len(st.Networks))
+		for i := range st.Networks {
+			b.Networks[i] = parseNetwork(st.Networks[i].Name, &st.Networks[i].Bandwidth)
 		}
-		if r := st.Total.Egress.Remaining; r != nil {
-			b.EgressRemaining, b.EgressKnown = BitsPerSecond(r)
+	default:
+		// Without a total either, the pod network's capacity is unknown, as it was
+		// before networks.
+		total := st.Total
+		if total == nil {
+			total = &v1alpha1.Bandwidth{}
 		}
+		b.Networks = []Network{parseNetwork(annotations.PodNetwork, total)}
+		b.Legacy = true
 	}
 	return b
 }

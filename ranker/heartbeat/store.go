@@ -115,7 +115,7 @@ func (s *Store) put(obj any, received time.Time, initial bool) {
 				cur.Object.ResourceVersion == o.ResourceVersion && cur.Received.Before(b.Received) {
 				b.Received = cur.Received
 			}
-			n.bandwidth.Store(b)
+			setBandwidth(n, b)
 		})
 	case *v1alpha1.NodeTopology:
 		s.forgetRejection(kindTopology, o.Name)
@@ -125,7 +125,7 @@ func (s *Store) put(obj any, received time.Time, initial bool) {
 		s.noteRejection(o)
 		switch o.Kind {
 		case kindBandwidth:
-			s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(nil) })
+			s.nodes.update(o.Name, func(n *Node) { setBandwidth(n, nil) })
 		case kindTopology:
 			s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
 			s.topologyVersion.Add(1)
@@ -139,7 +139,7 @@ func (s *Store) remove(obj any) {
 	}
 	switch o := obj.(type) {
 	case *v1alpha1.NodeBandwidth:
-		s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(nil) })
+		s.nodes.update(o.Name, func(n *Node) { setBandwidth(n, nil) })
 	case *v1alpha1.NodeTopology:
 		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
 		s.topologyVersion.Add(1)
@@ -147,7 +147,7 @@ func (s *Store) remove(obj any) {
 		s.forgetRejection(o.Kind, o.Name)
 		switch o.Kind {
 		case kindBandwidth:
-			s.nodes.update(o.Name, func(n *Node) { n.bandwidth.Store(nil) })
+			s.nodes.update(o.Name, func(n *Node) { setBandwidth(n, nil) })
 		case kindTopology:
 			s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
 			s.topologyVersion.Add(1)
@@ -297,7 +297,7 @@ func (s *Store) Advance(report *Bandwidth) bool {
 	advanced := false
 	s.nodes.update(report.Object.Name, func(n *Node) {
 		if newer(n) {
-			n.bandwidth.Store(report)
+			setBandwidth(n, report)
 			advanced = true
 		}
 	})
@@ -387,4 +387,17 @@ func (s *Store) Delete(obj runtime.Object) {
 		_ = s.topology.GetStore().Delete(o)
 	}
 	s.remove(obj)
+}
+
+// setBandwidth makes b the node's report, keeping the count of nodes whose report is
+// legacy (made from status.total by an agent older than networks) up to date.
+func setBandwidth(n *Node, b *Bandwidth) {
+	prev := n.bandwidth.Swap(b)
+	was, is := prev != nil && prev.Legacy, b != nil && b.Legacy
+	switch {
+	case is && !was:
+		legacyReports.Inc()
+	case was && !is:
+		legacyReports.Dec()
+	}
 }

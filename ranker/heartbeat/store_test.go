@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -45,13 +47,36 @@ func TestParseBandwidth(t *testing.T) {
 		Window:     &metav1.Duration{Duration: 30 * time.Second},
 		Total:      &v1alpha1.Bandwidth{Ingress: v1alpha1.DirectionBandwidth{Remaining: &q}},
 	}
+	// An agent older than networks: its total is the pod network.
 	got := ParseBandwidth(nbw)
-	want := Bandwidth{Object: nbw, SampleTime: at.Time, Window: 30 * time.Second, IngressRemaining: 1_500_000_000, IngressKnown: true}
-	if *got != want {
+	want := Bandwidth{Object: nbw, SampleTime: at.Time, Window: 30 * time.Second, Legacy: true,
+		Networks: []Network{{Name: annotations.PodNetwork, IngressRemaining: 1_500_000_000, IngressKnown: true}}}
+	if !reflect.DeepEqual(*got, want) {
 		t.Errorf("ParseBandwidth = %+v, want %+v", *got, want)
 	}
-	if b := ParseBandwidth(bw("bare")); !b.SampleTime.IsZero() || b.IngressKnown || b.EgressKnown || b.Window != 0 {
+	if b := ParseBandwidth(bw("bare")); !b.SampleTime.IsZero() || b.Window != 0 || !b.Legacy ||
+		!reflect.DeepEqual(b.Networks, []Network{{Name: annotations.PodNetwork}}) {
 		t.Errorf("a report without status parsed as %+v", *b)
+	}
+
+	// With networks, the total is not read: no path has the sum of separate NICs.
+	storage, pod := resource.MustParse("9G"), resource.MustParse("700M")
+	nbw.Status.Networks = []v1alpha1.NetworkBandwidth{
+		{Name: "pod", Interfaces: []string{"bond0"}, Bandwidth: v1alpha1.Bandwidth{Ingress: v1alpha1.DirectionBandwidth{Remaining: &pod}, Egress: v1alpha1.DirectionBandwidth{Remaining: &pod}}},
+		{Name: "storage", Interfaces: []string{"eth2"}, Bandwidth: v1alpha1.Bandwidth{Ingress: v1alpha1.DirectionBandwidth{Remaining: &storage}}},
+	}
+	got = ParseBandwidth(nbw)
+	if got.Legacy || len(got.Networks) != 2 {
+		t.Fatalf("networks parsed as %+v", got)
+	}
+	if n := got.Network("pod"); n == nil || *n != (Network{Name: "pod", IngressRemaining: 700e6, IngressKnown: true, EgressRemaining: 700e6, EgressKnown: true}) {
+		t.Errorf("pod network %+v", n)
+	}
+	if n := got.Network("storage"); n == nil || *n != (Network{Name: "storage", IngressRemaining: 9e9, IngressKnown: true}) {
+		t.Errorf("storage network %+v", n)
+	}
+	if got.Network("backup") != nil {
+		t.Error("a network the report lacks was found")
 	}
 	if ParseBandwidth(nil) != nil {
 		t.Error("nil report parsed to non-nil")
@@ -326,13 +351,13 @@ func TestAdvance(t *testing.T) {
 		if got := s.Advance(ParseBandwidth(step.report)); got != step.want {
 			t.Errorf("%s: Advance = %v, want %v", step.name, got, step.want)
 		}
-		if got := s.Node("n").Bandwidth().IngressRemaining; got != step.held {
+		if got := s.Node("n").Bandwidth().Network(annotations.PodNetwork).IngressRemaining; got != step.held {
 			t.Errorf("%s: holds %d, want %d", step.name, got, step.held)
 		}
 	}
 	// The informer's delivery is authoritative, even of an earlier sample.
 	s.Put(at(5, "5G"))
-	if got := s.Node("n").Bandwidth().IngressRemaining; got != 5e9 {
+	if got := s.Node("n").Bandwidth().Network(annotations.PodNetwork).IngressRemaining; got != 5e9 {
 		t.Errorf("after the informer's update: %d, want 5G", got)
 	}
 }

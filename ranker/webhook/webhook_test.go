@@ -206,7 +206,7 @@ func TestValidateAnnotations(t *testing.T) {
 	good := map[string]string{
 		"bandwidth.sextant.io/ingress-required": "400M", "bandwidth.sextant.io/ingress-expected": "500M",
 		"bandwidth.sextant.io/strategy": "most-headroom", "numa.sextant.io/policy": "single-numa-node",
-		"unrelated": "x",
+		"bandwidth.sextant.io/network": "storage", "unrelated": "x",
 	}
 	if err := ValidateAnnotations(good); err != nil {
 		t.Errorf("good annotations refused: %v", err)
@@ -216,6 +216,7 @@ func TestValidateAnnotations(t *testing.T) {
 		"bandwidth.sextant.io/strategy":         {"cheapest", "best-fit or most-headroom"},
 		"numa.sextant.io/policy":                {"best-effort", "single-numa-node"},
 		"bandwidth.sextant.io/ingress-requried": {"1G", "unknown annotation"},
+		"bandwidth.sextant.io/network":          {"Storage_1", "DNS label"},
 		annotations.SidecarCommand("proxy"):     {"envoy", "JSON array"},
 	}
 	for key, c := range cases {

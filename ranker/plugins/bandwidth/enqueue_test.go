@@ -181,7 +181,7 @@ func TestQueueingHintAdvancesStore(t *testing.T) {
 	}
 	// An older report arriving late through the hint does not undo a newer one.
 	pl.isSchedulableAfterReport(logger, pod, nil, report("n", "900M", "1G", now.Add(-5*time.Second)))
-	if got := pl.reports.Node("n").Bandwidth().IngressRemaining; got != 500e6 {
+	if got := pl.reports.Node("n").Bandwidth().Network(annotations.PodNetwork).IngressRemaining; got != 500e6 {
 		t.Errorf("remaining %d after a late older report, want the newer 500M", got)
 	}
 }

@@ -35,7 +35,7 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 	report := rec.Bandwidth()
 	var resIn, resEg int64
 	if report != nil {
-		resIn, resEg = pl.ledger.reservedOn(rec)
+		resIn, resEg = pl.ledger.reservedOn(rec, networkOf(s.req))
 	}
 	reason, _ := pl.check(s.req, report, resIn, resEg, s.now, false)
 	if reason == "" {
@@ -48,7 +48,7 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 	}
 	// Unresolvable: preempting pods does not change what the node measured, so
 	// preemption must not evict anything on the node's behalf.
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, pl.message(reason))
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, pl.message(reason, networkOf(s.req)))
 }
 
 // Rejection messages, one per reason (see Filter); the stale one is per plugin, as it
@@ -61,9 +61,12 @@ const (
 	msgOutsideWindow   = "node(s) had remaining bandwidth outside the pod's best-fit window (|remaining - expected| > expected - required; bestFitWindow strict)"
 )
 
-// message is Filter's status message for reason.
-func (pl *BandwidthAware) message(reason string) string {
+// message is Filter's status message for reason, about network.
+func (pl *BandwidthAware) message(reason, network string) string {
 	switch reason {
+	case reasonNoNetwork:
+		// One message per network name: a handful at most in a cluster.
+		return fmt.Sprintf("node(s) had no network %q (bandwidth.sextant.io/network)", network)
 	case reasonNoReport:
 		return msgNoReport
 	case reasonStaleReport:
@@ -116,6 +119,13 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		}
 		return reasonPartialReport, fmt.Sprintf("NodeBandwidth is partial (window %s, min-window %s)", report.Window, pl.args.MinWindow.Duration)
 	}
+	network := report.Network(networkOf(req))
+	if network == nil {
+		if !detail {
+			return reasonNoNetwork, ""
+		}
+		return reasonNoNetwork, fmt.Sprintf("node has no network %q", networkOf(req))
+	}
 	// The strict best-fit window (seed 001, claim 10) applies to best-fit pods only.
 	window := pl.args.BestFitWindow == WindowStrict && pl.strategy(req) == annotations.BestFit
 	dirs := [...]struct {
@@ -126,8 +136,8 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		reserved int64
 		reason   string
 	}{
-		{"ingress", req.Ingress, report.IngressRemaining, report.IngressKnown, resIn, reasonIngress},
-		{"egress", req.Egress, report.EgressRemaining, report.EgressKnown, resEg, reasonEgress},
+		{"ingress", req.Ingress, network.IngressRemaining, network.IngressKnown, resIn, reasonIngress},
+		{"egress", req.Egress, network.EgressRemaining, network.EgressKnown, resEg, reasonEgress},
 	}
 	for _, dir := range dirs {
 		if !dir.d.HasRequired {
@@ -207,10 +217,10 @@ func full(report *heartbeat.Bandwidth, minWindow time.Duration) bool {
 	return !report.SampleTime.IsZero() && report.Window >= minWindow
 }
 
-// available returns, per direction, the reported remaining minus reservations of the
+// available returns, per direction, the remaining on network minus reservations of the
 // node's fresh report at now; a direction is not ok when the node has no usable report
-// for it.
-func (pl *BandwidthAware) available(rec *heartbeat.Node, now time.Time) (ingress, egress avail) {
+// for it, or no such network.
+func (pl *BandwidthAware) available(rec *heartbeat.Node, network string, now time.Time) (ingress, egress avail) {
 	report := rec.Bandwidth()
 	if report == nil {
 		return avail{}, avail{}
@@ -218,12 +228,16 @@ func (pl *BandwidthAware) available(rec *heartbeat.Node, now time.Time) (ingress
 	if pl.stale(report, now) || pl.partial(report) {
 		return avail{}, avail{}
 	}
-	in, eg := pl.ledger.reservedOn(rec)
-	if report.IngressKnown {
-		ingress = avail{bits: report.IngressRemaining - in, ok: true}
+	nw := report.Network(network)
+	if nw == nil {
+		return avail{}, avail{}
 	}
-	if report.EgressKnown {
-		egress = avail{bits: report.EgressRemaining - eg, ok: true}
+	in, eg := pl.ledger.reservedOn(rec, network)
+	if nw.IngressKnown {
+		ingress = avail{bits: nw.IngressRemaining - in, ok: true}
+	}
+	if nw.EgressKnown {
+		egress = avail{bits: nw.EgressRemaining - eg, ok: true}
 	}
 	return ingress, egress
 }

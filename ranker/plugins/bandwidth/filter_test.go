@@ -162,7 +162,7 @@ func TestFilterStrictBestFitWindow(t *testing.T) {
 					t.Errorf("%s not filtered, want %s", node, reason)
 					continue
 				}
-				if want := pl.message(reason); st.Message() != want {
+				if want := pl.message(reason, annotations.PodNetwork); st.Message() != want {
 					t.Errorf("%s: message %q, want %q", node, st.Message(), want)
 				}
 			}
@@ -230,7 +230,7 @@ func checkDetail(pl *BandwidthAware, pod *v1.Pod, node string) string {
 	report := rec.Bandwidth()
 	var resIn, resEg int64
 	if report != nil {
-		resIn, resEg = pl.ledger.reservedOn(rec)
+		resIn, resEg = pl.ledger.reservedOn(rec, annotations.PodNetwork)
 	}
 	_, detail := pl.check(s.req, report, resIn, resEg, s.now, true)
 	return detail

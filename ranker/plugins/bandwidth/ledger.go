@@ -73,6 +73,7 @@ type Ledger struct {
 type reservation struct {
 	pod     string // namespace/name, for logs
 	node    string
+	network string
 	ingress int64
 	egress  int64
 	// runningSince is when the pod was first seen running with every container
@@ -80,12 +81,54 @@ type reservation struct {
 	runningSince time.Time
 }
 
-// nodeReservations are the reservations on one node. The totals are written under the
-// ledger's lock and read without it, from the node's heartbeat record (see reservedOn).
+// nodeReservations are the reservations on one node. The totals, per network, are
+// written under the ledger's lock and read without it, from the node's heartbeat record
+// (see reservedOn): each write replaces the whole list, a handful of networks at most.
 type nodeReservations struct {
-	ledger          *Ledger
-	ingress, egress atomic.Int64
-	pods            map[types.UID]*reservation
+	ledger *Ledger
+	totals atomic.Pointer[[]networkReserved]
+	pods   map[types.UID]*reservation
+}
+
+// networkReserved is what a node's reservations add up to on one network.
+type networkReserved struct {
+	network         string
+	ingress, egress int64
+}
+
+// reserved returns the totals on network.
+func (n *nodeReservations) reserved(network string) (ingress, egress int64) {
+	if t := n.totals.Load(); t != nil {
+		for _, r := range *t {
+			if r.network == network {
+				return r.ingress, r.egress
+			}
+		}
+	}
+	return 0, 0
+}
+
+// addLocked adds the rates to network's totals (the ledger's lock held).
+func (n *nodeReservations) addLocked(network string, ingress, egress int64) {
+	var next []networkReserved
+	found := false
+	if t := n.totals.Load(); t != nil {
+		next = make([]networkReserved, 0, len(*t)+1)
+		for _, r := range *t {
+			if r.network == network {
+				r.ingress += ingress
+				r.egress += egress
+				found = true
+			}
+			if r.ingress != 0 || r.egress != 0 {
+				next = append(next, r)
+			}
+		}
+	}
+	if !found && (ingress != 0 || egress != 0) {
+		next = append(next, networkReserved{network: network, ingress: ingress, egress: egress})
+	}
+	n.totals.Store(&next)
 }
 
 // NewLedger returns an empty ledger that checks coverage against reports.
@@ -100,15 +143,20 @@ func NewLedger(reports Nodes) *Ledger {
 	return l
 }
 
-// Reserved returns the rates reserved on node, in bits/s.
+// Reserved returns the rates reserved on node's pod network, in bits/s.
 func (l *Ledger) Reserved(node string) (ingress, egress int64) {
+	return l.ReservedOn(node, annotations.PodNetwork)
+}
+
+// ReservedOn returns the rates reserved on node's network, in bits/s.
+func (l *Ledger) ReservedOn(node, network string) (ingress, egress int64) {
 	if rec := l.reports.Node(node); rec != nil {
-		return l.reservedOn(rec)
+		return l.reservedOn(rec, network)
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if n := l.byNode[node]; n != nil {
-		return n.ingress.Load(), n.egress.Load()
+		return n.reserved(network)
 	}
 	return 0, 0
 }
@@ -121,10 +169,10 @@ func (l *Ledger) Reserved(node string) (ingress, egress int64) {
 // the record Node(name) returns then, which is the one readers find. A record created
 // later starts empty and is filled here, under the read lock, so no entry can be
 // created in between.
-func (l *Ledger) reservedOn(rec *heartbeat.Node) (ingress, egress int64) {
+func (l *Ledger) reservedOn(rec *heartbeat.Node, network string) (ingress, egress int64) {
 	slot := rec.Slot(heartbeat.SlotBandwidthReserved)
 	if n, ok := slot.Load().(*nodeReservations); ok && n.ledger == l {
-		return n.ingress.Load(), n.egress.Load()
+		return n.reserved(network)
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -133,7 +181,7 @@ func (l *Ledger) reservedOn(rec *heartbeat.Node) (ingress, egress int64) {
 		n = l.none
 	}
 	slot.Store(n)
-	return n.ingress.Load(), n.egress.Load()
+	return n.reserved(network)
 }
 
 // publishLocked puts n (an entry or none) into the node's record, if it has one.
@@ -168,7 +216,7 @@ func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequ
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.covered, pod.UID)
-	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, ingress: in, egress: eg})
+	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, network: networkOf(req), ingress: in, egress: eg})
 	reservationsTotal.WithLabelValues("scheduled").Inc()
 }
 
@@ -189,8 +237,7 @@ func (l *Ledger) addLocked(uid types.UID, r *reservation) {
 		l.publishLocked(r.node, n)
 	}
 	n.pods[uid] = r
-	n.ingress.Add(r.ingress)
-	n.egress.Add(r.egress)
+	n.addLocked(r.network, r.ingress, r.egress)
 	l.byPod[uid] = r
 	reservationsGauge.Inc()
 	reservedBytes.WithLabelValues("ingress").Add(float64(r.ingress) / 8)
@@ -207,8 +254,7 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 	delete(l.byPod, uid)
 	if n := l.byNode[r.node]; n != nil {
 		delete(n.pods, uid)
-		n.ingress.Add(-r.ingress)
-		n.egress.Add(-r.egress)
+		n.addLocked(r.network, -r.ingress, -r.egress)
 		if len(n.pods) == 0 {
 			delete(l.byNode, r.node)
 			l.publishLocked(r.node, l.none)
@@ -297,7 +343,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		}
 		in, _ := req.Ingress.Target()
 		eg, _ := req.Egress.Target()
-		r = &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, ingress: in, egress: eg}
+		r = &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, network: networkOf(req), ingress: in, egress: eg}
 		l.addLocked(pod.UID, r)
 		reservationsTotal.WithLabelValues("observed").Inc()
 	}
@@ -308,6 +354,15 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		l.removeLocked(pod.UID, releaseCovered)
 		l.covered[pod.UID] = struct{}{}
 	}
+}
+
+// networkOf is the network a request reserves on: the pod network when the request
+// was built without one (tests, embedders).
+func networkOf(req annotations.BandwidthRequest) string {
+	if req.Network == "" {
+		return annotations.PodNetwork
+	}
+	return req.Network
 }
 
 // ForgetPod releases a deleted pod's reservation.

@@ -297,10 +297,10 @@ func TestReservedOnMatchesTheBooks(t *testing.T) {
 			t.Errorf("%s: Reserved(%s) = %d/%d, want %d/%d", step, node, in, eg, wantIn, wantEg)
 		}
 		if rec := store.Node(node); rec != nil {
-			if in, eg := l.reservedOn(rec); in != wantIn || eg != wantEg {
+			if in, eg := l.reservedOn(rec, annotations.PodNetwork); in != wantIn || eg != wantEg {
 				t.Errorf("%s: reservedOn(%s) = %d/%d, want %d/%d", step, node, in, eg, wantIn, wantEg)
 			}
-			if in, eg := other.reservedOn(rec); in != 0 || eg != 0 {
+			if in, eg := other.reservedOn(rec, annotations.PodNetwork); in != 0 || eg != 0 {
 				t.Errorf("%s: the other ledger reads %d/%d on %s, want its own 0/0", step, in, eg, node)
 			}
 		}

@@ -18,6 +18,7 @@ const (
 	reasonStaleReport       = "stale_report"       // it reached the ranker longer than staleAfter ago
 	reasonPartialReport     = "partial_report"     // its window is shorter than minWindow, or it has no sampleTime
 	reasonUnknownCapacity   = "unknown_capacity"   // a required direction has no remaining (capacity unknown)
+	reasonNoNetwork         = "no_network"         // the node's report has no network the pod names
 	reasonIngress           = "insufficient_ingress"
 	reasonEgress            = "insufficient_egress"
 	reasonOutsideWindow     = "outside_best_fit_window" // bestFitWindow strict: |available - expected| > expected - required

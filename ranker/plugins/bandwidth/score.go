@@ -56,7 +56,7 @@ func (pl *BandwidthAware) Score(_ context.Context, state fwk.CycleState, _ *v1.P
 		// Without PreScore's state NormalizeScore scores every node 0.
 		return 0, nil
 	}
-	return encodeAvail(pl.available(pl.reports.NodeOf(node), s.now)), nil
+	return encodeAvail(pl.available(pl.reports.NodeOf(node), networkOf(s.req), s.now)), nil
 }
 
 // A raw score holds both directions' available rates, ingress in the high 32 bits and
