@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +23,13 @@ type Link struct {
 	DefaultRoute bool
 	// SpeedMbps is the sysfs speed, 0 when unknown.
 	SpeedMbps int64
+	// Kind is netlink's link type: device, bond, bridge, vlan, macvlan, veth, ...
+	Kind string
+	// MasterIndex is the bond or bridge the link is enslaved to, 0 for none;
+	// ParentIndex the lower device of a VLAN, macvlan or ipvlan, 0 for none.
+	MasterIndex, ParentIndex int
+	// Addrs are the link's IP addresses (to find the one holding the Node's IP).
+	Addrs []net.IP
 }
 
 // LinkLister lists the interfaces of one network namespace.
@@ -66,6 +74,16 @@ func (s SystemLinks) Links() ([]Link, error) {
 		a := nl.Attrs()
 		dir := filepath.Join(s.root(), "sys", "class", "net", a.Name)
 		_, err := os.Lstat(filepath.Join(dir, "device"))
+		var addrs []net.IP
+		// Without its addresses the link can still be metered; it is only not found by
+		// the Node's IP.
+		if list, err := h.AddrList(nl, netlink.FAMILY_ALL); err == nil {
+			for _, ad := range list {
+				if ad.IPNet != nil {
+					addrs = append(addrs, ad.IP)
+				}
+			}
+		}
 		links = append(links, Link{
 			Name:         a.Name,
 			Index:        a.Index,
@@ -73,6 +91,10 @@ func (s SystemLinks) Links() ([]Link, error) {
 			Physical:     err == nil,
 			DefaultRoute: defaults[a.Index],
 			SpeedMbps:    readSpeed(filepath.Join(dir, "speed")),
+			Kind:         nl.Type(),
+			MasterIndex:  a.MasterIndex,
+			ParentIndex:  a.ParentIndex,
+			Addrs:        addrs,
 		})
 	}
 	return links, nil

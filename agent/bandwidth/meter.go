@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path"
 	"sort"
 	"sync"
@@ -48,7 +49,14 @@ type Config struct {
 	// Capacities come from --nic-capacity. They count for virtual
 	// interfaces, and for physical NICs whose sysfs speed is not valid.
 	Capacities map[string]Capacity
-	Logger     *slog.Logger
+	// Networks are the networks the operator names (--network); the pod network is
+	// found without them (see groupNetworks). Their interfaces are metered whatever
+	// Interfaces selects.
+	Networks []NetworkSpec
+	// NodeIPs are the Node's InternalIPs: the interface holding one carries the pod
+	// network.
+	NodeIPs []net.IP
+	Logger  *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -80,6 +88,16 @@ type Snapshot struct {
 	// FullWindow is the configured window.
 	FullWindow time.Duration
 	Interfaces []InterfaceSample // by name
+	// Networks are the node's networks and the interfaces (of Interfaces) that carry
+	// each, by name.
+	Networks []NetworkSample
+}
+
+// NetworkSample is one network in a Snapshot: which of the snapshot's interfaces make
+// it up, each counted once.
+type NetworkSample struct {
+	Name       string
+	Interfaces []string
 }
 
 // InterfaceSample is one interface in a Snapshot.
@@ -112,7 +130,9 @@ type Meter struct {
 	log    *slog.Logger
 	mu     sync.Mutex
 	ifaces map[int]*iface
-	snap   Snapshot
+	// networks are the networks as the last rescan grouped them.
+	networks []NetworkSample
+	snap     Snapshot
 	// started is the time of the first sample, zero before it.
 	started time.Time
 }
@@ -180,14 +200,57 @@ func (m *Meter) selected(l Link) bool {
 	return false
 }
 
-// capacity is the sysfs speed of a physical NIC when it is valid, else the
-// configured capacity, else unknown (0).
-func (m *Meter) capacity(l Link) Capacity {
-	if l.Physical && l.SpeedMbps > 0 {
-		bps := float64(l.SpeedMbps) * 1e6
+// capacity is the sysfs speed of a physical NIC or a bond when it is valid, else for a
+// bond the sum of its up slaves' speeds, else the configured capacity, else unknown (0).
+func (m *Meter) capacity(l Link, links []Link) Capacity {
+	mbps := int64(0)
+	switch {
+	case l.Physical || l.Kind == kindBond:
+		mbps = l.SpeedMbps
+	}
+	if mbps <= 0 && l.Kind == kindBond {
+		for _, s := range links {
+			if s.MasterIndex == l.Index && s.Up && s.Physical {
+				mbps += s.SpeedMbps
+			}
+		}
+	}
+	if mbps > 0 {
+		bps := float64(mbps) * 1e6
 		return Capacity{Ingress: bps, Egress: bps}
 	}
 	return m.cfg.Capacities[l.Name]
+}
+
+// meteredLinks is what Rescan meters: the selected interfaces, resolved like a network's
+// (a bond's slaves count as their bond, a VLAN as its lower device), so that no bytes
+// are counted twice, and every network's interfaces; and the networks.
+func (m *Meter) meteredLinks(links []Link) (map[int]Link, []NetworkSample) {
+	byIndex := make(map[int]Link, len(links))
+	for _, l := range links {
+		byIndex[l.Index] = l
+	}
+	metered := map[int]Link{}
+	for _, l := range links {
+		if !m.selected(l) {
+			continue
+		}
+		for _, r := range meteredLink(byIndex, l) {
+			metered[r.Index] = r
+		}
+	}
+	groups := groupNetworks(links, m.cfg.Networks, m.cfg.NodeIPs)
+	networks := make([]NetworkSample, 0, len(groups))
+	for name, members := range groups {
+		ns := NetworkSample{Name: name}
+		for _, l := range members {
+			metered[l.Index] = l
+			ns.Interfaces = append(ns.Interfaces, l.Name)
+		}
+		networks = append(networks, ns)
+	}
+	sort.Slice(networks, func(i, j int) bool { return networks[i].Name < networks[j].Name })
+	return metered, networks
 }
 
 // Rescan follows interfaces that appeared, disappeared, were renamed or
@@ -198,16 +261,18 @@ func (m *Meter) Rescan() {
 		m.log.Warn("listing interfaces failed; keeping the current ones", "err", err)
 		return
 	}
+	metered, networks := m.meteredLinks(links)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.networks = networks
 	seen := map[int]bool{}
 	for _, l := range links {
-		if !m.selected(l) {
+		if _, ok := metered[l.Index]; !ok {
 			continue
 		}
 		seen[l.Index] = true
 		if cur, ok := m.ifaces[l.Index]; ok {
-			cur.link, cur.capacity = l, m.capacity(l)
+			cur.link, cur.capacity = l, m.capacity(l, links)
 			continue
 		}
 		if err := m.att.Attach(l.Index); err != nil {
@@ -217,7 +282,7 @@ func (m *Meter) Rescan() {
 		m.log.Info("metering interface", "interface", l.Name, "ifindex", l.Index)
 		m.ifaces[l.Index] = &iface{
 			link:     l,
-			capacity: m.capacity(l),
+			capacity: m.capacity(l, links),
 			ingress:  tracker{window: m.cfg.Window},
 			egress:   tracker{window: m.cfg.Window},
 		}
@@ -268,6 +333,7 @@ func (m *Meter) Sample() {
 		})
 	}
 	sort.Slice(snap.Interfaces, func(i, j int) bool { return snap.Interfaces[i].Name < snap.Interfaces[j].Name })
+	snap.Networks = m.networks
 	snap.Window = min(m.cfg.Window, max(now.Sub(since), 0))
 	m.snap = snap
 }
@@ -296,6 +362,7 @@ func (m *Meter) Snapshot() Snapshot {
 	defer m.mu.Unlock()
 	s := m.snap
 	s.Interfaces = append([]InterfaceSample(nil), s.Interfaces...)
+	// Rescan replaces m.networks rather than changing it: the slice can be shared.
 	return s
 }
 

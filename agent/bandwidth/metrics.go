@@ -21,6 +21,19 @@ var (
 	descRemaining = prometheus.NewDesc("sextant_nic_remaining_bytes_per_second",
 		"Capacity minus peak, floored at 0; absent when the capacity is unknown.",
 		[]string{"interface", "direction"}, nil)
+
+	descNetCapacity = prometheus.NewDesc("sextant_network_capacity_bytes_per_second",
+		"What the network's interfaces can carry together in this direction; absent when no interface's capacity is known.",
+		[]string{"network", "direction"}, nil)
+	descNetRate = prometheus.NewDesc("sextant_network_rate_bytes_per_second",
+		"The network's interfaces' rates over the last sample interval, summed.",
+		[]string{"network", "direction"}, nil)
+	descNetPeak = prometheus.NewDesc("sextant_network_peak_bytes_per_second",
+		"The network's interfaces' peaks within the window, summed.",
+		[]string{"network", "direction"}, nil)
+	descNetRemaining = prometheus.NewDesc("sextant_network_remaining_bytes_per_second",
+		"The largest remaining of any one of the network's interfaces: what the ranker lets a pod on this network require.",
+		[]string{"network", "direction"}, nil)
 )
 
 // Collector exports the meter's latest snapshot in base units (bytes).
@@ -30,13 +43,28 @@ type Collector struct{ m *Meter }
 func NewCollector(m *Meter) *Collector { return &Collector{m: m} }
 
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descBytes, descPackets, descCapacity, descRate, descPeak, descRemaining} {
+	for _, d := range []*prometheus.Desc{descBytes, descPackets, descCapacity, descRate, descPeak, descRemaining,
+		descNetCapacity, descNetRate, descNetPeak, descNetRemaining} {
 		ch <- d
 	}
 }
 
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, i := range c.m.Snapshot().Interfaces {
+	snap := c.m.Snapshot()
+	for _, n := range snap.NetworkTotals() {
+		for _, d := range []struct {
+			name string
+			s    DirectionSample
+		}{{"ingress", n.Ingress}, {"egress", n.Egress}} {
+			ch <- prometheus.MustNewConstMetric(descNetRate, prometheus.GaugeValue, d.s.Rate/8, n.Name, d.name)
+			ch <- prometheus.MustNewConstMetric(descNetPeak, prometheus.GaugeValue, d.s.Peak/8, n.Name, d.name)
+			if d.s.Capacity != nil {
+				ch <- prometheus.MustNewConstMetric(descNetCapacity, prometheus.GaugeValue, *d.s.Capacity/8, n.Name, d.name)
+				ch <- prometheus.MustNewConstMetric(descNetRemaining, prometheus.GaugeValue, *d.s.Remaining/8, n.Name, d.name)
+			}
+		}
+	}
+	for _, i := range snap.Interfaces {
 		for _, d := range []struct {
 			name string
 			s    DirectionSample

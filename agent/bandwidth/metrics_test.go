@@ -68,5 +68,49 @@ func labels(m *dto.Metric) string {
 	for _, p := range m.GetLabel() {
 		l[p.GetName()] = p.GetValue()
 	}
-	return "{" + l["interface"] + "," + l["direction"] + "}"
+	return "{" + l["interface"] + l["network"] + "," + l["direction"] + "}"
+}
+
+// TestCollectorExportsNetworks: each network's figures under a network label, the pod
+// network found by the default route, storage named by flag.
+func TestCollectorExportsNetworks(t *testing.T) {
+	links := []Link{
+		{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000, DefaultRoute: true},
+		{Name: "eth1", Index: 3, Physical: true, SpeedMbps: 1000},
+		{Name: "eth2", Index: 4, Physical: true, SpeedMbps: 1000},
+	}
+	m, src, _, _, clk := newTestMeter(Config{Networks: []NetworkSpec{{"storage", []string{"eth1", "eth2"}}}}, links)
+	m.Rescan()
+	m.Sample()
+	clk.Step(time.Second)
+	src.counters[2] = Counters{Ingress: Count{Bytes: 1_000_000}}
+	src.counters[3] = Counters{Ingress: Count{Bytes: 25_000_000}}
+	src.counters[4] = Counters{Ingress: Count{Bytes: 5_000_000}}
+	m.Sample()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(m))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			if mt.Gauge != nil {
+				got[f.GetName()+labels(mt)] = mt.GetGauge().GetValue()
+			}
+		}
+	}
+	for k, v := range map[string]float64{
+		"sextant_network_remaining_bytes_per_second{pod,ingress}":     124_000_000,
+		"sextant_network_capacity_bytes_per_second{storage,ingress}":  250_000_000,
+		"sextant_network_rate_bytes_per_second{storage,ingress}":      30_000_000,
+		"sextant_network_peak_bytes_per_second{storage,ingress}":      30_000_000,
+		"sextant_network_remaining_bytes_per_second{storage,ingress}": 120_000_000, // eth2's: the larger of one NIC
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
 }

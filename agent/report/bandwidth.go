@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"math"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -99,7 +100,7 @@ func bandwidthDue(cfg BandwidthConfig, last *v1alpha1.NodeBandwidthStatus, lastW
 	if elapsed >= cfg.MaxInterval {
 		return true
 	}
-	if len(last.Interfaces) != len(next.Interfaces) {
+	if len(last.Interfaces) != len(next.Interfaces) || !sameNetworks(last.Networks, next.Networks) {
 		return true
 	}
 	prev := map[string]v1alpha1.Bandwidth{}
@@ -113,6 +114,20 @@ func bandwidthDue(cfg BandwidthConfig, last *v1alpha1.NodeBandwidthStatus, lastW
 		}
 	}
 	return false
+}
+
+// sameNetworks says whether two reports group the same interfaces into the same
+// networks (their figures follow the interfaces', which bandwidthDue compares).
+func sameNetworks(a, b []v1alpha1.NetworkBandwidth) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Name != b[i].Name || !slices.Equal(a[i].Interfaces, b[i].Interfaces) {
+			return false
+		}
+	}
+	return true
 }
 
 // moved says whether one direction changed enough to tell: its capacity came, went or
@@ -156,6 +171,12 @@ func BandwidthStatus(snap bandwidth.Snapshot, agentVersion string) v1alpha1.Node
 	}
 	if in.known || out.known {
 		status.Total = &v1alpha1.Bandwidth{Ingress: in.direction(), Egress: out.direction()}
+	}
+	for _, nw := range snap.NetworkTotals() {
+		status.Networks = append(status.Networks, v1alpha1.NetworkBandwidth{
+			Name: nw.Name, Interfaces: nw.Interfaces,
+			Bandwidth: v1alpha1.Bandwidth{Ingress: direction(nw.Ingress), Egress: direction(nw.Egress)},
+		})
 	}
 	return status
 }

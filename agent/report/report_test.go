@@ -81,6 +81,65 @@ func TestBandwidthStatus(t *testing.T) {
 	}
 }
 
+// TestBandwidthStatusNetworks: a network sums its interfaces' capacity, rate and peak,
+// and its remaining is the largest of any one interface: two separate 10G NICs with 8G
+// and 6G left never admit a pod that requires more than 8G; a bond is one interface.
+func TestBandwidthStatusNetworks(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	snap := snapshot(at,
+		bandwidth.InterfaceSample{Name: "bond0", Ingress: dir(20e9, 1e9, 2e9), Egress: dir(20e9, 0, 5e9)},
+		bandwidth.InterfaceSample{Name: "eth3", Ingress: dir(10e9, 1e9, 2e9), Egress: dir(10e9, 1e9, 1e9)},
+		bandwidth.InterfaceSample{Name: "eth4", Ingress: dir(10e9, 3e9, 4e9), Egress: dir(-1, 1e6, 2e6)},
+		bandwidth.InterfaceSample{Name: "ib0", Ingress: dir(-1, 7e6, 8e6), Egress: dir(-1, 0, 0)},
+	)
+	snap.Networks = []bandwidth.NetworkSample{
+		{Name: "pod", Interfaces: []string{"bond0"}},
+		{Name: "storage", Interfaces: []string{"eth3", "eth4"}},
+		{Name: "fabric", Interfaces: []string{"ib0"}},
+		// Its interface attached but not sampled yet: not published.
+		{Name: "backup", Interfaces: []string{"eth9"}},
+	}
+	got := BandwidthStatus(snap, "")
+	if len(got.Networks) != 3 {
+		t.Fatalf("networks %+v, want pod, storage and fabric", got.Networks)
+	}
+	checks := []struct {
+		name string
+		n    v1alpha1.NetworkBandwidth
+		d    v1alpha1.DirectionBandwidth
+		want [4]string // capacity, rate, peak, remaining
+	}{
+		{"pod ingress", got.Networks[0], got.Networks[0].Ingress, [4]string{"20G", "1G", "2G", "18G"}},
+		{"storage ingress", got.Networks[1], got.Networks[1].Ingress, [4]string{"20G", "4G", "6G", "8G"}},
+		{"storage egress, one NIC of unknown capacity", got.Networks[1], got.Networks[1].Egress, [4]string{"10G", "1001M", "1002M", "9G"}},
+		{"fabric ingress, no known capacity", got.Networks[2], got.Networks[2].Ingress, [4]string{"", "7M", "8M", ""}},
+	}
+	for _, c := range checks {
+		got := [4]string{qstr(c.d.Capacity), qstr(c.d.Rate), qstr(c.d.Peak), qstr(c.d.Remaining)}
+		for i, field := range []string{"capacity", "rate", "peak", "remaining"} {
+			if g := got[i]; g != c.want[i] {
+				t.Errorf("%s %s = %q, want %q", c.name, field, g, c.want[i])
+			}
+		}
+	}
+	if !slices.Equal(got.Networks[1].Interfaces, []string{"eth3", "eth4"}) || got.Networks[0].Name != "pod" {
+		t.Errorf("networks %+v", got.Networks)
+	}
+
+	// A change of membership is written at once.
+	cfg := BandwidthConfig{}.withDefaults()
+	moved := snap
+	moved.Networks = []bandwidth.NetworkSample{{Name: "pod", Interfaces: []string{"bond0"}}, {Name: "storage", Interfaces: []string{"eth3"}}}
+	next := BandwidthStatus(moved, "")
+	if !bandwidthDue(cfg, &got, at, &next, at.Add(3*time.Second)) {
+		t.Error("a network that lost an interface is not written")
+	}
+	same := BandwidthStatus(snap, "")
+	if bandwidthDue(cfg, &got, at, &same, at.Add(3*time.Second)) {
+		t.Error("an unchanged report is written before max-interval")
+	}
+}
+
 func qstr(q *resource.Quantity) string {
 	if q == nil {
 		return ""

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -17,6 +18,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -47,6 +50,7 @@ type runOptions struct {
 
 	interfaces     []string
 	nicCapacities  []string
+	networks       []string
 	sampleInterval time.Duration
 	window         time.Duration
 
@@ -111,6 +115,7 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 	f.StringVar(&o.netns, "netns", "", "network namespace whose NICs to meter, as a path such as /var/run/netns/NAME (default: the agent's own)")
 	f.StringVar(&o.attachMode, "attach-mode", "auto", "how to attach: auto (tcx where the kernel has it, else clsact), tcx or clsact")
 	f.StringSliceVar(&o.interfaces, "interfaces", nil, "NICs to meter, by name or shell pattern (eth*), comma-separated (default: the physical NICs plus the default-route interface)")
+	f.StringArrayVar(&o.networks, "network", nil, "a network of the node, as NAME=IFACE[,IFACE...] (shell patterns allowed; NAME a DNS label such as storage), metered and published apart from the others; pods name it in bandwidth.sextant.io/network. The pod network is found without it (the interface holding the Node's InternalIP, else the default route's); pod=... overrides that. Repeatable")
 	f.StringArrayVar(&o.nicCapacities, "nic-capacity", nil, "capacity of a NIC whose sysfs speed is unknown, as IF=RATE or IF=ingress:RATE,egress:RATE in bits/s (e.g. eth0=10G); repeatable")
 	f.DurationVar(&o.sampleInterval, "sample-interval", time.Second, "how often the counters are sampled")
 	f.DurationVar(&o.window, "window", 60*time.Second, "how far back the peak rate looks; remaining = capacity - peak")
@@ -168,6 +173,10 @@ func runAgent(ctx context.Context, o runOptions) error {
 		return err
 	}
 	capacities, err := bandwidth.ParseCapacities(o.nicCapacities)
+	if err != nil {
+		return err
+	}
+	networks, err := bandwidth.ParseNetworks(o.networks)
 	if err != nil {
 		return err
 	}
@@ -290,6 +299,8 @@ func runAgent(ctx context.Context, o runOptions) error {
 			Window:         o.window,
 			Interfaces:     o.interfaces,
 			Capacities:     capacities,
+			Networks:       networks,
+			NodeIPs:        nodeInternalIPs(ctx, kube, o.nodeName, log),
 			Logger:         log,
 		}, bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}, bpf, bpf, nil)
 		reg.MustRegister(bandwidth.NewCollector(meter))
@@ -376,4 +387,26 @@ func metricsServer(addr string, reg *prometheus.Registry, loops *liveness.Checke
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// nodeInternalIPs are the Node's InternalIPs: the interface holding one carries the pod
+// network. Without them (the Node unreadable for now) the default route's interface
+// does; the next agent start looks again.
+func nodeInternalIPs(ctx context.Context, kube kubernetes.Interface, nodeName string, log *slog.Logger) []net.IP {
+	ctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
+	defer cancel()
+	node, err := kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+	if err != nil {
+		log.Warn("could not read the Node's InternalIP; the pod network is the default route's interface", "err", err)
+		return nil
+	}
+	var ips []net.IP
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			if ip := net.ParseIP(a.Address); ip != nil {
+				ips = append(ips, ip)
+			}
+		}
+	}
+	return ips
 }
