@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/netnstest"
 )
 
 // write is one NodeBandwidth status write the test saw through a watch.
@@ -456,4 +458,111 @@ func TestDashboardsQueryExistingMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAgentPublishesNetworks runs the real agent in a network namespace with two veth
+// pairs: veth-p carries the namespace's default route (the pod network, found without
+// configuration) and veth-s is named storage by --network. iperf3 loads one, then the
+// other: only that network's peak moves, and the other keeps its remaining.
+func TestAgentPublishesNetworks(t *testing.T) {
+	requireRoot(t)
+	for _, tool := range []string{"ip", "tc", "iperf3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
+		}
+	}
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	node := fakeNode(t, "e2e-networks-")
+	suffix := fmt.Sprint(os.Getpid())
+	nsA, nsP, nsS := "e2e-net-a-"+suffix, "e2e-net-p-"+suffix, "e2e-net-s-"+suffix
+	t.Cleanup(func() {
+		for _, ns := range []string{nsA, nsP, nsS} {
+			_ = exec.Command("ip", "netns", "delete", ns).Run()
+		}
+	})
+	for _, ns := range []string{nsA, nsP, nsS} {
+		run(t, "ip", "netns", "add", ns)
+		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	// veth-p: A (10.251.1.1) to P (10.251.1.2), A's default route; veth-s: A (10.251.2.1)
+	// to S (10.251.2.2). Both shaped to 200 Mbit/s on A's side.
+	for _, l := range []struct{ dev, peer, peerNS, net string }{{"veth-p", "veth-pp", nsP, "1"}, {"veth-s", "veth-sp", nsS, "2"}} {
+		run(t, "ip", "-n", nsA, "link", "add", l.dev, "type", "veth", "peer", "name", l.peer, "netns", l.peerNS)
+		run(t, "ip", "-n", nsA, "addr", "add", "10.251."+l.net+".1/24", "dev", l.dev)
+		run(t, "ip", "-n", l.peerNS, "addr", "add", "10.251."+l.net+".2/24", "dev", l.peer)
+		run(t, "ip", "-n", nsA, "link", "set", l.dev, "up")
+		run(t, "ip", "-n", l.peerNS, "link", "set", l.peer, "up")
+		run(t, "ip", "netns", "exec", nsA, "tc", "qdisc", "add", "dev", l.dev, "root", "tbf", "rate", "200mbit", "burst", "256kb", "latency", "50ms")
+		startProcess(t, "ip", "netns", "exec", l.peerNS, "iperf3", "-s", "-B", "10.251."+l.net+".2")
+		netnstest.WaitListening(t, l.peerNS, 5201)
+	}
+	run(t, "ip", "-n", nsA, "route", "add", "default", "via", "10.251.1.2", "dev", "veth-p")
+
+	const window = 5 * time.Second
+	startProcess(t, agentBinary(t), "run",
+		"--kubeconfig", agentKubeconfig(t, node.Name),
+		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false",
+		"--netns", "/var/run/netns/"+nsA, "--network", "storage=veth-s",
+		"--nic-capacity", "veth-p=200M", "--nic-capacity", "veth-s=200M",
+		"--sample-interval", "1s", "--window", window.String(), "--report-min-interval", "1s", "--report-max-interval", "5s")
+
+	network := func(st sextantv1.NodeBandwidthStatus, name string) *sextantv1.NetworkBandwidth {
+		for i := range st.Networks {
+			if st.Networks[i].Name == name {
+				return &st.Networks[i]
+			}
+		}
+		return nil
+	}
+	peak := func(n *sextantv1.NetworkBandwidth) float64 {
+		if n == nil || n.Egress.Peak == nil {
+			return -1
+		}
+		return n.Egress.Peak.AsApproximateFloat64()
+	}
+	// waitNetworks polls until ok holds for the pod and storage networks.
+	waitNetworks := func(what string, ok func(pod, storage *sextantv1.NetworkBandwidth) bool) {
+		t.Helper()
+		var last sextantv1.NodeBandwidthStatus
+		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
+			nbw, err := getNodeBandwidth(ctx, node.Name)
+			if err != nil {
+				return false, nil
+			}
+			last = nbw.Status
+			return ok(network(last, "pod"), network(last, "storage")), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v; last networks %+v", what, err, last.Networks)
+		}
+	}
+	waitNetworks("both networks published, idle", func(pod, storage *sextantv1.NetworkBandwidth) bool {
+		return pod != nil && storage != nil && slices.Equal(pod.Interfaces, []string{"veth-p"}) && slices.Equal(storage.Interfaces, []string{"veth-s"}) &&
+			pod.Egress.Capacity != nil && pod.Egress.Capacity.Value() == 200e6 && peak(pod) < 20e6 && peak(storage) < 20e6
+	})
+
+	// Traffic on the pod network: its peak moves, storage's does not.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = exec.Command("ip", "netns", "exec", nsA, "iperf3", "-c", "10.251.1.2", "-t", "6").Run()
+	}()
+	waitNetworks("the pod network's peak moves under its traffic", func(pod, storage *sextantv1.NetworkBandwidth) bool {
+		return peak(pod) > 100e6 && peak(storage) < 20e6 && storage.Egress.Remaining.AsApproximateFloat64() > 180e6
+	})
+	<-done
+	// Once the window has passed, traffic on storage: its peak moves, the pod network's
+	// falls back and stays.
+	waitNetworks("the pod network's peak falls after its traffic", func(pod, _ *sextantv1.NetworkBandwidth) bool { return peak(pod) < 20e6 })
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = exec.Command("ip", "netns", "exec", nsA, "iperf3", "-c", "10.251.2.2", "-t", "6").Run()
+	}()
+	waitNetworks("the storage network's peak moves under its traffic", func(pod, storage *sextantv1.NetworkBandwidth) bool {
+		return peak(storage) > 100e6 && peak(pod) < 20e6 && pod.Egress.Remaining.AsApproximateFloat64() > 180e6
+	})
+	<-done
 }

@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,6 +97,9 @@ type rankerNode struct {
 	name                     string
 	ingressRemaining, egress string // quantities; "" = capacity unknown
 	sampled                  time.Time
+	// networks, when set, are published as status.networks: name -> ingress and
+	// egress remaining. The total then stays the interfaces' sum, for people only.
+	networks map[string][2]string
 }
 
 func makeRankerNodes(t *testing.T, prefix string, nodes []rankerNode) map[string]string {
@@ -139,11 +144,24 @@ func publishBandwidth(t *testing.T, node *corev1.Node, n rankerNode) {
 			t.Fatalf("create NodeBandwidth: %v", err)
 		}
 	}
-	created.Object["status"] = toUnstructured(t, &sextantv1.NodeBandwidth{Status: sextantv1.NodeBandwidthStatus{
+	status := sextantv1.NodeBandwidthStatus{
 		SampleTime: &st, Window: &metav1.Duration{Duration: time.Minute}, AgentVersion: "e2e",
 		Interfaces: []sextantv1.InterfaceBandwidth{{Name: "eth0", Bandwidth: bw}},
 		Total:      &bw,
-	}}).Object["status"]
+	}
+	names := slices.Sorted(maps.Keys(n.networks))
+	for i, name := range names {
+		rem := n.networks[name]
+		nbw := sextantv1.Bandwidth{Ingress: dir(rem[0]), Egress: dir(rem[1])}
+		iface := fmt.Sprintf("eth%d", i+1)
+		status.Interfaces = append(status.Interfaces, sextantv1.InterfaceBandwidth{Name: iface, Bandwidth: nbw})
+		status.Networks = append(status.Networks, sextantv1.NetworkBandwidth{Name: name, Interfaces: []string{iface}, Bandwidth: nbw})
+	}
+	if len(names) > 0 {
+		// A total roomier than any network: only a ranker that read it would place on it.
+		status.Total = &sextantv1.Bandwidth{Ingress: dir("9G"), Egress: dir("9G")}
+	}
+	created.Object["status"] = toUnstructured(t, &sextantv1.NodeBandwidth{Status: status}).Object["status"]
 	if _, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("NodeBandwidth status: %v", err)
 	}
@@ -247,6 +265,67 @@ func TestRankerSeedExample(t *testing.T) {
 		}
 		// Remove it so its reservation does not weigh on the next pod.
 		_ = local.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	}
+}
+
+// TestRankerPlacesByNetwork: a pod is placed on the remaining bandwidth of the network it
+// names, never on the sum over a node's NICs. node-x's pod network is roomy and it has
+// no storage network; node-y's pod network is nearly full and its storage network
+// roomy. Each node's total says 9G, which would pass every pod below.
+func TestRankerPlacesByNetwork(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ns := testNamespace(t)
+	prefix := "net" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{
+		{name: "node-x", ingressRemaining: "2G", egress: "2G", networks: map[string][2]string{"pod": {"2G", "2G"}}},
+		{name: "node-y", ingressRemaining: "2G", egress: "2G", networks: map[string][2]string{"pod": {"100M", "100M"}, "storage": {"6G", "6G"}}},
+	})
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10380})
+	ctx := context.Background()
+	for _, c := range []struct {
+		name        string
+		annotations map[string]string
+		want        string
+	}{
+		{"pod-network", map[string]string{"bandwidth.sextant.io/ingress-required": "500M"}, "node-x"},
+		{"storage", map[string]string{"bandwidth.sextant.io/ingress-required": "3G", "bandwidth.sextant.io/network": "storage"}, "node-y"},
+	} {
+		if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, c.name, prefix, c.annotations), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if pod := waitScheduled(t, ns, c.name, time.Minute); pod.Spec.NodeName != nodes[c.want] {
+			t.Errorf("%s: on %s, want %s (%s)", c.name, pod.Spec.NodeName, c.want, nodes[c.want])
+		}
+	}
+	// 3G on the pod network fits the pod network of neither node (though both totals
+	// say 9G): it stays Pending, and a pod naming a network no node has is told so.
+	for _, c := range []struct {
+		name        string
+		annotations map[string]string
+		wantMsg     string
+	}{
+		{"too-big", map[string]string{"bandwidth.sextant.io/ingress-required": "3G"}, "didn't have the pod's required ingress bandwidth"},
+		{"no-such-network", map[string]string{"bandwidth.sextant.io/ingress-required": "1M", "bandwidth.sextant.io/network": "backup"}, `no network "backup"`},
+	} {
+		if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, c.name, prefix, c.annotations), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, time.Minute, func() (bool, string) {
+			p, err := local.kube.CoreV1().Pods(ns).Get(ctx, c.name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			if p.Spec.NodeName != "" {
+				t.Fatalf("%s bound to %s, want Pending", c.name, p.Spec.NodeName)
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodScheduled && strings.Contains(cond.Message, c.wantMsg) {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%s conditions %+v, want a PodScheduled message containing %s", c.name, p.Status.Conditions, c.wantMsg)
+		})
 	}
 }
 
