@@ -147,10 +147,10 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 				return bandwidth.NewWith(args, store, time.Now)
 			},
 			numa.Name: func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-				return numa.NewWith(store, nil, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) }).WithProfile(h), nil
+				return numa.NewWith(store, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) }).WithProfile(h), nil
 			},
 			devices.Name: func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-				d := devices.NewWith(store, nil, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) })
+				d := devices.NewWith(store, func(n string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(n) })
 				numahint.Default.Register(h, d)
 				return d, nil
 			},

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apiserver/pkg/server"
@@ -20,9 +22,14 @@ import (
 	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
 	"k8s.io/kubernetes/pkg/scheduler"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 
 	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/devices"
+	"sextant.io/sextant/ranker/plugins/numa"
 )
 
 // newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with two steps
@@ -97,6 +104,9 @@ func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Opti
 	if err != nil {
 		return err
 	}
+	if err := checkBinder(cc.ComponentConfig.Profiles); err != nil {
+		return err
+	}
 	if err := trimHeartbeatInformers(ctx, cc, sched); err != nil {
 		return err
 	}
@@ -146,4 +156,57 @@ func trimHeartbeatInformers(ctx context.Context, cc *schedulerconfig.CompletedCo
 		}
 	}
 	return nil
+}
+
+// checkBinder refuses profiles that enable NUMAAware or DeviceAware without SextantBinder
+// as their binder: their decisions reach a pod only on its Binding (the ranker may not
+// patch pods), so such a profile would decide what no node carries out. Their Reserve
+// would fail for every pod with a decision; this says so at startup instead.
+func checkBinder(profiles []config.KubeSchedulerProfile) error {
+	var errs []error
+	for _, p := range profiles {
+		if p.Plugins == nil {
+			continue
+		}
+		var deciders []string
+		for _, name := range []string{numa.Name, devices.Name} {
+			if enabledAt(p.Plugins, p.Plugins.Reserve, name) {
+				deciders = append(deciders, name)
+			}
+		}
+		if len(deciders) == 0 {
+			continue
+		}
+		if !enabledAt(p.Plugins, p.Plugins.Bind, binder.Name) || enabledAt(p.Plugins, p.Plugins.Bind, defaultbinder.Name) {
+			errs = append(errs, fmt.Errorf("profile %q enables %s without %s as its binder: enable %s (e.g. under multiPoint) and disable %s, since their decisions reach a pod only on the Binding %s makes",
+				p.SchedulerName, strings.Join(deciders, " and "), binder.Name, binder.Name, defaultbinder.Name, binder.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// enabledAt reports whether plugin name runs at the extension point set, enabled there or
+// through multiPoint and not disabled there.
+func enabledAt(plugins *config.Plugins, set config.PluginSet, name string) bool {
+	for _, p := range set.Enabled {
+		if p.Name == name {
+			return true
+		}
+	}
+	for _, p := range set.Disabled {
+		if p.Name == name || p.Name == "*" {
+			return false
+		}
+	}
+	for _, p := range plugins.MultiPoint.Disabled {
+		if p.Name == name || p.Name == "*" {
+			return false
+		}
+	}
+	for _, p := range plugins.MultiPoint.Enabled {
+		if p.Name == name {
+			return true
+		}
+	}
+	return false
 }

@@ -8,8 +8,11 @@
 // nominatedNodeName patch the scheduler makes before any PreBind that writes. At 5000
 // nodes that difference is most of the ranker's throughput (see README, "Measured").
 //
-// The plugin is optional: without it in the profile, Stage reports false and NUMAAware
-// and DeviceAware write their annotations in PreBind with a patch each, as before.
+// The plugin is required in any profile that enables NUMAAware or DeviceAware: the
+// ranker's account may not patch pods, and an admission policy refuses those annotations
+// on any pod write, so the Binding is the only way a decision reaches a pod (and only
+// from the ranker: docs/security.md). sextant-ranker refuses to start with such a
+// profile without it, and the plugins' Reserve fails should one run anyway.
 package binder
 
 import (
@@ -64,8 +67,15 @@ func (s *staging) Clone() fwk.StateData { return s }
 // PreFilter opens the staging area for the cycle. Its presence is what tells Stage that
 // a SextantBinder will bind this pod. PreFilter runs in every cycle, batched or not.
 func (b *SextantBinder) PreFilter(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
-	state.Write(stagingKey, &staging{annotations: map[string]string{}})
+	Open(state)
 	return nil, fwk.NewStatus(fwk.Skip)
+}
+
+// Open starts an empty staging area in state, as PreFilter does in each cycle; for
+// callers that run the plugins outside a framework (tests, benchmarks) and bind with
+// what Staged returns.
+func Open(state fwk.CycleState) {
+	state.Write(stagingKey, &staging{annotations: map[string]string{}})
 }
 
 // PreFilterExtensions returns nil: the plugin filters nothing.
@@ -112,9 +122,12 @@ func readStaging(state fwk.CycleState) *staging {
 	return s
 }
 
+// Binds reports whether a SextantBinder binds this pod, i.e. whether what Stage records
+// reaches the pod.
+func Binds(state fwk.CycleState) bool { return readStaging(state) != nil }
+
 // Stage records that the pod's Binding must carry the annotation key=value. It reports
-// false when no SextantBinder binds this pod; the caller then writes the annotation
-// itself before the Binding.
+// false when no SextantBinder binds this pod (see Binds).
 func Stage(state fwk.CycleState, key, value string) bool {
 	s := readStaging(state)
 	if s == nil {
@@ -133,19 +146,6 @@ func Unstage(state fwk.CycleState, key string) {
 		defer s.mu.Unlock()
 		delete(s.annotations, key)
 	}
-}
-
-// Carries reports whether the pod's Binding will carry key=value, so the plugin that
-// staged it has nothing to write in PreBind.
-func Carries(state fwk.CycleState, key, value string) bool {
-	s := readStaging(state)
-	if s == nil {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v, ok := s.annotations[key]
-	return ok && v == value
 }
 
 // Staged returns a copy of the staged annotations, nil when there are none.

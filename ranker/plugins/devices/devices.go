@@ -29,7 +29,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
@@ -59,7 +58,6 @@ type NodeInfos func(node string) (fwk.NodeInfo, error)
 type DeviceAware struct {
 	nodes     Nodes
 	nodeInfos NodeInfos
-	client    kubernetes.Interface
 	// ledger holds the devices Reserve took for pods whose devices.sextant.io/allocated
 	// is not visible yet; FreeDevices consults it only for pods without the annotation.
 	ledger *podledger.Ledger[annotations.Allocation]
@@ -73,7 +71,6 @@ var (
 	_ fwk.PreScorePlugin    = &DeviceAware{}
 	_ fwk.ScorePlugin       = &DeviceAware{}
 	_ fwk.ReservePlugin     = &DeviceAware{}
-	_ fwk.PreBindPlugin     = &DeviceAware{}
 	_ fwk.EnqueueExtensions = &DeviceAware{}
 	_ fwk.SignPlugin        = &DeviceAware{}
 )
@@ -89,7 +86,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, fmt.Errorf("device plugin: %w", err)
 	}
-	pl := NewWith(store, h.ClientSet(), func(node string) (fwk.NodeInfo, error) {
+	pl := NewWith(store, func(node string) (fwk.NodeInfo, error) {
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	})
 	numahint.Default.Register(h, pl)
@@ -102,9 +99,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
-func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *DeviceAware {
+func NewWith(nodes Nodes, nodeInfos NodeInfos) *DeviceAware {
 	registerMetrics()
-	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos, client: client,
+	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos,
 		ledger:    podledger.New[annotations.Allocation](func(n int) { reservations.Set(float64(n)) }),
 		freeCache: nodecache.New[*v1alpha1.NodeTopology, *Free](heartbeat.SlotDeviceFree)}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"sextant.io/sextant/ranker/plugins/binder"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,8 +118,8 @@ func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeT
 		return nil, fmt.Errorf("node %q not found", node)
 	}
 	client := fake.NewClientset()
-	dp := NewWith(store, client, lookup)
-	return numa.NewWith(store, client, lookup).WithDevices(dp), dp, client
+	dp := NewWith(store, lookup)
+	return numa.NewWith(store, lookup).WithDevices(dp), dp, client
 }
 
 type plugin interface {
@@ -126,7 +128,6 @@ type plugin interface {
 	fwk.PreScorePlugin
 	fwk.ScorePlugin
 	fwk.ReservePlugin
-	fwk.PreBindPlugin
 }
 
 type result struct {
@@ -141,7 +142,7 @@ type result struct {
 func schedule(t *testing.T, p *v1.Pod, infos []*framework.NodeInfo, pls ...plugin) result {
 	t.Helper()
 	ctx := context.Background()
-	r := result{state: framework.NewCycleState(), filter: map[string]*fwk.Status{}, scores: map[string]map[string]int64{}}
+	r := result{state: newState(), filter: map[string]*fwk.Status{}, scores: map[string]map[string]int64{}}
 	skipFilter := map[string]bool{}
 	for _, pl := range pls {
 		_, st := pl.PreFilter(ctx, r.state, p, nil)
@@ -250,17 +251,9 @@ func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
 	if r.scores[Name]["node-1"] != fwk.MaxNodeScore {
 		t.Errorf("DeviceAware score = %d, want %d", r.scores[Name]["node-1"], fwk.MaxNodeScore)
 	}
-	for _, pl := range []plugin{np, dp} {
-		if st := pl.PreBind(ctx, r.state, p, "node-1"); !st.IsSuccess() {
-			t.Fatalf("%s PreBind: %v", pl.Name(), st)
-		}
-	}
-	got, err := client.CoreV1().Pods("default").Get(ctx, "train", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Annotations[annotations.NUMANodes] != "1" || got.Annotations[annotations.DevicesAllocated] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
-		t.Errorf("annotations = %v", got.Annotations)
+	// What SextantBinder's Binding will carry onto the pod.
+	if got := binder.Staged(r.state); got[annotations.NUMANodes] != "1" || got[annotations.DevicesAllocated] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
+		t.Errorf("staged annotations = %v", got)
 	}
 }
 
@@ -331,7 +324,7 @@ func TestFilter(t *testing.T) {
 			}
 			_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topos...)
 			ctx := context.Background()
-			state := framework.NewCycleState()
+			state := newState()
 			p := pod("p", "", tc.req, nil)
 			_, st := dp.PreFilter(ctx, state, p, nil)
 			if tc.req == nil {
@@ -352,7 +345,7 @@ func TestFilterRejectionMetric(t *testing.T) {
 	ni := nodeInfo("n")
 	_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topology("n", 1, 1))
 	before, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
-	state := framework.NewCycleState()
+	state := newState()
 	p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
 	dp.PreFilter(context.Background(), state, p, nil)
 	dp.Filter(context.Background(), state, p, ni)
@@ -474,7 +467,7 @@ func TestReserveUnreserve(t *testing.T) {
 		t.Fatalf("both pods got %s", a1)
 	}
 	third := pod("third", "", one, nil)
-	state := framework.NewCycleState()
+	state := newState()
 	dp.PreFilter(ctx, state, third, nil)
 	if st := dp.Filter(ctx, state, third, ni); st.Code() != fwk.Unschedulable {
 		t.Fatalf("third pod: Filter = %v, want Unschedulable (both GPUs reserved)", st)
@@ -484,8 +477,8 @@ func TestReserveUnreserve(t *testing.T) {
 	}
 	dp.Unreserve(ctx, r1.state, first, "n")
 	dp.Unreserve(ctx, r1.state, first, "n") // idempotent
-	if _, st := dp.PreBindPreFlight(ctx, r1.state, first, "n"); st.Code() != fwk.Skip {
-		t.Errorf("PreBindPreFlight after Unreserve = %v, want Skip", st)
+	if _, staged := binder.Staged(r1.state)[annotations.DevicesAllocated]; staged {
+		t.Errorf("the allocation is still staged for the Binding after Unreserve")
 	}
 	if _, held := dp.ledger.Get(first.UID, "n"); held {
 		t.Fatal("Unreserve left the reservation in the ledger")
@@ -505,61 +498,47 @@ func TestReserveUnreserve(t *testing.T) {
 	}
 }
 
-func TestPreBind(t *testing.T) {
+// TestReserveStagesForTheBinding: Reserve stages devices.sextant.io/allocated for
+// SextantBinder's Binding; without a SextantBinder in the profile it fails rather than
+// pick devices no node would hand out.
+func TestReserveStagesForTheBinding(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		req      map[v1alpha1.DeviceKind]int64
-		create   bool
-		stale    bool
-		wantSkip bool
-		wantErr  bool
+		noBinder bool
+		wantCode fwk.Code
 		want     string
 	}{
-		{name: "stale value, no devices asked: removed", create: true, stale: true, want: ""},
-		{name: "writes the allocation", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1, v1alpha1.KindNIC: 1}, create: true,
+		{name: "stages the allocation", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1, v1alpha1.KindNIC: 1},
 			want: `{"sextant.io/gpu":["0000:01:00.0"],"sextant.io/nic":["0000:03:00.0"]}`},
-		{name: "no devices: skipped", create: true, wantSkip: true},
-		{name: "API error is returned", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, wantErr: true},
+		{name: "no devices: nothing"},
+		{name: "no SextantBinder: an error", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, noBinder: true, wantCode: fwk.Error},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			topo := topology("n", 1, 4, gpu("0000:01:00.0", 0), dev{"0000:03:00.0", v1alpha1.KindNIC, 0, true})
 			ni := nodeInfo("n")
-			_, dp, client := plugins(t, []*framework.NodeInfo{ni}, topo)
+			_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topo)
 			ctx := context.Background()
-			p := pod("p", "", tc.req, map[string]string{"keep": "me"})
-			if tc.stale {
-				p.Annotations[annotations.DevicesAllocated] = `{"sextant.io/gpu":["0000:99:00.0"]}` // from an attempt whose binding failed
+			p := pod("p", "", tc.req, nil)
+			state := newState()
+			if tc.noBinder {
+				state = framework.NewCycleState()
 			}
-			if tc.create {
-				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
-				}
+			if _, st := dp.PreFilter(ctx, state, p, nil); !st.IsSuccess() && !st.IsSkip() {
+				t.Fatalf("PreFilter: %v", st)
 			}
-			r := schedule(t, p, []*framework.NodeInfo{ni}, dp)
-			_, st := dp.PreBindPreFlight(ctx, r.state, p, "n")
-			if (st.Code() == fwk.Skip) != tc.wantSkip {
-				t.Fatalf("PreBindPreFlight = %v, want skip %v", st, tc.wantSkip)
+			st := dp.Reserve(ctx, state, p, "n")
+			if st.Code() != tc.wantCode {
+				t.Fatalf("Reserve = %v, want %v", st, tc.wantCode)
 			}
-			if tc.wantSkip {
-				return
-			}
-			st = dp.PreBind(ctx, r.state, p, "n")
-			if tc.wantErr {
-				if st.Code() != fwk.Error || !strings.Contains(st.Message(), annotations.DevicesAllocated) {
-					t.Fatalf("PreBind = %v, want an error naming %s", st, annotations.DevicesAllocated)
+			if tc.wantCode == fwk.Error {
+				if !strings.Contains(st.Message(), "SextantBinder") {
+					t.Errorf("message %q does not name SextantBinder", st.Message())
 				}
 				return
 			}
-			if !st.IsSuccess() {
-				t.Fatalf("PreBind: %v", st)
-			}
-			got, err := client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, has := got.Annotations[annotations.DevicesAllocated]
-			if v != tc.want || has != (tc.want != "") || got.Annotations["keep"] != "me" {
-				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, annotations.DevicesAllocated, tc.want)
+			if got := binder.Staged(state)[annotations.DevicesAllocated]; got != tc.want {
+				t.Errorf("staged %s=%q, want %q", annotations.DevicesAllocated, got, tc.want)
 			}
 		})
 	}
@@ -567,3 +546,11 @@ func TestPreBind(t *testing.T) {
 
 // New must be usable as app.WithPlugin(Name, New).
 var _ frameworkruntime.PluginFactory = New
+
+// newState is a cycle's state with SextantBinder's staging area open, as its PreFilter
+// leaves it in a profile that binds with it.
+func newState() *framework.CycleState {
+	s := framework.NewCycleState()
+	binder.Open(s)
+	return s
+}

@@ -2,6 +2,7 @@ package devices
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,9 +29,9 @@ import (
 // TestThroughFramework runs NUMAAware and DeviceAware through kube-scheduler's own
 // framework runtime, in the order the "sextant" profile enables them, to check that they
 // cooperate through the CycleState as the runtime really calls them (skips, score
-// validation, reserve order, PreBind preflights), once with DefaultBinder (PreBind
-// patches the annotations) and once with SextantBinder (the Binding carries them and
-// nothing is patched).
+// validation, reserve order, no PreBind), once with SextantBinder (the Binding carries
+// the decisions and nothing is patched) and once with DefaultBinder, where Reserve fails
+// for a pod with a decision: nothing would carry it to the pod.
 func TestThroughFramework(t *testing.T) {
 	for _, binderName := range []string{defaultbinder.Name, binder.Name} {
 		t.Run(binderName, func(t *testing.T) { testThroughFramework(t, binderName) })
@@ -68,12 +69,12 @@ func testThroughFramework(t *testing.T, binderName string) {
 		return func(node string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(node) }
 	}
 	newNUMA := func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		return numa.NewWith(store, h.ClientSet(), lookup(h)), nil
+		return numa.NewWith(store, lookup(h)), nil
 	}
 	newDevices := func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-		return NewWith(store, h.ClientSet(), lookup(h)), nil
+		return NewWith(store, lookup(h)), nil
 	}
-	points := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve", "PreBind"}
+	points := []string{"PreFilter", "Filter", "PreScore", "Score", "Reserve"}
 	f, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
 		tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
 		tf.RegisterPluginAsExtensions(binderName, newBinder, binderPoints...),
@@ -139,21 +140,22 @@ func testThroughFramework(t *testing.T, binderName string) {
 			if best.Name != tc.wantNode {
 				t.Fatalf("best node %s, want %s (scores %+v)", best.Name, tc.wantNode, scores)
 			}
-			if st := f.RunReservePluginsReserve(ctx, state, tc.pod, best.Name); !st.IsSuccess() {
+			st = f.RunReservePluginsReserve(ctx, state, tc.pod, best.Name)
+			if binderName != binder.Name && (tc.wantNUMA != "" || tc.wantDevices != "") {
+				if st.IsSuccess() || !strings.Contains(st.Message(), "SextantBinder") {
+					t.Fatalf("Reserve without SextantBinder = %v, want an error naming SextantBinder", st)
+				}
+				f.RunReservePluginsUnreserve(ctx, state, tc.pod, best.Name)
+				return
+			}
+			if !st.IsSuccess() {
 				t.Fatalf("Reserve: %v", st)
 			}
 			client.ClearActions()
-			preFlight := f.RunPreBindPreFlights(ctx, state, tc.pod, best.Name)
-			if !preFlight.IsSuccess() && preFlight.Code() != fwk.Skip {
-				t.Fatalf("PreBindPreFlights: %v", preFlight)
-			}
 			// The scheduler patches nominatedNodeName before PreBind unless every
-			// preflight skips; with SextantBinder nothing needs writing before binding.
-			if binderName == binder.Name && preFlight.Code() != fwk.Skip {
+			// preflight skips: nothing needs writing before the Binding.
+			if preFlight := f.RunPreBindPreFlights(ctx, state, tc.pod, best.Name); preFlight.Code() != fwk.Skip {
 				t.Errorf("PreBindPreFlights = %v, want Skip: the Binding carries the annotations", preFlight)
-			}
-			if st := f.RunPreBindPlugins(ctx, state, tc.pod, best.Name); !st.IsSuccess() {
-				t.Fatalf("PreBind: %v", st)
 			}
 			if st := f.RunBindPlugins(ctx, state, tc.pod, best.Name); !st.IsSuccess() {
 				t.Fatalf("Bind: %v", st)

@@ -26,6 +26,9 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 		filterRejections.WithLabelValues(reasonNoTopology).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
 	}
+	if !binder.Binds(state) {
+		return fwk.NewStatus(fwk.Error, msgNoBinder)
+	}
 	if pl.nodeInfos == nil {
 		return fwk.AsStatus(fmt.Errorf("device reserve on node %s: no node lookup configured", nodeName))
 	}
@@ -45,6 +48,11 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	binder.Stage(state, annotations.DevicesAllocated, alloc.String())
 	return nil
 }
+
+// msgNoBinder is Reserve's error when no SextantBinder binds the pod: the choice would
+// reach the pod on nothing (the ranker may not patch pods), and a node that pinned or
+// handed out devices without it would not do what was decided.
+const msgNoBinder = "DeviceAware: the profile must enable SextantBinder as its binder (and disable DefaultBinder): the decision reaches the pod only on its Binding"
 
 // Unreserve releases the pod's devices and what it staged for the Binding. It is
 // idempotent.

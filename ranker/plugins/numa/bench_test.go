@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/heartbeat"
@@ -22,10 +21,10 @@ func BenchmarkFilterScore(b *testing.B) {
 		pods = append(pods, on("n", pod(fmt.Sprintf("p%d", i), "1", gi, map[string]string{annotations.NUMANodes: fmt.Sprint(i % 8)})))
 	}
 	ni := nodeInfo("n", pods...)
-	pl := NewWith(heartbeat.NewFromObjects(uniform("n", 8, 8, 32*gi)), nil, nil)
+	pl := NewWith(heartbeat.NewFromObjects(uniform("n", 8, 8, 32*gi)), nil)
 	p := pod("new", "12", 40*gi, nil) // needs two NUMA nodes
 	ctx := context.Background()
-	state := framework.NewCycleState()
+	state := newState()
 	pl.PreFilter(ctx, state, p, nil)
 	b.ReportAllocs()
 	for b.Loop() {

@@ -25,7 +25,7 @@ func TestConcurrentFilterAndReserve(t *testing.T) {
 	pl, _ := newPlugin(t, infos, topos...)
 	ctx := context.Background()
 	p := pod("p", "3", 4*gi, nil)
-	state := framework.NewCycleState()
+	state := newState()
 	pl.PreFilter(ctx, state, p, nil)
 	var wg sync.WaitGroup
 	for _, ni := range infos {
@@ -42,7 +42,7 @@ func TestConcurrentFilterAndReserve(t *testing.T) {
 		wg.Go(func() {
 			other := pod(fmt.Sprintf("other-%d", i), "1", gi, nil)
 			other.UID = types.UID(other.Name)
-			s := framework.NewCycleState()
+			s := newState()
 			pl.PreFilter(ctx, s, other, nil)
 			node := fmt.Sprintf("node-%d", i)
 			if st := pl.Reserve(ctx, s, other, node); !st.IsSuccess() {

@@ -38,7 +38,7 @@ func TestPodUpdateHint(t *testing.T) {
 }
 
 func TestSignPod(t *testing.T) {
-	pl := NewWith(nil, nil, nil)
+	pl := NewWith(nil, nil)
 	a, st := pl.SignPod(context.Background(), pod("a", "1", gi, nil))
 	b, _ := pl.SignPod(context.Background(), pod("b", "1", gi, nil))
 	if !st.IsSuccess() || len(a) != 1 || a[0].Value != b[0].Value {

@@ -66,7 +66,7 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 			if rng.Intn(4) == 0 { // larger than many NUMA nodes
 				p = pod("p", fmt.Sprintf("%dm", 100+rng.Intn(12000)), int64(1+rng.Intn(24))*gi/2, ann)
 			}
-			state := framework.NewCycleState()
+			state := newState()
 			if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() != fwk.Skip {
 				continue
 			}
@@ -114,7 +114,7 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 					withTopology = append(withTopology, ni)
 				}
 			}
-			state2 := framework.NewCycleState()
+			state2 := newState()
 			pl.PreFilter(ctx, state2, p, nodes)
 			if st := pl.PreScore(ctx, state2, p, withTopology); st.Code() != fwk.Skip {
 				t.Fatalf("cluster %d: PreScore = %v with only nodes that fit the pod in one NUMA node feasible, want Skip", c, st)
@@ -138,7 +138,7 @@ func TestFloorLoweredByReserve(t *testing.T) {
 	nodes := list(infos)
 	first := pod("first", "3", 6*gi, nil)
 	first.UID = "first"
-	state := framework.NewCycleState()
+	state := newState()
 	if _, st := pl.PreFilter(ctx, state, first, nodes); st.Code() != fwk.Skip {
 		t.Fatalf("PreFilter of a pod that fits one NUMA node of every node = %v, want Skip", st)
 	}
@@ -147,7 +147,7 @@ func TestFloorLoweredByReserve(t *testing.T) {
 	}
 	infos[0].AddPod(on("a", first.DeepCopy())) // assumed, as the scheduler does
 	second := pod("second", "3", 6*gi, nil)
-	state = framework.NewCycleState()
+	state = newState()
 	if _, st := pl.PreFilter(ctx, state, second, nodes); !st.IsSuccess() {
 		t.Fatalf("PreFilter after a reserves its only NUMA node = %v, want Success (Filter must run)", st)
 	}
@@ -155,7 +155,7 @@ func TestFloorLoweredByReserve(t *testing.T) {
 		t.Errorf("Filter on a = %v, want Unschedulable", st)
 	}
 	small := pod("small", "1", 2*gi, nil)
-	if _, st := pl.PreFilter(ctx, framework.NewCycleState(), small, nodes); st.Code() != fwk.Skip {
+	if _, st := pl.PreFilter(ctx, newState(), small, nodes); st.Code() != fwk.Skip {
 		t.Errorf("PreFilter of a pod that still fits everywhere = %v, want Skip", st)
 	}
 
@@ -163,7 +163,7 @@ func TestFloorLoweredByReserve(t *testing.T) {
 	// it, and leaves the floor at what b keeps: 1 CPU and 2 GiB in each.
 	wide := pod("wide", "6", 12*gi, nil)
 	wide.UID = "wide"
-	state = framework.NewCycleState()
+	state = newState()
 	if _, st := pl.PreFilter(ctx, state, wide, nodes); !st.IsSuccess() {
 		t.Fatalf("PreFilter of a pod wider than a NUMA node = %v, want Success", st)
 	}
@@ -179,7 +179,7 @@ func TestFloorLoweredByReserve(t *testing.T) {
 		mem  int64
 		want fwk.Code
 	}{{"1", 2 * gi, fwk.Skip}, {"1500m", 2 * gi, fwk.Success}, {"1", 3 * gi, fwk.Success}} {
-		if _, st := pl.PreFilter(ctx, framework.NewCycleState(), pod("p", tc.cpu, tc.mem, nil), nodes); st.Code() != tc.want {
+		if _, st := pl.PreFilter(ctx, newState(), pod("p", tc.cpu, tc.mem, nil), nodes); st.Code() != tc.want {
 			t.Errorf("after the wide pod, PreFilter of %s CPU and %d GiB = %v, want %v", tc.cpu, tc.mem/gi, st, tc.want)
 		}
 	}
@@ -195,7 +195,7 @@ func TestFloorVoided(t *testing.T) {
 	setup := func(t *testing.T) (*NUMAAware, *heartbeat.Store, []*framework.NodeInfo, []fwk.NodeInfo) {
 		infos := []*framework.NodeInfo{nodeInfo("a"), nodeInfo("b")}
 		store := heartbeat.NewFromObjects(uniform("a", 2, 4, 8*gi), uniform("b", 2, 4, 8*gi))
-		pl := NewWith(store, nil, func(node string) (fwk.NodeInfo, error) {
+		pl := NewWith(store, func(node string) (fwk.NodeInfo, error) {
 			for _, ni := range infos {
 				if ni.Node().Name == node {
 					return ni, nil
@@ -208,7 +208,7 @@ func TestFloorVoided(t *testing.T) {
 	}
 	p := pod("p", "3", 6*gi, nil)
 	skips := func(pl *NUMAAware, nodes []fwk.NodeInfo) bool {
-		_, st := pl.PreFilter(ctx, framework.NewCycleState(), p, nodes)
+		_, st := pl.PreFilter(ctx, newState(), p, nodes)
 		return st.Code() == fwk.Skip
 	}
 	for _, tc := range []struct {
@@ -306,7 +306,7 @@ func TestFloorVoided(t *testing.T) {
 		for _, numa := range []string{"0", "1"} {
 			infos[1].AddPod(on("b", pod("late-"+numa, "4", 8*gi, map[string]string{annotations.NUMANodes: numa})))
 		}
-		state := framework.NewCycleState()
+		state := newState()
 		if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() != fwk.Skip {
 			t.Fatalf("PreFilter = %v; the floor has not heard of the pods yet, want Skip", st)
 		}

@@ -21,7 +21,7 @@ func TestFilterRejectionMetric(t *testing.T) {
 	counter := filterRejections.WithLabelValues(reasonSingleNUMANode)
 	before, _ := testutil.GetCounterMetricValue(counter)
 	p := pod("p", "2", gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
-	state := framework.NewCycleState()
+	state := newState()
 	pl.PreFilter(context.Background(), state, p, nil)
 	if st := pl.Filter(context.Background(), state, p, ni); st.IsSuccess() {
 		t.Fatal("Filter passed a pod that fits no single NUMA node")

@@ -45,7 +45,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
@@ -79,7 +78,6 @@ type NodeInfos func(node string) (fwk.NodeInfo, error)
 type NUMAAware struct {
 	nodes     Nodes
 	nodeInfos NodeInfos
-	client    kubernetes.Interface
 	// ledger holds the NUMA nodes Reserve took for pods whose numa.sextant.io/nodes is
 	// not visible yet; FreeCapacity consults it only for pods without the annotation.
 	ledger *podledger.Ledger[reservation]
@@ -130,7 +128,6 @@ var (
 	_ fwk.PreScorePlugin    = &NUMAAware{}
 	_ fwk.ScorePlugin       = &NUMAAware{}
 	_ fwk.ReservePlugin     = &NUMAAware{}
-	_ fwk.PreBindPlugin     = &NUMAAware{}
 	_ fwk.EnqueueExtensions = &NUMAAware{}
 	_ fwk.SignPlugin        = &NUMAAware{}
 )
@@ -146,7 +143,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	if err != nil {
 		return nil, fmt.Errorf("numa plugin: %w", err)
 	}
-	pl := NewWith(store, h.ClientSet(), func(node string) (fwk.NodeInfo, error) {
+	pl := NewWith(store, func(node string) (fwk.NodeInfo, error) {
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	}).WithProfile(h)
 	if f := h.SharedInformerFactory(); f != nil {
@@ -162,9 +159,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
-func NewWith(nodes Nodes, client kubernetes.Interface, nodeInfos NodeInfos) *NUMAAware {
+func NewWith(nodes Nodes, nodeInfos NodeInfos) *NUMAAware {
 	registerMetrics()
-	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos, client: client,
+	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos,
 		ledger:    podledger.New[reservation](func(n int) { reservations.Set(float64(n)) }),
 		freeCache: nodecache.New[*v1alpha1.NodeTopology, nodeFree](heartbeat.SlotNUMAFree),
 		now:       time.Now}

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"testing"
 
+	"sextant.io/sextant/ranker/plugins/binder"
+
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -92,7 +94,7 @@ func newPlugin(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.Nod
 	for _, ni := range infos {
 		byName[ni.Node().Name] = ni
 	}
-	pl := NewWith(heartbeat.NewFromObjects(objs...), client, func(node string) (fwk.NodeInfo, error) {
+	pl := NewWith(heartbeat.NewFromObjects(objs...), func(node string) (fwk.NodeInfo, error) {
 		if ni, ok := byName[node]; ok {
 			return ni, nil
 		}
@@ -113,7 +115,7 @@ type result struct {
 func schedule(t *testing.T, pl *NUMAAware, p *v1.Pod, infos []*framework.NodeInfo) result {
 	t.Helper()
 	ctx := context.Background()
-	r := result{state: framework.NewCycleState(), filter: map[string]*fwk.Status{}, scores: map[string]int64{}}
+	r := result{state: newState(), filter: map[string]*fwk.Status{}, scores: map[string]int64{}}
 	_, r.prefilt = pl.PreFilter(ctx, r.state, p, list(infos))
 	if code := r.prefilt.Code(); code != fwk.Success && code != fwk.Skip {
 		return r
@@ -163,3 +165,11 @@ func schedule(t *testing.T, pl *NUMAAware, p *v1.Pod, infos []*framework.NodeInf
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// newState is a cycle's state with SextantBinder's staging area open, as its PreFilter
+// leaves it in a profile that binds with it.
+func newState() *framework.CycleState {
+	s := framework.NewCycleState()
+	binder.Open(s)
+	return s
+}

@@ -13,6 +13,7 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/plugins/binder"
 )
 
 // The seed's example: a pod asking 2 CPUs and 4 GiB; node-1 has NUMA nodes of 2 CPUs and
@@ -46,18 +47,8 @@ func TestSeedExample(t *testing.T) {
 	if st := pl.Reserve(ctx, r.state, p, "node-1"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if _, st := pl.PreBindPreFlight(ctx, r.state, p, "node-1"); !st.IsSuccess() {
-		t.Fatalf("PreBindPreFlight: %v", st)
-	}
-	if st := pl.PreBind(ctx, r.state, p, "node-1"); !st.IsSuccess() {
-		t.Fatalf("PreBind: %v", st)
-	}
-	got, err := client.CoreV1().Pods("default").Get(ctx, "seed", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v := got.Annotations[annotations.NUMANodes]; v != "0" {
-		t.Errorf("%s = %q, want \"0\"", annotations.NUMANodes, v)
+	if v := binder.Staged(r.state)[annotations.NUMANodes]; v != "0" {
+		t.Errorf("staged %s = %q, want \"0\"", annotations.NUMANodes, v)
 	}
 }
 
@@ -118,7 +109,7 @@ func TestFilter(t *testing.T) {
 			}
 			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topos...)
 			ctx := context.Background()
-			state := framework.NewCycleState()
+			state := newState()
 			_, st := pl.PreFilter(ctx, state, tc.pod, nil)
 			if st.Code() != tc.wantPre {
 				t.Fatalf("PreFilter = %v, want %v", st, tc.wantPre)
@@ -260,7 +251,7 @@ func TestReserveWithoutFilter(t *testing.T) {
 	if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	state := framework.NewCycleState()
+	state := newState()
 	if _, st := pl.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
 		t.Fatalf("PreFilter: %v", st)
 	}
@@ -276,23 +267,24 @@ func TestReserveWithoutFilter(t *testing.T) {
 	}
 }
 
-func TestPreBind(t *testing.T) {
+// TestReserveStagesForTheBinding: Reserve stages numa.sextant.io/nodes for
+// SextantBinder's Binding, the only way it reaches the pod; without a SextantBinder in
+// the profile it fails rather than decide something no node would carry out.
+func TestReserveStagesForTheBinding(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		topo      bool
 		pod       *v1.Pod
-		create    bool
-		stale     bool
-		wantSkip  bool
-		wantErr   bool
-		wantValue string
+		noBinder  bool
+		wantCode  fwk.Code
+		wantValue string // staged; "" = nothing staged
 	}{
-		{name: "stale value, new choice: replaced", topo: true, pod: pod("p", "1", gi, nil), create: true, stale: true, wantValue: "0"},
-		{name: "stale value, no topology: removed", pod: pod("p", "1", gi, nil), create: true, stale: true, wantValue: ""},
-		{name: "writes the chosen nodes", topo: true, pod: pod("p", "3", gi, nil), create: true, wantValue: "0,1"},
-		{name: "no CPU or memory asked: skipped", topo: true, pod: pod("p", "", 0, nil), create: true, wantSkip: true},
-		{name: "no topology: skipped", pod: pod("p", "1", gi, nil), create: true, wantSkip: true},
-		{name: "API error is returned", topo: true, pod: pod("p", "1", gi, nil), wantErr: true},
+		{name: "stages the chosen nodes", topo: true, pod: pod("p", "3", gi, nil), wantValue: "0,1"},
+		{name: "one NUMA node", topo: true, pod: pod("p", "1", gi, nil), wantValue: "0"},
+		{name: "no CPU or memory asked: nothing", topo: true, pod: pod("p", "", 0, nil)},
+		{name: "no topology: nothing", pod: pod("p", "1", gi, nil)},
+		{name: "no SextantBinder: an error", topo: true, pod: pod("p", "1", gi, nil), noBinder: true, wantCode: fwk.Error},
+		{name: "no SextantBinder, nothing to decide: fine", pod: pod("p", "1", gi, nil), noBinder: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ni := nodeInfo("n")
@@ -300,46 +292,28 @@ func TestPreBind(t *testing.T) {
 			if tc.topo {
 				topos = append(topos, uniform("n", 2, 2, 4*gi))
 			}
-			pl, client := newPlugin(t, []*framework.NodeInfo{ni}, topos...)
+			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topos...)
 			ctx := context.Background()
-			p := tc.pod
-			p.Annotations = map[string]string{"keep": "me"}
-			if tc.stale {
-				p.Annotations[annotations.NUMANodes] = "3" // from an attempt whose binding failed
-			}
-			if tc.create {
-				if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-					t.Fatal(err)
+			r := schedule(t, pl, tc.pod, []*framework.NodeInfo{ni})
+			state := r.state
+			if tc.noBinder {
+				state = framework.NewCycleState()
+				if _, st := pl.PreFilter(ctx, state, tc.pod, []fwk.NodeInfo{ni}); !st.IsSuccess() && !st.IsSkip() {
+					t.Fatalf("PreFilter: %v", st)
 				}
 			}
-			r := schedule(t, pl, p, []*framework.NodeInfo{ni})
-			if st := pl.Reserve(ctx, r.state, p, "n"); !st.IsSuccess() {
-				t.Fatalf("Reserve: %v", st)
+			st := pl.Reserve(ctx, state, tc.pod, "n")
+			if st.Code() != tc.wantCode {
+				t.Fatalf("Reserve = %v, want %v", st, tc.wantCode)
 			}
-			_, st := pl.PreBindPreFlight(ctx, r.state, p, "n")
-			if (st.Code() == fwk.Skip) != tc.wantSkip {
-				t.Fatalf("PreBindPreFlight = %v, want skip %v", st, tc.wantSkip)
-			}
-			if tc.wantSkip {
-				return
-			}
-			st = pl.PreBind(ctx, r.state, p, "n")
-			if tc.wantErr {
-				if st.Code() != fwk.Error || !strings.Contains(st.Message(), annotations.NUMANodes) {
-					t.Fatalf("PreBind = %v, want an error naming %s", st, annotations.NUMANodes)
+			if tc.wantCode == fwk.Error {
+				if !strings.Contains(st.Message(), "SextantBinder") {
+					t.Errorf("message %q does not name SextantBinder", st.Message())
 				}
 				return
 			}
-			if !st.IsSuccess() {
-				t.Fatalf("PreBind: %v", st)
-			}
-			got, err := client.CoreV1().Pods("default").Get(ctx, p.Name, metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			v, has := got.Annotations[annotations.NUMANodes]
-			if v != tc.wantValue || has != (tc.wantValue != "") || got.Annotations["keep"] != "me" {
-				t.Errorf("annotations = %v, want %s=%s and keep=me", got.Annotations, annotations.NUMANodes, tc.wantValue)
+			if got := binder.Staged(state)[annotations.NUMANodes]; got != tc.wantValue {
+				t.Errorf("staged %s=%q, want %q", annotations.NUMANodes, got, tc.wantValue)
 			}
 		})
 	}
@@ -362,7 +336,7 @@ func TestChoiceMemoIsPerRequest(t *testing.T) {
 		{pod("large", "3", 4*gi, nil), "0,1"}, // needs both
 		{pod("small-again", "1", gi, nil), "0"},
 	} {
-		state := framework.NewCycleState()
+		state := newState()
 		if _, st := pl.PreFilter(ctx, state, tc.pod, nil); !st.IsSuccess() {
 			t.Fatalf("%s: PreFilter: %v", tc.pod.Name, st)
 		}
@@ -402,7 +376,7 @@ func TestPreScoreSkipsEqualScores(t *testing.T) {
 			}
 			pl, _ := newPlugin(t, infos, tc.topos...)
 			ctx := context.Background()
-			state := framework.NewCycleState()
+			state := newState()
 			if _, st := pl.PreFilter(ctx, state, tc.pod, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
 			}

@@ -25,6 +25,9 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 	if !hasNUMA(topo) {
 		return nil // nothing to reserve or write: NUMA is unknown on this node
 	}
+	if !binder.Binds(state) {
+		return fwk.NewStatus(fwk.Error, msgNoBinder)
+	}
 	if pl.nodeInfos == nil {
 		return fwk.AsStatus(fmt.Errorf("numa reserve on node %s: no node lookup configured", nodeName))
 	}
@@ -57,6 +60,11 @@ type reservation struct {
 	nodes []int32
 	req   Request
 }
+
+// msgNoBinder is Reserve's error when no SextantBinder binds the pod: the choice would
+// reach the pod on nothing (the ranker may not patch pods), and a node that pinned or
+// handed out devices without it would not do what was decided.
+const msgNoBinder = "NUMAAware: the profile must enable SextantBinder as its binder (and disable DefaultBinder): the decision reaches the pod only on its Binding"
 
 // Unreserve releases the pod's reservation and what it staged for the Binding. It is
 // idempotent.
