@@ -37,6 +37,8 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   `# Meter the node's default-route NIC and the demo veth (scripts/demo-net.sh).` \
   --set "agent.interfaces={$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i == "dev") {print $(i+1); exit}}'),sxdemo0}" \
   --set "agent.nicCapacities={sxdemo0=200M}" \
+  `# The demo veth as a network of its own: the node's eth0 has no known speed.` \
+  --set-json 'agent.networks={"demo":["sxdemo0"]}' \
   `# Sidecars: the local containerd's socket. Pods labelled sextant.io/e2e-sidecar belong` \
   `# to the e2e tests, which run their own agent and webhook for them (test/e2e/sidecar_test.go).` \
   --set sidecar.criSocket="$state/run/containerd.sock" \
