@@ -252,9 +252,10 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 		t.Errorf("event message %q does not say which container and how it ended", ev.Message)
 	}
 	waitFor(t, "the recorded mark", func() bool { return strings.HasSuffix(rt.mark("proxy-a"), ":recorded") })
-	if got := testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultStopped)); got != 1 {
-		t.Errorf("sextant_sidecar_stops_total{result=stopped} = %v, want 1", got)
-	}
+	// The stop is counted after its mark is written.
+	waitFor(t, "sextant_sidecar_stops_total{result=stopped} to reach 1", func() bool {
+		return testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultStopped)) == 1
+	})
 	if n := testutil.CollectAndCount(h.metrics.stopSeconds); n != 1 {
 		t.Errorf("sextant_sidecar_stop_seconds has %d series, want 1", n)
 	}
@@ -382,6 +383,10 @@ func TestRestartRecordsUnrecordedStop(t *testing.T) {
 	if !strings.HasSuffix(rt.mark("proxy"), ":recorded") {
 		t.Errorf("mark = %q, want it recorded", rt.mark("proxy"))
 	}
+	// The latency is observed after the mark is written.
+	waitFor(t, "the stop's latency observed", func() bool {
+		return histogramOf(t, h.reg, "sextant_sidecar_stop_seconds").GetSampleCount() >= 1
+	})
 	hist := histogramOf(t, h.reg, "sextant_sidecar_stop_seconds")
 	if hist.GetSampleCount() != 1 || fmt.Sprintf("%.1f", hist.GetSampleSum()) != "0.3" {
 		t.Errorf("stop_seconds: %d samples summing to %vs; want one of 0.3s (sidecar finish - main finish)", hist.GetSampleCount(), hist.GetSampleSum())
