@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/parallelize"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
@@ -31,6 +33,7 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/bandwidth"
+	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
 	"sextant.io/sextant/ranker/plugins/numahint"
@@ -154,6 +157,7 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 				numahint.Default.Register(h, d)
 				return d, nil
 			},
+			binder.Name: binder.New,
 		}
 		if err := registry.Merge(sextant); err != nil {
 			b.Fatal(err)
@@ -163,6 +167,11 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 			// As the chart configures them: sextant's Filters before kube-scheduler's.
 			profile.Plugins.Filter.Enabled = append(profile.Plugins.Filter.Enabled, config.Plugin{Name: n})
 		}
+		// And SextantBinder in DefaultBinder's place, which NUMAAware and DeviceAware
+		// require (its PreFilter, which opens the cycle's staging area, is measured).
+		profile.Plugins.MultiPoint.Enabled = slices.DeleteFunc(profile.Plugins.MultiPoint.Enabled,
+			func(p config.Plugin) bool { return p.Name == defaultbinder.Name })
+		profile.Plugins.MultiPoint.Enabled = append(profile.Plugins.MultiPoint.Enabled, config.Plugin{Name: binder.Name})
 	}
 	client := fake.NewClientset()
 	snapshot := schedcache.NewSnapshot(nil, nodes)

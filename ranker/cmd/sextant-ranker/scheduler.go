@@ -32,10 +32,10 @@ import (
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
-// newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with two steps
-// added: the GC settings of gc (nil: none) once logging is set up, and
-// trimHeartbeatInformers between app.Setup and app.Run. kube-scheduler has no
-// hook there, and the options that app.Setup and app.Run take are local to
+// newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with steps
+// added: the GC settings of gc (nil: none) once logging is set up, and checkBinder and
+// trimHeartbeatInformers between app.Setup and app.Run. kube-scheduler has no hook
+// there, and the options that app.Setup and app.Run take are local to
 // app.NewSchedulerCommand, hence the copy; TestSchedulerCommandFlags keeps its flags
 // equal to kube-scheduler's.
 func newSchedulerCommand(gc *gcsettings.Options, registryOptions ...app.Option) *cobra.Command {
@@ -44,7 +44,9 @@ func newSchedulerCommand(gc *gcsettings.Options, registryOptions ...app.Option) 
 		Use: "sextant-ranker",
 		Long: `sextant-ranker is kube-scheduler with sextant's plugins registered: BandwidthAware,
 NUMAAware, DeviceAware and SextantBinder. Enable them in a profile of a
-KubeSchedulerConfiguration (--config). Every kube-scheduler flag applies.`,
+KubeSchedulerConfiguration (--config); a profile that enables NUMAAware or DeviceAware
+must bind with SextantBinder instead of DefaultBinder, or sextant-ranker does not
+start. Every kube-scheduler flag applies.`,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			// Feature gates must be set before RunE.
 			return opts.ComponentGlobalsRegistry.Set()
@@ -76,8 +78,10 @@ KubeSchedulerConfiguration (--config). Every kube-scheduler flag applies.`,
 	return cmd
 }
 
-// runScheduler is kube-scheduler's runCommand with the GC settings applied after logging
-// and trimHeartbeatInformers after Setup.
+// runScheduler is kube-scheduler's runCommand with the GC settings applied after logging,
+// and checkBinder and trimHeartbeatInformers after Setup: the profiles are known only
+// once Setup has loaded the configuration with kube-scheduler's defaults, and the
+// scheduler has not run yet.
 func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Options, registryOptions ...app.Option) error {
 	verflag.PrintAndExitIfRequested()
 	fg := opts.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
@@ -160,8 +164,12 @@ func trimHeartbeatInformers(ctx context.Context, cc *schedulerconfig.CompletedCo
 
 // checkBinder refuses profiles that enable NUMAAware or DeviceAware without SextantBinder
 // as their binder: their decisions reach a pod only on its Binding (the ranker may not
-// patch pods), so such a profile would decide what no node carries out. Their Reserve
-// would fail for every pod with a decision; this says so at startup instead.
+// patch pods, and an admission policy refuses the annotations on any pod write), so such
+// a profile would decide what no node carries out. Their Reserve would fail for every
+// pod with a decision; this says so at startup instead, naming each such profile. A
+// plugin counts as enabled where it decides, at Reserve; the binder must be SextantBinder
+// without DefaultBinder at Bind (the first binder that does not skip binds, and
+// DefaultBinder binds without the annotations).
 func checkBinder(profiles []config.KubeSchedulerProfile) error {
 	var errs []error
 	for _, p := range profiles {
@@ -185,8 +193,14 @@ func checkBinder(profiles []config.KubeSchedulerProfile) error {
 	return errors.Join(errs...)
 }
 
-// enabledAt reports whether plugin name runs at the extension point set, enabled there or
-// through multiPoint and not disabled there.
+// enabledAt reports whether plugin name runs at the extension point set of a profile
+// with kube-scheduler's defaults applied (as loaded from --config), by the rule of its
+// framework runtime: enabled at the point itself, or enabled under multiPoint and not
+// disabled at the point (by name or "*"). multiPoint's own disabled list is not
+// consulted: the defaults were merged into multiPoint's enabled list with it already, so
+// multiPoint disabled "*" drops kube-scheduler's defaults but not the plugins listed
+// beside it. TestCheckBinder holds this to what the runtime builds. Whether the plugin
+// implements the point is not checked: the callers ask only where their plugins do.
 func enabledAt(plugins *config.Plugins, set config.PluginSet, name string) bool {
 	for _, p := range set.Enabled {
 		if p.Name == name {
@@ -194,11 +208,6 @@ func enabledAt(plugins *config.Plugins, set config.PluginSet, name string) bool 
 		}
 	}
 	for _, p := range set.Disabled {
-		if p.Name == name || p.Name == "*" {
-			return false
-		}
-	}
-	for _, p := range plugins.MultiPoint.Disabled {
 		if p.Name == name || p.Name == "*" {
 			return false
 		}

@@ -1,13 +1,30 @@
 package main
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2/ktesting"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
+	"sextant.io/sextant/ranker/plugins/bandwidth"
+	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/devices"
+	"sextant.io/sextant/ranker/plugins/numa"
 	"sextant.io/sextant/ranker/profile"
 )
 
@@ -40,11 +57,15 @@ func TestSchedulerCommandFlags(t *testing.T) {
 }
 
 // TestCheckBinder: a profile that enables NUMAAware or DeviceAware must bind with
-// SextantBinder; the chart's profile does.
+// SextantBinder; the chart's profile and profile.Plugins (the end-to-end tests' and make
+// bench-ranker's) do. For every profile, what checkBinder takes to run at Reserve and at
+// Bind is what kube-scheduler's framework runtime builds from it.
 func TestCheckBinder(t *testing.T) {
-	if err := checkBinder([]config.KubeSchedulerProfile{*chartProfile(t)}); err != nil {
+	chart := chartProfile(t)
+	if err := checkBinder([]config.KubeSchedulerProfile{*chart}); err != nil {
 		t.Errorf("the chart's profile: %v", err)
 	}
+	agreesWithRuntime(t, chart)
 	head := "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nprofiles:\n- schedulerName: s\n"
 	for _, tc := range []struct {
 		name, plugins string
@@ -57,6 +78,11 @@ func TestCheckBinder(t *testing.T) {
       enabled:
       - name: NUMAAware
 `, []string{`profile "s"`, "NUMAAware", "SextantBinder", "DefaultBinder"}},
+		{"DeviceAware with DefaultBinder", `  plugins:
+    multiPoint:
+      enabled:
+      - name: DeviceAware
+`, []string{`profile "s"`, "enables DeviceAware without SextantBinder"}},
 		{"both, SextantBinder beside DefaultBinder", `  plugins:
     multiPoint:
       enabled:
@@ -64,6 +90,19 @@ func TestCheckBinder(t *testing.T) {
       - name: DeviceAware
       - name: SextantBinder
 `, []string{"NUMAAware and DeviceAware", "disable DefaultBinder"}},
+		{"SextantBinder enabled, but not at bind", `  plugins:
+    multiPoint:
+      enabled:
+      - name: NUMAAware
+      - name: SextantBinder
+      disabled:
+      - name: DefaultBinder
+    bind:
+      enabled:
+      - name: DefaultBinder
+      disabled:
+      - name: SextantBinder
+`, []string{"NUMAAware without SextantBinder"}},
 		{"DeviceAware at reserve only, SextantBinder at bind", `  plugins:
     reserve:
       enabled:
@@ -74,6 +113,34 @@ func TestCheckBinder(t *testing.T) {
       disabled:
       - name: '*'
 `, nil},
+		// multiPoint disabled "*" drops kube-scheduler's defaults, not the plugins
+		// listed beside it.
+		{"multiPoint replaced, SextantBinder binds", `  plugins:
+    multiPoint:
+      enabled:
+      - name: PrioritySort
+      - name: NUMAAware
+      - name: SextantBinder
+      disabled:
+      - name: '*'
+`, nil},
+		{"multiPoint replaced, DefaultBinder binds", `  plugins:
+    multiPoint:
+      enabled:
+      - name: PrioritySort
+      - name: NUMAAware
+      - name: DefaultBinder
+      disabled:
+      - name: '*'
+`, []string{"NUMAAware without SextantBinder"}},
+		{"NUMAAware not at reserve decides nothing", `  plugins:
+    multiPoint:
+      enabled:
+      - name: NUMAAware
+    reserve:
+      disabled:
+      - name: NUMAAware
+`, nil},
 		{"BandwidthAware alone needs no binder of ours", `  plugins:
     multiPoint:
       enabled:
@@ -83,6 +150,7 @@ func TestCheckBinder(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := loadProfile(t, tc.name, head+tc.plugins)
 			err := checkBinder([]config.KubeSchedulerProfile{*p})
+			agreesWithRuntime(t, p)
 			if len(tc.wantErr) == 0 {
 				if err != nil {
 					t.Fatal(err)
@@ -99,4 +167,74 @@ func TestCheckBinder(t *testing.T) {
 			}
 		})
 	}
+	// Every bad profile is named, the good ones not.
+	good, bad := *loadProfile(t, "good", head+profile.Plugins), *loadProfile(t, "bad", head+"  plugins:\n    multiPoint:\n      enabled:\n      - name: DeviceAware\n")
+	good.SchedulerName, bad.SchedulerName = "good", "bad"
+	bad2 := bad
+	bad2.SchedulerName = "bad2"
+	err := checkBinder([]config.KubeSchedulerProfile{good, bad, bad2})
+	if err == nil || strings.Contains(err.Error(), `"good"`) || !strings.Contains(err.Error(), `"bad"`) || !strings.Contains(err.Error(), `"bad2"`) {
+		t.Errorf("three profiles, two bad: %v", err)
+	}
 }
+
+// agreesWithRuntime fails unless enabledAt says of NUMAAware and DeviceAware at Reserve,
+// and of SextantBinder and DefaultBinder at Bind, what the framework kube-scheduler
+// builds from prof runs there. Stand-ins take the sextant plugins' places: where the
+// runtime puts a plugin depends only on its name and the extension points it implements.
+func agreesWithRuntime(t *testing.T, prof *config.KubeSchedulerProfile) {
+	t.Helper()
+	schedmetrics.Register()
+	registry := plugins.NewInTreeRegistry()
+	stand := func(p fwk.Plugin) frameworkruntime.PluginFactory {
+		return func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) { return p, nil }
+	}
+	for name, p := range map[string]fwk.Plugin{
+		bandwidth.Name: filterStandIn(bandwidth.Name),
+		numa.Name:      deciderStandIn(numa.Name),
+		devices.Name:   deciderStandIn(devices.Name),
+		binder.Name:    binderStandIn(binder.Name),
+	} {
+		if err := registry.Register(name, stand(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	client := fake.NewClientset()
+	_, ctx := ktesting.NewTestContext(t)
+	fw, err := frameworkruntime.NewFramework(ctx, registry, prof,
+		frameworkruntime.WithClientSet(client),
+		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
+		frameworkruntime.WithSnapshotSharedLister(schedcache.NewEmptySnapshot()))
+	if err != nil {
+		t.Fatalf("kube-scheduler's framework refuses the profile: %v", err)
+	}
+	built := fw.ListPlugins()
+	for _, c := range []struct {
+		point     string
+		set, runs config.PluginSet
+		names     []string
+	}{
+		{"Reserve", prof.Plugins.Reserve, built.Reserve, []string{numa.Name, devices.Name}},
+		{"Bind", prof.Plugins.Bind, built.Bind, []string{binder.Name, defaultbinder.Name}},
+	} {
+		for _, name := range c.names {
+			runs := slices.ContainsFunc(c.runs.Enabled, func(p config.Plugin) bool { return p.Name == name })
+			if got := enabledAt(prof.Plugins, c.set, name); got != runs {
+				t.Errorf("enabledAt(%s, %s) = %t, but the runtime runs it there: %t (%v)", c.point, name, got, runs, c.runs.Enabled)
+			}
+		}
+	}
+}
+
+// deciderStandIn implements the extension points through which NUMAAware and DeviceAware
+// decide: Filter and Reserve.
+type deciderStandIn string
+
+func (p deciderStandIn) Name() string { return string(p) }
+func (deciderStandIn) Filter(context.Context, fwk.CycleState, *corev1.Pod, fwk.NodeInfo) *fwk.Status {
+	return nil
+}
+func (deciderStandIn) Reserve(context.Context, fwk.CycleState, *corev1.Pod, string) *fwk.Status {
+	return nil
+}
+func (deciderStandIn) Unreserve(context.Context, fwk.CycleState, *corev1.Pod, string) {}

@@ -12,7 +12,7 @@ import (
 func TestStagingNeedsThePreFilter(t *testing.T) {
 	state := framework.NewCycleState()
 	if Stage(state, "a", "1") {
-		t.Fatal("Stage succeeded without SextantBinder's PreFilter: the caller would skip its own write and lose the annotation")
+		t.Fatal("Stage succeeded without SextantBinder's PreFilter: the caller would take for carried to the pod a decision nothing carries")
 	}
 	if Binds(state) || Staged(state) != nil {
 		t.Fatal("something is staged without a staging area")

@@ -2,7 +2,8 @@
 // handshake: it keeps only nodes with enough healthy, unallocated devices of each kind the
 // pod requests (extended resources sextant.io/<kind>), prefers nodes where those devices
 // sit on the NUMA nodes NUMAAware chose for the pod, picks the exact device IDs in
-// Reserve, and writes them onto the pod (devices.sextant.io/allocated) before it is bound.
+// Reserve, and puts them on the pod's Binding (devices.sextant.io/allocated, staged for
+// SextantBinder, which the profile must bind with: the ranker does not write pods).
 //
 // A device is allocated when its PCI address is listed in the
 // devices.sextant.io/allocated annotation of a pod on the node, or reserved by this

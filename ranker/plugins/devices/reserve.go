@@ -50,9 +50,9 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 }
 
 // msgNoBinder is Reserve's error when no SextantBinder binds the pod: the choice would
-// reach the pod on nothing (the ranker may not patch pods), and a node that pinned or
-// handed out devices without it would not do what was decided.
-const msgNoBinder = "DeviceAware: the profile must enable SextantBinder as its binder (and disable DefaultBinder): the decision reaches the pod only on its Binding"
+// reach the pod on nothing (the ranker may not patch pods), and the node would not hand
+// the pod the devices reserved for it.
+const msgNoBinder = Name + ": the profile must enable " + binder.Name + " as its binder (and disable DefaultBinder): the decision reaches the pod only on its Binding"
 
 // Unreserve releases the pod's devices and what it staged for the Binding. It is
 // idempotent.

@@ -2,7 +2,9 @@
 // node, the smallest set of NUMA nodes whose free CPU, memory and devices of every
 // requested kind together hold the pod (devices as DeviceAware reports them, see
 // numahint), ranks nodes by it (fewer NUMA nodes better, ties by NUMA distance), can make
-// "fits in one NUMA node" a hard filter, and puts the set on the pod's Binding.
+// "fits in one NUMA node" a hard filter, and puts the set on the pod's Binding
+// (numa.sextant.io/nodes, staged in Reserve for SextantBinder, which the profile must
+// bind with: the ranker does not write pods).
 //
 // Free capacity per NUMA node is the agent's NodeTopology (CPUs and memoryBytes of each
 // NUMA node) minus what the pods already on the node and its kubelet take there. A pod
