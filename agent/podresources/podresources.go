@@ -53,3 +53,26 @@ func (c *Client) StaticCPUManager(ctx context.Context) (bool, error) {
 	}
 	return len(resp.GetCpuIds()) > 0, nil
 }
+
+// List returns what the kubelet assigned to every container of its node's pods.
+func (c *Client) List(ctx context.Context) ([]*podresourcesapi.PodResources, error) {
+	resp, err := c.api.List(ctx, &podresourcesapi.ListPodResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("ask the kubelet for its pods' resources: %w", err)
+	}
+	return resp.GetPodResources(), nil
+}
+
+// DeviceResources returns the resource names the kubelet's device manager serves
+// devices of (those of registered device plugins).
+func (c *Client) DeviceResources(ctx context.Context) (map[string]bool, error) {
+	resp, err := c.api.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("ask the kubelet for its allocatable resources: %w", err)
+	}
+	out := map[string]bool{}
+	for _, d := range resp.GetDevices() {
+		out[d.GetResourceName()] = true
+	}
+	return out, nil
+}

@@ -12,11 +12,17 @@ import (
 
 type fakeKubelet struct {
 	podresourcesapi.UnimplementedPodResourcesListerServer
-	cpus []int64
+	cpus    []int64
+	devices []*podresourcesapi.ContainerDevices
+	pods    []*podresourcesapi.PodResources
 }
 
 func (f *fakeKubelet) GetAllocatableResources(context.Context, *podresourcesapi.AllocatableResourcesRequest) (*podresourcesapi.AllocatableResourcesResponse, error) {
-	return &podresourcesapi.AllocatableResourcesResponse{CpuIds: f.cpus}, nil
+	return &podresourcesapi.AllocatableResourcesResponse{CpuIds: f.cpus, Devices: f.devices}, nil
+}
+
+func (f *fakeKubelet) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return &podresourcesapi.ListPodResourcesResponse{PodResources: f.pods}, nil
 }
 
 func serve(t *testing.T, f *fakeKubelet) string {
@@ -52,5 +58,29 @@ func TestStaticCPUManager(t *testing.T) {
 	defer c3.Close()
 	if _, err := c3.StaticCPUManager(context.Background()); err == nil {
 		t.Error("no kubelet: no error")
+	}
+}
+
+func TestListAndDeviceResources(t *testing.T) {
+	f := &fakeKubelet{
+		devices: []*podresourcesapi.ContainerDevices{
+			{ResourceName: "sextant.io/gpu", DeviceIds: []string{"0000:3b:00.0"}},
+			{ResourceName: "sextant.io/gpu", DeviceIds: []string{"0000:3c:00.0"}},
+			{ResourceName: "example.com/fpga", DeviceIds: []string{"f0"}},
+		},
+		pods: []*podresourcesapi.PodResources{{Name: "p", Namespace: "ns", Containers: []*podresourcesapi.ContainerResources{{Name: "c"}}}},
+	}
+	c, err := Dial(serve(t, f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	got, err := c.DeviceResources(context.Background())
+	if err != nil || len(got) != 2 || !got["sextant.io/gpu"] || !got["example.com/fpga"] {
+		t.Errorf("DeviceResources = %v, %v", got, err)
+	}
+	pods, err := c.List(context.Background())
+	if err != nil || len(pods) != 1 || pods[0].GetName() != "p" {
+		t.Errorf("List = %v, %v", pods, err)
 	}
 }

@@ -4,55 +4,56 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"sextant.io/sextant/api/v1alpha1"
 )
 
-// DeviceCounts counts the healthy devices of each advertised kind as extended resources.
-func DeviceCounts(t v1alpha1.Topology) corev1.ResourceList {
-	counts := map[v1alpha1.DeviceKind]int64{}
-	for _, d := range t.PCIDevices {
-		if d.Health == v1alpha1.Healthy {
-			counts[d.Kind]++
-		}
-	}
-	out := corev1.ResourceList{}
-	// "other" (host bridges, DMA engines, USB controllers) is not something to hand to
-	// a pod, so only the requestable kinds are advertised.
-	for _, k := range v1alpha1.RequestableDeviceKinds {
-		out[k.ResourceName()] = *resource.NewQuantity(counts[k], resource.DecimalSI)
-	}
-	return out
-}
-
-// advertise sets the node's capacity of the device resources to the healthy counts, so
-// the scheduler's resource fit counts them; the kubelet carries capacity over into
-// allocatable. It patches only when a count differs.
-func advertise(ctx context.Context, kube kubernetes.Interface, nodeName string, want corev1.ResourceList) error {
+// RemoveStaleDeviceCapacity removes from the node's capacity and allocatable the
+// sextant.io/<kind> entries that no device plugin registered with the kubelet serves
+// (served(resource) false): agents before the device plugin patched the healthy counts
+// there themselves, and the kubelet never removes an extended resource it does not
+// manage, so they would stay, counting devices nothing hands out. Entries the kubelet
+// manages are left to it. It patches only when there is something to remove.
+func RemoveStaleDeviceCapacity(ctx context.Context, kube kubernetes.Interface, nodeName string, served func(resource string) bool) ([]string, error) {
 	node, err := kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("get node %s: %w", nodeName, err)
+		return nil, fmt.Errorf("get node %s: %w", nodeName, err)
 	}
-	changed := corev1.ResourceList{}
-	for name, q := range want {
-		if have, ok := node.Status.Capacity[name]; !ok || have.Cmp(q) != 0 {
-			changed[name] = q
+	stale := map[string]any{}
+	var names []string
+	for _, list := range []map[string]bool{keys(node.Status.Capacity), keys(node.Status.Allocatable)} {
+		for name := range list {
+			if !strings.HasPrefix(name, v1alpha1.ResourcePrefix) || served(name) {
+				continue
+			}
+			if _, seen := stale[name]; !seen {
+				names = append(names, name)
+			}
+			stale[name] = nil
 		}
 	}
-	if len(changed) == 0 {
-		return nil
+	if len(stale) == 0 {
+		return nil, nil
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": changed}})
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": stale, "allocatable": stale}})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := kube.CoreV1().Nodes().PatchStatus(ctx, nodeName, patch); err != nil {
-		return fmt.Errorf("advertise devices on node %s: %w", nodeName, err)
+		return nil, fmt.Errorf("remove stale device capacity of node %s: %w", nodeName, err)
 	}
-	return nil
+	return names, nil
+}
+
+func keys(m corev1.ResourceList) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k := range m {
+		out[string(k)] = true
+	}
+	return out
 }

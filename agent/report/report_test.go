@@ -431,6 +431,11 @@ func TestTopologyReporter(t *testing.T) {
 	dyn, kube := newFakes(t, prev)
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
 	r := NewTopologyReporter(TopologyConfig{AgentVersion: "test"}, dyn, kube, "node-1", NewMetrics(nil), clk)
+	var offered []v1alpha1.PCIDevice
+	r.OnDevices = func(devs []v1alpha1.PCIDevice) map[string]string {
+		offered = slices.Clone(devs)
+		return map[string]string{"0000:3c:00.0": "exclude:address=0000:3c:00.0"}
+	}
 	ctx := context.Background()
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -455,16 +460,29 @@ func TestTopologyReporter(t *testing.T) {
 	if s := nt.Status.Summary; s == nil || s.Devices != 2 || s.UnhealthyDevices != 1 || s.CPUs != 2 || s.NUMANodes != 1 {
 		t.Errorf("summary = %+v, want 1 NUMA node, 2 CPUs, 2 devices, 1 unhealthy", s)
 	}
-	advertised, err := kube.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if len(offered) != 2 || offered[1].Health != v1alpha1.Unhealthy {
+		t.Errorf("devices given to OnDevices = %+v, want both GPUs, the vanished one Unhealthy", offered)
 	}
-	if q := advertised.Status.Capacity["sextant.io/gpu"]; q.Value() != 1 {
-		t.Errorf("node capacity sextant.io/gpu = %s, want 1 (the healthy GPU)", q.String())
+	if got := nt.Status.PCIDevices[1].Excluded; got != "exclude:address=0000:3c:00.0" {
+		t.Errorf("excluded = %q, want the reason OnDevices gave", got)
 	}
-	if q, ok := advertised.Status.Capacity["sextant.io/nvme"]; !ok || q.Value() != 0 {
-		t.Errorf("node capacity sextant.io/nvme = %v (present %v), want 0", q, ok)
+	if nt.Status.PCIDevices[0].Excluded != "" || nt.Status.PCIDevices[0].Holder != nil {
+		t.Errorf("the first GPU published as %+v, want neither excluded nor held", nt.Status.PCIDevices[0])
 	}
+	// The audit finds a pod holding the first GPU: published with the next offer.
+	r.SetHolders(map[string]v1alpha1.DeviceHolder{"0000:3b:00.0": {Namespace: "ns", Name: "train", UID: "u1"}})
+	clk.SetTime(clk.Now().Add(time.Second))
+	if wrote, err := r.Offer(ctx, now); !wrote || err != nil {
+		t.Fatalf("offer after a holder appeared: wrote %v err %v", wrote, err)
+	}
+	if h := get().Status.PCIDevices[0].Holder; h == nil || h.Name != "train" || h.UID != "u1" {
+		t.Errorf("holder = %+v, want ns/train", h)
+	}
+	r.SetHolders(nil)
+	if wrote, _ := r.Offer(ctx, now); !wrote {
+		t.Error("the holder's going was not written")
+	}
+	nt = get()
 	if len(nt.Status.NICs) != 1 || nt.Status.NICs[0].Name != "eth0" {
 		t.Errorf("published NICs = %+v, want only the PCI-backed eth0", nt.Status.NICs)
 	}
@@ -488,11 +506,60 @@ func TestTopologyReporter(t *testing.T) {
 	if s := get().Status.Summary; s.UnhealthyDevices != 0 {
 		t.Errorf("after the GPU came back: %d unhealthy, want 0", s.UnhealthyDevices)
 	}
-	if n, _ := kube.CoreV1().Nodes().Get(ctx, "node-1", metav1.GetOptions{}); n.Status.Capacity.Name("sextant.io/gpu", "").Value() != 2 {
-		t.Errorf("after the GPU came back: capacity sextant.io/gpu = %v, want 2", n.Status.Capacity.Name("sextant.io/gpu", ""))
+	if len(offered) != 2 || offered[1].Health != v1alpha1.Healthy {
+		t.Errorf("after the GPU came back, OnDevices got %+v", offered)
+	}
+	for _, a := range kube.Actions() {
+		if a.GetVerb() == "patch" && a.GetResource().Resource == "nodes" {
+			t.Errorf("the reporter patched the Node: %v (the device plugin advertises devices)", a)
+		}
 	}
 	clk.SetTime(clk.Now().Add(10 * time.Minute))
 	if wrote, _ := r.Offer(ctx, topo); !wrote {
 		t.Error("no write at the resync")
+	}
+}
+
+// TestRemoveStaleDeviceCapacity: what agents before the device plugin patched onto the
+// Node goes, unless a registered plugin serves it; nothing else is touched.
+func TestRemoveStaleDeviceCapacity(t *testing.T) {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Status: corev1.NodeStatus{
+		Capacity: corev1.ResourceList{"sextant.io/gpu": resource.MustParse("2"), "sextant.io/nvme": resource.MustParse("0"),
+			corev1.ResourceCPU: resource.MustParse("8"), "example.com/fpga": resource.MustParse("1")},
+		Allocatable: corev1.ResourceList{"sextant.io/gpu": resource.MustParse("2"), "sextant.io/nic": resource.MustParse("1"),
+			corev1.ResourceCPU: resource.MustParse("8")},
+	}}
+	kube := kubefake.NewClientset(node)
+	served := map[string]bool{"sextant.io/gpu": true}
+	removed, err := RemoveStaleDeviceCapacity(context.Background(), kube, "node-1", func(r string) bool { return served[r] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(removed)
+	if !slices.Equal(removed, []string{"sextant.io/nic", "sextant.io/nvme"}) {
+		t.Errorf("removed %v, want sextant.io/nic and sextant.io/nvme", removed)
+	}
+	got, _ := kube.CoreV1().Nodes().Get(context.Background(), "node-1", metav1.GetOptions{})
+	for _, want := range []string{"sextant.io/gpu", "cpu", "example.com/fpga"} {
+		if _, ok := got.Status.Capacity[corev1.ResourceName(want)]; !ok {
+			t.Errorf("capacity lost %s: %v", want, got.Status.Capacity)
+		}
+	}
+	for _, gone := range []corev1.ResourceName{"sextant.io/nvme", "sextant.io/nic"} {
+		if _, ok := got.Status.Capacity[gone]; ok {
+			t.Errorf("capacity still has %s", gone)
+		}
+		if _, ok := got.Status.Allocatable[gone]; ok {
+			t.Errorf("allocatable still has %s", gone)
+		}
+	}
+	kube.ClearActions()
+	if removed, err := RemoveStaleDeviceCapacity(context.Background(), kube, "node-1", func(r string) bool { return served[r] }); err != nil || len(removed) != 0 {
+		t.Errorf("second pass removed %v, %v", removed, err)
+	}
+	for _, a := range kube.Actions() {
+		if a.GetVerb() == "patch" {
+			t.Error("patched with nothing to remove")
+		}
 	}
 }

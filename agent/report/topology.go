@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,10 +28,16 @@ type TopologyConfig struct {
 }
 
 // TopologyReporter writes the node's NodeTopology when the topology or a device's health
-// changed, and at every resync; with each write it advertises the healthy device counts
-// as the node's sextant.io/<kind> extended resources.
+// changed, and at every resync.
 type TopologyReporter struct {
-	cfg       TopologyConfig
+	cfg TopologyConfig
+	// OnDevices, if set, is given the node's devices with their health on every Offer
+	// (the device plugin's list; it acts only on changes) and returns, by PCI address,
+	// the devices kept from pods and why, published as each device's excluded.
+	OnDevices func([]v1alpha1.PCIDevice) map[string]string
+
+	mu        sync.Mutex
+	holders   map[string]v1alpha1.DeviceHolder
 	w         *writer
 	clock     clock.PassiveClock
 	tracker   *topology.Tracker
@@ -80,6 +88,24 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 	next.PCIDevices = r.tracker.Update(read.PCIDevices)
 	next.NICs = physicalNICs(read.NICs)
 	topology.Normalize(&next)
+	var excluded map[string]string
+	if r.OnDevices != nil {
+		excluded = r.OnDevices(next.PCIDevices)
+	}
+	r.mu.Lock()
+	holders := r.holders
+	r.mu.Unlock()
+	if len(excluded) > 0 || len(holders) > 0 {
+		// The tracker's slice is its own: publish a copy with the pod-side state.
+		next.PCIDevices = slices.Clone(next.PCIDevices)
+		for i := range next.PCIDevices {
+			d := &next.PCIDevices[i]
+			d.Excluded = excluded[d.Address]
+			if h, ok := holders[d.Address]; ok {
+				d.Holder = &h
+			}
+		}
+	}
 	now := r.clock.Now()
 	if r.last != nil && now.Sub(r.lastWrite) < r.cfg.Resync && equality.Semantic.DeepEqual(*r.last, next) {
 		return false, nil
@@ -95,7 +121,15 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 		return false, err
 	}
 	r.last, r.lastWrite = &next, now
-	return true, advertise(ctx, r.w.nodes, r.w.nodeName, DeviceCounts(next))
+	return true, nil
+}
+
+// SetHolders makes holders (by PCI address, the pods the kubelet assigned devices to)
+// part of what the next Offer publishes.
+func (r *TopologyReporter) SetHolders(holders map[string]v1alpha1.DeviceHolder) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.holders = holders
 }
 
 // Run reads the topology every interval and offers it, until ctx ends.

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // NodeTopology is the shape of one node: NUMA nodes with their CPUs, memory and
@@ -166,6 +167,29 @@ type PCIDevice struct {
 	// +kubebuilder:validation:MaxLength=64
 	PCIeRoot string       `json:"pcieRoot,omitempty"`
 	Health   DeviceHealth `json:"health"`
+	// Holder is the pod the kubelet assigned the device to, from its PodResources:
+	// pods of any scheduler. The ranker never picks a held device.
+	// +optional
+	Holder *DeviceHolder `json:"holder,omitempty"`
+	// Excluded says why the node keeps the device from pods (a NIC the node's own
+	// traffic uses, a drive backing its filesystems, an operator's rule); absent when
+	// pods may have it. The ranker never picks an excluded device.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Excluded string `json:"excluded,omitempty"`
+}
+
+// DeviceHolder names the pod a device is assigned to.
+type DeviceHolder struct {
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// UID is absent when the agent has not seen the pod yet.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=36
+	UID types.UID `json:"uid,omitempty"`
 }
 
 // NIC is one network interface.

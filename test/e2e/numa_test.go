@@ -7,10 +7,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,6 +24,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"sextant.io/sextant/agent/deviceplugin"
+	"sextant.io/sextant/agent/podresources"
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
@@ -231,7 +237,9 @@ type numaHarness struct {
 	numaCPUs  map[string]string // NUMA node ID -> its CPUs in the split tree
 	// accelerators are the split tree's accelerators: PCI address -> NUMA node ID.
 	accelerators map[string]string
-	allCPUs      string
+	// sysfsRoot is the split tree the agent reads.
+	sysfsRoot string
+	allCPUs   string
 }
 
 func newNUMAHarness(t *testing.T) *numaHarness {
@@ -243,7 +251,7 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 	sock := containerdSocket(t)
 	prSock := podResourcesSocket(t)
 	online, _ := os.ReadFile("/sys/devices/system/cpu/online")
-	h := &numaHarness{t: t, numaCPUs: numaCPUs, accelerators: accelerators, allCPUs: strings.TrimSpace(string(online))}
+	h := &numaHarness{t: t, numaCPUs: numaCPUs, accelerators: accelerators, sysfsRoot: root, allCPUs: strings.TrimSpace(string(online))}
 
 	takeOverLocalAgent(t)
 	pair := newVethPair(t, 7, "1gbit")
@@ -253,6 +261,9 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 		"--node-name", local.nodeName, "--metrics-addr", metricsAddr,
 		"--sysfs-root", root, "--topology-interval", "1s", "--numa-resync", "2s",
 		"--cri-endpoint", "unix://" + sock, "--pod-resources-socket", prSock, "--sidecar-terminator=false",
+		// The device plugin serves the tree's accelerators to the real kubelet, whose
+		// device-plugins directory is /var/lib/kubelet/device-plugins whatever its root.
+		"--device-plugin-dir", pluginapi.DevicePluginPath, "--device-audit-interval", "2s",
 		"--netns", "/var/run/netns/" + pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=1G"}}
 	h.agent.start()
 	eventually(t, time.Minute, func() (bool, string) {
@@ -659,6 +670,157 @@ func TestNUMADevicesSpanNodes(t *testing.T) {
 	all := topology.FormatCPUList(append(mustCPUs(t, h.numaCPUs["0"]), mustCPUs(t, h.numaCPUs["1"])...))
 	h.checkFirst("wide", "main", all)
 	checkContainerCgroups(t, h.ns, "wide", all)
+}
+
+// TestDeviceExactIDs: the device plugin hands each container exactly the devices the
+// ranker wrote into its pod. Two pods of two accelerators each run at once on the split
+// tree's four: each container's SEXTANT_ACCELERATOR lists its annotated IDs, the
+// kubelet's PodResources agree, and the sets are disjoint. Then an accelerator turns
+// Unhealthy in the tree: the kubelet's allocatable drops within the topology interval
+// and a pod needing four stays Pending with DeviceAware's reason.
+func TestDeviceExactIDs(t *testing.T) {
+	h := newNUMAHarness(t)
+	resourceName := v1alpha1.KindAccelerator.ResourceName()
+	allocatable := func(want int64) {
+		t.Helper()
+		eventually(t, time.Minute, func() (bool, string) {
+			n, err := local.kube.CoreV1().Nodes().Get(context.Background(), local.nodeName, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			q := n.Status.Allocatable[resourceName]
+			return q.Value() == want, fmt.Sprintf("allocatable %s = %s, want %d", resourceName, q.String(), want)
+		})
+	}
+	allocatable(4)
+	two := resource.MustParse("2")
+	for _, name := range []string{"dev-a", "dev-b"} {
+		c := h.container("main", `echo "devices=$`+deviceplugin.EnvName(v1alpha1.KindAccelerator)+`"; `+loop)
+		c.Resources.Requests[resourceName] = two
+		c.Resources.Limits = corev1.ResourceList{resourceName: two}
+		// NUMA node 1 of the tree has no memory: the second pod takes its memory from
+		// node 0 and its accelerators from node 1.
+		p := h.pod(name, nil, c)
+		delete(p.Annotations, annotations.NUMAPolicy)
+		h.create(p)
+	}
+	prSock := podResourcesSocket(t)
+	kubelet, err := podresources.Dial(prSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Close()
+	seen := map[string]string{}
+	for _, name := range []string{"dev-a", "dev-b"} {
+		p := waitScheduled(t, h.ns, name, 2*time.Minute)
+		alloc, err := annotations.ParseAllocation(p.Annotations[annotations.DevicesAllocated])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := slices.Sorted(slices.Values(alloc[resourceName]))
+		if len(want) != 2 {
+			t.Fatalf("%s: allocated %v, want two accelerators", name, alloc)
+		}
+		for _, id := range want {
+			if other, dup := seen[id]; dup {
+				t.Errorf("%s and %s were both given %s", other, name, id)
+			}
+			seen[id] = name
+		}
+		var env string
+		eventually(t, 2*time.Minute, func() (bool, string) {
+			logs, err := local.kube.CoreV1().Pods(h.ns).GetLogs(name, &corev1.PodLogOptions{Container: "main"}).DoRaw(context.Background())
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, l := range strings.Split(string(logs), "\n") {
+				if v, ok := strings.CutPrefix(l, "devices="); ok {
+					env = v
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%s has not printed its devices yet", name)
+		})
+		got := strings.Split(env, ",")
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: %s=%q, want the annotated %v", name, deviceplugin.EnvName(v1alpha1.KindAccelerator), env, want)
+		}
+		// The kubelet's own record of what it gave the container.
+		var held []string
+		eventually(t, time.Minute, func() (bool, string) {
+			list, err := kubelet.List(context.Background())
+			if err != nil {
+				return false, err.Error()
+			}
+			held = nil
+			for _, pr := range list {
+				if pr.GetNamespace() != h.ns || pr.GetName() != name {
+					continue
+				}
+				for _, c := range pr.GetContainers() {
+					for _, d := range c.GetDevices() {
+						if d.GetResourceName() == string(resourceName) {
+							held = append(held, d.GetDeviceIds()...)
+						}
+					}
+				}
+			}
+			return len(held) > 0, fmt.Sprintf("PodResources has no %s for %s", resourceName, name)
+		})
+		slices.Sort(held)
+		if !slices.Equal(held, want) {
+			t.Errorf("%s: PodResources say %v, the annotation %v", name, held, want)
+		}
+	}
+
+	// NodeTopology publishes which pod holds each device, from the kubelet's record.
+	eventually(t, time.Minute, func() (bool, string) {
+		nt, err := getNodeTopology(context.Background(), local.nodeName)
+		if err != nil {
+			return false, err.Error()
+		}
+		held := map[string]string{}
+		for _, d := range nt.Status.PCIDevices {
+			if d.Holder != nil && d.Holder.Namespace == h.ns {
+				held[d.Address] = d.Holder.Name
+			}
+		}
+		return maps.Equal(held, seen), fmt.Sprintf("NodeTopology holders %v, want %v", held, seen)
+	})
+
+	// One accelerator loses its driver: Unhealthy, and the kubelet counts three.
+	var sick string
+	for addr := range h.accelerators {
+		sick = addr
+		break
+	}
+	if err := os.Remove(filepath.Join(h.sysfsRoot, "sys/devices/pci0000:00", sick, "driver")); err != nil {
+		t.Fatal(err)
+	}
+	allocatable(3)
+	four := resource.MustParse("4")
+	c := h.container("main", loop)
+	c.Resources.Requests[resourceName] = four
+	c.Resources.Limits = corev1.ResourceList{resourceName: four}
+	wide := h.pod("dev-four", nil, c)
+	delete(wide.Annotations, annotations.NUMAPolicy)
+	h.create(wide)
+	eventually(t, time.Minute, func() (bool, string) {
+		p, err := local.kube.CoreV1().Pods(h.ns).Get(context.Background(), "dev-four", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("a pod needing four accelerators was bound with three healthy")
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && strings.Contains(cond.Message, "accelerator") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("conditions %+v, want Unschedulable naming the accelerators", p.Status.Conditions)
+	})
 }
 
 func mustCPUs(t *testing.T, list string) []int32 {

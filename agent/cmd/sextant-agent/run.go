@@ -29,6 +29,7 @@ import (
 
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/bandwidth/tc"
+	"sextant.io/sextant/agent/devicefilter"
 	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/agent/numapin"
 	"sextant.io/sextant/agent/podresources"
@@ -73,6 +74,14 @@ type runOptions struct {
 	kubepodsCgroup     string
 	podResourcesSocket string
 	numaResync         time.Duration
+
+	devicePlugin        bool
+	devicePluginDir     string
+	devRoot             string
+	hostDevDir          string
+	cdiSpecDirs         []string
+	deviceFilter        devicefilter.Rules
+	deviceAuditInterval time.Duration
 }
 
 func newRunCommand() *cobra.Command {
@@ -135,6 +144,13 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 	f.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the node's cgroup hierarchies are mounted (a host mount in a container); --sysfs-root does not change it")
 	f.StringVar(&o.kubepodsCgroup, "kubepods-cgroup", "", "the kubelet's kubepods cgroup relative to the cpuset hierarchy, if the kubelet runs with --cgroup-root (default: kubepods.slice or kubepods)")
 	f.StringVar(&o.podResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources socket, asked whether the kubelet runs the static CPU manager policy")
+	f.BoolVar(&o.devicePlugin, "device-plugin", true, "serve the kubelet's device-plugin API for each device kind the node has (sextant.io/<kind>), handing each container exactly the devices in its pod's devices.sextant.io/allocated; needs --heartbeats")
+	f.StringVar(&o.devicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugins directory: its registration socket is there, and the plugin's sockets go there")
+	f.StringVar(&o.devRoot, "dev-root", "/dev", "the host's /dev as the agent sees it (a host mount in a container): device nodes not there are not handed out")
+	f.StringVar(&o.hostDevDir, "host-dev-dir", "", "the host's /dev as the kubelet and the runtime see it, the prefix of the device paths handed to them (default: --dev-root)")
+	f.StringSliceVar(&o.cdiSpecDirs, "cdi-spec-dirs", nil, "directories of CDI specs (the host's /etc/cdi and /var/run/cdi as the agent sees them): a device a spec names is also handed out as that CDI device")
+	f.Var(&o.deviceFilter, "device-filter", "include:FIELD=VALUE or exclude:FIELD=VALUE, FIELD address, kind or driver; repeatable or comma-separated, the last matching rule wins, applied after the default exclusion of the node's own NICs and boot drives")
+	f.DurationVar(&o.deviceAuditInterval, "device-audit-interval", 30*time.Second, "compare the kubelet's PodResources with the pods' devices.sextant.io/allocated at least this often (and when a pod starts)")
 	f.DurationVar(&o.numaResync, "numa-resync", 30*time.Second, "check every pinned pod's cgroup at least this often, and narrow it again if something widened it")
 	return cmd
 }
@@ -251,12 +267,14 @@ func runAgent(ctx context.Context, o runOptions) error {
 			return err
 		}
 	}
-	if o.numaPinning {
-		kubelet, err := podresources.Dial(o.podResourcesSocket)
-		if err != nil {
+	var kubelet *podresources.Client
+	if o.numaPinning || o.heartbeats && o.devicePlugin {
+		if kubelet, err = podresources.Dial(o.podResourcesSocket); err != nil {
 			return err
 		}
 		defer kubelet.Close()
+	}
+	if o.numaPinning {
 		pinner, err = numapin.New(numapin.Config{
 			NodeName: o.nodeName, CgroupRoot: o.cgroupRoot, KubepodsCgroup: o.kubepodsCgroup, Resync: o.numaResync,
 		}, kube, pods, rt, numapin.FromCache(topo), kubelet.StaticCPUManager, numapin.NewMetrics(reg), log.With("component", "numa"))
@@ -282,11 +300,13 @@ func runAgent(ctx context.Context, o runOptions) error {
 			}
 		})
 	}
-	if terminator != nil || pinner != nil {
+	devicesOn := o.heartbeats && o.devicePlugin
+	if terminator != nil || pinner != nil || devicesOn {
 		go pods.Run(ctx.Done())
 	}
 
 	if o.heartbeats {
+		nodeIPs := nodeInternalIPs(ctx, kube, o.nodeName, log)
 		bpf, err := bandwidth.LoadBPF(tc.Options{Mode: mode, NetnsPath: o.netns})
 		if err != nil {
 			stop()
@@ -300,7 +320,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 			Interfaces:     o.interfaces,
 			Capacities:     capacities,
 			Networks:       networks,
-			NodeIPs:        nodeInternalIPs(ctx, kube, o.nodeName, log),
+			NodeIPs:        nodeIPs,
 			Logger:         log,
 		}, bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}, bpf, bpf, nil)
 		reg.MustRegister(bandwidth.NewCollector(meter))
@@ -330,6 +350,15 @@ func runAgent(ctx context.Context, o runOptions) error {
 				log.Error("detaching the meter", "err", err)
 			}
 		})
+		if devicesOn {
+			onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, log.With("component", "devices"))
+			if err != nil {
+				stop()
+				wg.Wait()
+				return err
+			}
+			topoReporter.OnDevices = onDevices
+		}
 		topoLoop := loop{every: o.topologyInterval, beat: &liveness.Beat{}, now: time.Now, timeout: apiCallTimeout, log: log}
 		loops.Add("topology-reporter", liveness.Bound(o.topologyInterval), topoLoop.beat.Last)
 		wg.Go(func() { topoLoop.publishTopology(ctx, topo.Fresh, topoReporter.Offer, topo.Root()) })

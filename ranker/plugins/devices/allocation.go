@@ -106,9 +106,12 @@ func asksForDevices(pod *v1.Pod) bool {
 }
 
 // FreeDevices returns the node's healthy devices of the device kinds that no pod on the
-// node holds, by kind, ordered by address. A pod holds the devices in its
-// devices.sextant.io/allocated annotation or, lacking one, those reserved(pod) returns.
-// A malformed annotation is logged and ignored: it must not stop scheduling.
+// node holds and the node does not keep from pods, by kind, ordered by address. A pod
+// holds the devices in its devices.sextant.io/allocated annotation or, lacking one,
+// those reserved(pod) returns; and the kubelet's own record, published as a device's
+// holder, counts too: a pod another scheduler placed holds its devices without an
+// annotation. A malformed annotation is logged and ignored: it must not stop
+// scheduling.
 func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (annotations.Allocation, bool)) *Free {
 	taken := map[string]bool{}
 	for _, pi := range pods {
@@ -136,7 +139,7 @@ func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(
 	free := &Free{}
 	for _, d := range topo.Status.PCIDevices {
 		i := slices.Index(Kinds[:], d.Kind)
-		if i < 0 || d.Health != v1alpha1.Healthy || taken[d.Address] {
+		if i < 0 || d.Health != v1alpha1.Healthy || taken[d.Address] || d.Holder != nil || d.Excluded != "" {
 			continue
 		}
 		free.devices[i] = append(free.devices[i], d)

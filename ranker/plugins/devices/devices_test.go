@@ -36,6 +36,16 @@ type dev struct {
 	healthy bool
 }
 
+// withDevice changes the device at addr of nt.
+func withDevice(nt *v1alpha1.NodeTopology, addr string, change func(*v1alpha1.PCIDevice)) *v1alpha1.NodeTopology {
+	for i := range nt.Status.PCIDevices {
+		if nt.Status.PCIDevices[i].Address == addr {
+			change(&nt.Status.PCIDevices[i])
+		}
+	}
+	return nt
+}
+
 func gpu(addr string, numaNode int32) dev { return dev{addr, v1alpha1.KindGPU, numaNode, true} }
 
 // topology is a node of nNUMA NUMA nodes with cpus CPUs and 8 GiB each, and devs.
@@ -305,6 +315,15 @@ func TestFilter(t *testing.T) {
 				on("n", pod("a", "", nil, map[string]string{annotations.DevicesAllocated: "0000:01:00.0"})),
 				on("n", pod("b", "", nil, map[string]string{annotations.DevicesAllocated: `{"sextant.io/gpu":"0000:02:00.0"}`})),
 			},
+		},
+		{
+			// A pod another scheduler placed holds two GPUs without an annotation: the
+			// kubelet's record (the holder) counts; one more is kept from pods.
+			name: "held by a pod of another scheduler, or excluded", req: twoGPUs, wantCode: fwk.Unschedulable, wantReason: "sextant.io/gpu",
+			topo: withDevice(withDevice(withDevice(topology("n", 2, 4, four...),
+				"0000:01:00.0", func(d *v1alpha1.PCIDevice) { d.Holder = &v1alpha1.DeviceHolder{Namespace: "other", Name: "train"} }),
+				"0000:02:00.0", func(d *v1alpha1.PCIDevice) { d.Holder = &v1alpha1.DeviceHolder{Namespace: "other", Name: "train"} }),
+				"0000:81:00.0", func(d *v1alpha1.PCIDevice) { d.Excluded = "exclude:address=0000:81:00.0" }),
 		},
 		{
 			name: "wrong kind", topo: topology("n", 2, 4, four...), req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindNVMe: 1},

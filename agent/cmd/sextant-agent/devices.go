@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"sextant.io/sextant/agent/deviceaudit"
+	"sextant.io/sextant/agent/devicefilter"
+	"sextant.io/sextant/agent/deviceplugin"
+	"sextant.io/sextant/agent/podresources"
+	"sextant.io/sextant/agent/report"
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// startDevices starts the node side of the device handshake: the kubelet device plugin
+// that hands each container exactly its pod's devices.sextant.io/allocated, and the
+// audit that checks what the kubelet did against it and tells setHolders which pod holds
+// each device. It returns what the topology reporter gives the node's devices to on
+// every read, which answers with the devices kept from pods and why.
+func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
+	kubelet *podresources.Client, nodeIPs []net.IP, setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer,
+	log *slog.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
+	listPods := func() ([]*corev1.Pod, error) {
+		var out []*corev1.Pod
+		for _, obj := range pods.GetStore().List() {
+			if p, ok := obj.(*corev1.Pod); ok {
+				out = append(out, p)
+			}
+		}
+		return out, nil
+	}
+	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) {
+		list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", o.nodeName).String()})
+		if err != nil {
+			return nil, err
+		}
+		out := make([]*corev1.Pod, len(list.Items))
+		for i := range list.Items {
+			out[i] = &list.Items[i]
+		}
+		return out, nil
+	}
+	plugin, err := deviceplugin.New(deviceplugin.Config{
+		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
+		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
+	}, deviceplugin.NewMetrics(reg), log)
+	if err != nil {
+		return nil, err
+	}
+	onHolders := func(hs map[string]deviceaudit.Holder) {
+		out := make(map[string]v1alpha1.DeviceHolder, len(hs))
+		for addr, h := range hs {
+			out[addr] = v1alpha1.DeviceHolder{Namespace: h.Namespace, Name: h.Name, UID: h.UID}
+		}
+		setHolders(out)
+	}
+	audit := deviceaudit.New(deviceaudit.Config{NodeName: o.nodeName, Every: o.deviceAuditInterval, OnHolders: onHolders},
+		kube, kubelet.List, listPods, deviceaudit.NewMetrics(reg), log)
+	wg.Go(func() {
+		if err := plugin.Run(ctx); err != nil && ctx.Err() == nil {
+			log.Error("the device plugin stopped", "err", err)
+		}
+	})
+	wg.Go(func() { audit.Run(ctx) })
+	wg.Go(func() { removeStaleCapacity(ctx, kube, o.nodeName, kubelet, log) })
+
+	addrs := make([]netip.Addr, 0, len(nodeIPs))
+	for _, ip := range nodeIPs {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			addrs = append(addrs, a.Unmap())
+		}
+	}
+	selector := &devicefilter.Selector{Root: o.sysfsRoot, Rules: o.deviceFilter, NodeAddresses: func() []netip.Addr { return addrs }}
+	var lastWarnings []string
+	return func(devs []v1alpha1.PCIDevice) map[string]string {
+		excluded, warnings := selector.Excluded(devs)
+		msgs := make([]string, len(warnings))
+		for i, w := range warnings {
+			msgs[i] = w.Error()
+		}
+		// The host is scanned on every topology read; say what it could not see once.
+		if !slices.Equal(msgs, lastWarnings) {
+			for _, m := range msgs {
+				log.Warn("host device scan", "warning", m)
+			}
+			lastWarnings = msgs
+		}
+		plugin.Update(devs, excluded)
+		return excluded
+	}, nil
+}
+
+// removeStaleCapacity removes the sextant.io/<kind> capacity agents before the device
+// plugin patched onto the Node, once the kubelet answers, leaving what a registered
+// device plugin serves to the kubelet.
+func removeStaleCapacity(ctx context.Context, kube kubernetes.Interface, node string, kubelet *podresources.Client, log *slog.Logger) {
+	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
+		served, err := kubelet.DeviceResources(ctx)
+		if err == nil {
+			var removed []string
+			removed, err = report.RemoveStaleDeviceCapacity(ctx, kube, node, func(r string) bool { return served[r] })
+			if err == nil {
+				if len(removed) > 0 {
+					log.Info("removed device capacity no device plugin serves (written by an older agent)", "resources", removed)
+				}
+				return
+			}
+		}
+		log.Warn("could not check the Node for stale device capacity; retrying", "err", err, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+	}
+}
