@@ -27,6 +27,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -64,6 +65,7 @@ type DeviceAware struct {
 	ledger *podledger.Ledger[annotations.Allocation]
 	// freeCache holds each node's free devices between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, *Free]
+	now       func() time.Time
 }
 
 var (
@@ -104,7 +106,8 @@ func NewWith(nodes Nodes, nodeInfos NodeInfos) *DeviceAware {
 	registerMetrics()
 	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos,
 		ledger:    podledger.New[annotations.Allocation](func(n int) { reservations.Set(float64(n)) }),
-		freeCache: nodecache.New[*v1alpha1.NodeTopology, *Free](heartbeat.SlotDeviceFree)}
+		freeCache: nodecache.New[*v1alpha1.NodeTopology, *Free](heartbeat.SlotDeviceFree),
+		now:       time.Now}
 }
 
 // Name returns the plugin's name.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sextant.io/sextant/ranker/plugins/binder"
 
@@ -112,9 +113,10 @@ func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
 // plugins builds NUMAAware and DeviceAware over the same topologies and node snapshot.
 func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) (*numa.NUMAAware, *DeviceAware, *fake.Clientset) {
 	t.Helper()
-	objs := make([]runtime.Object, 0, len(topos))
+	objs := make([]runtime.Object, 0, 2*len(topos))
 	for _, nt := range topos {
-		objs = append(objs, nt)
+		// Each node's agent is alive: its NodeBandwidth arrived just now.
+		objs = append(objs, nt, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: nt.Name}})
 	}
 	store := heartbeat.NewFromObjects(objs...)
 	byName := map[string]fwk.NodeInfo{}
@@ -572,4 +574,46 @@ func newState() *framework.CycleState {
 	s := framework.NewCycleState()
 	binder.Open(s)
 	return s
+}
+
+// TestFilterSilentAgent: a node whose agent has not been heard from (no NodeBandwidth,
+// or one that arrived more than AgentSilentAfter ago, on the ranker's clock) gets no
+// new device placements, whatever its NodeTopology says.
+func TestFilterSilentAgent(t *testing.T) {
+	now := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name     string
+		received time.Duration // before now; < 0: no NodeBandwidth
+		wantCode fwk.Code
+	}{
+		{"heard just now", 0, fwk.Success},
+		{"heard within the bound", AgentSilentAfter - time.Second, fwk.Success},
+		{"silent past the bound", AgentSilentAfter + time.Second, fwk.UnschedulableAndUnresolvable},
+		{"never heard", -1, fwk.UnschedulableAndUnresolvable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := heartbeat.NewFromObjects(topology("n", 1, 4, gpu("0000:01:00.0", 0)))
+			if tc.received >= 0 {
+				store.PutAt(&v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, now.Add(-tc.received))
+			}
+			ni := nodeInfo("n")
+			dp := NewWith(store, func(string) (fwk.NodeInfo, error) { return ni, nil })
+			dp.now = func() time.Time { return now }
+			state := newState()
+			p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
+			if _, st := dp.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			st := dp.Filter(context.Background(), state, p, ni)
+			if st.Code() != tc.wantCode {
+				t.Fatalf("Filter = %v, want %v", st, tc.wantCode)
+			}
+			if tc.wantCode != fwk.Success && st.Message() != msgSilentAgent {
+				t.Errorf("message %q, want %q", st.Message(), msgSilentAgent)
+			}
+		})
+	}
+	if want := "node(s) had no agent heartbeat (NodeBandwidth) within the last " + AgentSilentAfter.String() + ": their devices are not placed"; msgSilentAgent != want {
+		t.Errorf("msgSilentAgent %q does not name AgentSilentAfter (%q)", msgSilentAgent, want)
+	}
 }

@@ -2,6 +2,7 @@ package devices
 
 import (
 	"context"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -13,6 +14,15 @@ import (
 
 // msgNoTopology is fixed so FailedScheduling events aggregate over nodes.
 const msgNoTopology = "node(s) had no NodeTopology to pick devices from"
+
+// AgentSilentAfter is how long after the node's last NodeBandwidth reached the ranker
+// (on the ranker's clock) its agent counts as gone: an agent writes one at least every
+// --report-max-interval (30s), whereas its NodeTopology is rewritten only on a change
+// or every --topology-resync (10m). A gone agent's device list, health and holders are
+// not trusted for new placements: its device plugin may be gone with it.
+const AgentSilentAfter = 2 * time.Minute
+
+const msgSilentAgent = "node(s) had no agent heartbeat (NodeBandwidth) within the last 2m0s: their devices are not placed"
 
 func msgInsufficient(kind v1alpha1.DeviceKind) string {
 	return "node(s) didn't have enough healthy, unallocated " + string(kind.ResourceName()) + " devices"
@@ -38,11 +48,22 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		filterRejections.WithLabelValues(reasonNoTopology).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
 	}
+	if pl.silent(rec) {
+		filterRejections.WithLabelValues(reasonSilentAgent).Inc()
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgSilentAgent)
+	}
 	if kind, short := Shortfall(pl.free(rec, topo, nodeInfo), s.want); short {
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}
 	return nil
+}
+
+// silent reports whether the node's agent has not been heard from within
+// AgentSilentAfter: no NodeBandwidth, or one that arrived too long ago.
+func (pl *DeviceAware) silent(rec *heartbeat.Node) bool {
+	b := rec.Bandwidth()
+	return b == nil || b.Received.IsZero() || pl.now().Sub(b.Received) > AgentSilentAfter
 }
 
 // free is the node's free devices by kind, counting this plugin's reservations for pods

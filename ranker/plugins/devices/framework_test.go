@@ -49,7 +49,7 @@ func testThroughFramework(t *testing.T, binderName string) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}}, // no NodeTopology
 	}
 	snapshot := cache.NewSnapshot([]*v1.Pod{busy}, nodes)
-	store := heartbeat.NewFromObjects(topo)
+	store := heartbeat.NewFromObjects(topo, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
 	client := fake.NewClientset()
 	// The fake clientset does not apply Bindings; keep them to check what they carry.
 	bindings := map[string]*v1.Binding{}

@@ -13,6 +13,7 @@ import (
 // cardinality bounded (insufficient_<kind> for the four kinds).
 const (
 	reasonNoTopology   = "no_topology"
+	reasonSilentAgent  = "silent_agent" // no NodeBandwidth within AgentSilentAfter
 	reasonNodeNotFound = "node_not_found"
 )
 
