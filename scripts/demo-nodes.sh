@@ -82,8 +82,8 @@ up() {
     spawn "demo-agent-$n" "$repo/bin/sextant-agent" run --kubeconfig "$agent_kubeconfig" \
       --node-name "sextant-demo-$n" --netns "/var/run/netns/$ns" --interfaces eth0 \
       --nic-capacity eth0=200M --metrics-addr "" --window 30s \
-      `# No kubelet behind these Node objects: nothing to stop or pin.` \
-      --sidecar-terminator=false --numa-pinning=false
+      `# No kubelet behind these Node objects: nothing to stop, pin or serve devices to.` \
+      --sidecar-terminator=false --numa-pinning=false --device-plugin=false
     for port in 5201 5202; do
       spawn "demo-iperf3-server-$n-$port" ip netns exec "$ns" iperf3 -s -B "10.252.$n.2" -p "$port"
     done

@@ -63,7 +63,7 @@ default_if=$(ip -4 route show default | awk '{for (i = 1; i < NF; i++) if ($i ==
 "$repo/bin/sextant-agent" run --kubeconfig "$agent_kubeconfig" --node-name "$node" --sysfs-root "$tree" \
   --cri-endpoint "unix://$state/run/containerd.sock" \
   --pod-resources-socket "$state/kubelet/root/pod-resources/kubelet.sock" \
-  --interfaces "$default_if" --sidecar-terminator=false --metrics-addr 127.0.0.1:19465 \
+  --interfaces "$default_if" --sidecar-terminator=false --device-plugin=false --metrics-addr 127.0.0.1:19465 \
   --topology-interval 1s >>"$state/logs/demo-numa-agent.log" 2>&1 &
 agent_pid=$!
 for _ in $(seq 1 60); do

@@ -24,11 +24,13 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 )
 
-// startDevices starts the node side of the device handshake: the kubelet device plugin
-// that hands each container exactly its pod's devices.sextant.io/allocated, and the
-// audit that checks what the kubelet did against it and tells setHolders which pod holds
-// each device. It returns what the topology reporter gives the node's devices to on
-// every read, which answers with the devices kept from pods and why.
+// startDevices starts the node side of the device handshake: with --device-plugin, the
+// kubelet device plugin that hands each container exactly its pod's
+// devices.sextant.io/allocated, and the audit that checks what the kubelet did against
+// it and tells setHolders which pod holds each device. It returns what the topology
+// reporter gives the node's devices to on every read, which answers with the devices
+// kept from pods and why (the host-device filter runs with or without the plugin: the
+// ranker never picks an excluded device).
 func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
 	kubelet *podresources.Client, nodeIPs []net.IP, setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer,
 	log *slog.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
@@ -52,6 +54,45 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 		}
 		return out, nil
 	}
+	var plugin *deviceplugin.Manager
+	if o.devicePlugin {
+		var err error
+		if plugin, err = startPlugin(ctx, wg, o, kube, listPods, freshPods, kubelet, setHolders, reg, log); err != nil {
+			return nil, err
+		}
+	}
+	addrs := make([]netip.Addr, 0, len(nodeIPs))
+	for _, ip := range nodeIPs {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			addrs = append(addrs, a.Unmap())
+		}
+	}
+	selector := &devicefilter.Selector{Root: o.sysfsRoot, Rules: o.deviceFilter, NodeAddresses: func() []netip.Addr { return addrs }}
+	var lastWarnings []string
+	return func(devs []v1alpha1.PCIDevice) map[string]string {
+		excluded, warnings := selector.Excluded(devs)
+		msgs := make([]string, len(warnings))
+		for i, w := range warnings {
+			msgs[i] = w.Error()
+		}
+		// The host is scanned on every topology read; say what it could not see once.
+		if !slices.Equal(msgs, lastWarnings) {
+			for _, m := range msgs {
+				log.Warn("host device scan", "warning", m)
+			}
+			lastWarnings = msgs
+		}
+		if plugin != nil {
+			plugin.Update(devs, excluded)
+		}
+		return excluded
+	}, nil
+}
+
+// startPlugin starts the device plugin, the audit and the removal of stale capacity.
+func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface,
+	listPods func() ([]*corev1.Pod, error), freshPods func(context.Context) ([]*corev1.Pod, error), kubelet *podresources.Client,
+	setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer, log *slog.Logger) (*deviceplugin.Manager, error) {
 	plugin, err := deviceplugin.New(deviceplugin.Config{
 		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
 		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
@@ -75,31 +116,7 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 	})
 	wg.Go(func() { audit.Run(ctx) })
 	wg.Go(func() { removeStaleCapacity(ctx, kube, o.nodeName, kubelet, log) })
-
-	addrs := make([]netip.Addr, 0, len(nodeIPs))
-	for _, ip := range nodeIPs {
-		if a, ok := netip.AddrFromSlice(ip); ok {
-			addrs = append(addrs, a.Unmap())
-		}
-	}
-	selector := &devicefilter.Selector{Root: o.sysfsRoot, Rules: o.deviceFilter, NodeAddresses: func() []netip.Addr { return addrs }}
-	var lastWarnings []string
-	return func(devs []v1alpha1.PCIDevice) map[string]string {
-		excluded, warnings := selector.Excluded(devs)
-		msgs := make([]string, len(warnings))
-		for i, w := range warnings {
-			msgs[i] = w.Error()
-		}
-		// The host is scanned on every topology read; say what it could not see once.
-		if !slices.Equal(msgs, lastWarnings) {
-			for _, m := range msgs {
-				log.Warn("host device scan", "warning", m)
-			}
-			lastWarnings = msgs
-		}
-		plugin.Update(devs, excluded)
-		return excluded
-	}, nil
+	return plugin, nil
 }
 
 // removeStaleCapacity removes the sextant.io/<kind> capacity agents before the device

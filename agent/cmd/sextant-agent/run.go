@@ -300,8 +300,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 			}
 		})
 	}
-	devicesOn := o.heartbeats && o.devicePlugin
-	if terminator != nil || pinner != nil || devicesOn {
+	if terminator != nil || pinner != nil || o.heartbeats && o.devicePlugin {
 		go pods.Run(ctx.Done())
 	}
 
@@ -350,15 +349,13 @@ func runAgent(ctx context.Context, o runOptions) error {
 				log.Error("detaching the meter", "err", err)
 			}
 		})
-		if devicesOn {
-			onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, log.With("component", "devices"))
-			if err != nil {
-				stop()
-				wg.Wait()
-				return err
-			}
-			topoReporter.OnDevices = onDevices
+		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, log.With("component", "devices"))
+		if err != nil {
+			stop()
+			wg.Wait()
+			return err
 		}
+		topoReporter.OnDevices = onDevices
 		topoLoop := loop{every: o.topologyInterval, beat: &liveness.Beat{}, now: time.Now, timeout: apiCallTimeout, log: log}
 		loops.Add("topology-reporter", liveness.Bound(o.topologyInterval), topoLoop.beat.Last)
 		wg.Go(func() { topoLoop.publishTopology(ctx, topo.Fresh, topoReporter.Offer, topo.Root()) })
