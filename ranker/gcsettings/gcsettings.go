@@ -8,10 +8,10 @@
 // evicted the scheduler's node data from the CPU caches, slowing kube-scheduler's own
 // filters as well. In CPU profiles of make bench-ranker, GOGC=400 cut marking from 0.72
 // to 0.14 ms per pod and brought those filters back to their speed without the plugins
-// (README, Measured, runs P-S). A larger GC percent trades memory for that; the
-// soft limit (a fraction of the container's memory limit) makes the collector work
-// harder only as the heap nears what the container may use, instead of the container
-// being killed.
+// (docs/design/0003-gc-percent-and-soft-memory-limit.md). A larger GC percent trades
+// memory for that; the soft limit (a fraction of the container's memory limit) makes
+// the collector work harder only as the heap nears what the container may use, instead
+// of the container being killed.
 //
 // GOGC and GOMEMLIMIT in the environment, Go's own knobs, win over the flags.
 package gcsettings

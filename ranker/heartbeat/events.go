@@ -25,7 +25,8 @@ const (
 // Why: that informer keeps every object as an Unstructured, a tree of maps and
 // interfaces. At 5000 nodes the NodeBandwidths and NodeTopologies took 162 MB of the
 // ranker's 275 MB heap, three times what the rest of kube-scheduler held, and the
-// garbage collector scanned them on every cycle (README, "Measured"). The hints need a
+// garbage collector scanned them on every cycle
+// (docs/design/0004-trim-kube-schedulers-heartbeat-copies.md). The hints need a
 // report's sample time and totals (BandwidthAware) and nothing of a NodeTopology but
 // that it changed (NUMAAware and DeviceAware queue on any change); the plugins read
 // the objects themselves from the Store.

@@ -22,8 +22,8 @@ import (
 // hundreds of nodes per pod, a different stretch of the cluster for each pod, so every
 // map bucket, key and object it touches is a cache miss. At 5000 nodes the five lookups
 // per node this replaced (two informer stores, two plugin caches, the bandwidth ledger),
-// each under a lock, were about a tenth of the ranker's CPU in a profile (see README,
-// "Measured").
+// each under a lock, were about a tenth of the ranker's CPU in a profile (see
+// docs/design/0006-one-heartbeat-record-per-node.md).
 //
 // The fields Filter reads for every node come first and fill one 64-byte cache line; the
 // padding makes a record 128 bytes, an allocation size class whose objects start on a
@@ -252,7 +252,8 @@ func newIndex() *index {
 // record, so a lookup reads only the record whose slot matches. Why buckets: a
 // direct-mapped cache of four slots per record still sent about one lookup in seven at
 // 5000 nodes to the lookup by name, wherever two nodes' objects shared a slot and took
-// it from each other (README, "Measured"); here five must share a bucket for that.
+// it from each other (docs/design/0006-one-heartbeat-record-per-node.md); here five
+// must share a bucket for that.
 type objectCache struct {
 	shift   uint
 	buckets []objectBucket

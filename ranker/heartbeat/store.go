@@ -191,9 +191,10 @@ func (s *Store) TopologyVersion() uint64 { return s.topologyVersion.Load() }
 // watch, which then retries forever without syncing.
 //
 // Managed fields are dropped: nothing in the ranker reads their field sets, and at 5000
-// nodes they were 13.5 MB of a 112 MB heap (README, "Measured"). Of a NodeBandwidth's,
-// one entry without fields is kept: the time of the latest status write, which dates
-// the reports listed at startup (see "Arrival").
+// nodes they were 13.5 MB of a 112 MB heap
+// (docs/design/0006-one-heartbeat-record-per-node.md). Of a NodeBandwidth's, one entry
+// without fields is kept: the time of the latest status write, which dates the reports
+// listed at startup (see "Arrival").
 
 func storeBandwidth(in any) (any, error) {
 	u, ok := in.(*unstructured.Unstructured)

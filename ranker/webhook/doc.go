@@ -17,7 +17,7 @@
 // seed's rewrite, which lets the virtual-node controller change what the container runs
 // by changing an annotation. A sidecar without a command in its spec runs its image's
 // entrypoint, which the webhook cannot see; the pod may name it in that same annotation,
-// else the sidecar is converted but not wrapped (see README "Sidecars"). Nothing is
+// else the sidecar is converted but not wrapped (see docs/sidecars.md). Nothing is
 // injected that would make a pod the API server takes invalid: a pod with a container
 // or volume of its own under the wrapper's names is left as written, and a sidecar
 // that mounts something at the wrapper's path, or whose command begins with an empty

@@ -416,7 +416,8 @@ func TestRankerQueuesPodOnNewReport(t *testing.T) {
 	// waiting among the unschedulable pods, where the hint decides. (A report that
 	// arrives while the pod sits in the active or backoff queue is not hinted, and a
 	// retry that reads the heartbeat store before the store's own watch delivered the
-	// report can still miss it: README, The ranker, known limit.)
+	// report can still miss it: docs/design/0017-a-report-requeues-against-that-report.md,
+	// known limit.)
 	time.Sleep(3 * time.Second)
 	node, err := local.kube.CoreV1().Nodes().Get(ctx, nodes["node-1"], metav1.GetOptions{})
 	if err != nil {

@@ -2,7 +2,7 @@
 // stopped, as pure functions shared by the node agent (agent/sidecar), the admission
 // webhook and the virtual-node controller (ranker/).
 //
-// The rules are the seed's (DESIGN.md "Sidecars"). A container is a sidecar if it has
+// The rules are the seed's (docs/design-contract.md, "Sidecars"). A container is a sidecar if it has
 // env SEXTANT_SIDECAR=true, or KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true for pods
 // written for OpenKruise; it may be a regular container or a native sidecar (an init
 // container with restartPolicy: Always, which is what the webhook turns it into). Every

@@ -1,4 +1,5 @@
-// Package bandwidth is the BandwidthAware scheduler plugin (DESIGN.md "Ranker"): it keeps
+// Package bandwidth is the BandwidthAware scheduler plugin (docs/design-contract.md,
+// "Ranker"): it keeps
 // pods off nodes whose measured remaining bandwidth, minus the reservations of pods
 // placed since, is below what the pod requires, and ranks the rest by the pod's
 // strategy, per direction, combined with the ingress/egress weights.

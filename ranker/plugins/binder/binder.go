@@ -6,7 +6,8 @@
 // sets spec.nodeName. So the node side can never see the pod bound without them, and
 // binding costs one API write per pod instead of one patch per annotation, plus the
 // nominatedNodeName patch the scheduler makes before any PreBind that writes. At 5000
-// nodes that difference is most of the ranker's throughput (see README, "Measured").
+// nodes that difference is most of the ranker's throughput
+// (docs/design/0002-decisions-ride-on-the-binding.md).
 //
 // The plugin is required in any profile that enables NUMAAware or DeviceAware: the
 // ranker's account may not patch pods, and an admission policy refuses those annotations

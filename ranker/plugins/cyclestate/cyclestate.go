@@ -5,9 +5,9 @@
 // Why: Read is a sync.Map lookup that hashes the key's interface value. NUMAAware,
 // BandwidthAware and DeviceAware read their state once per node in Filter and Score,
 // over a thousand times per pod at 5000 nodes, which took 0.12 ms of CPU per pod in a
-// profile of make bench-ranker (README, "Measured"). A scheduling cycle runs one pod at a
-// time, so comparing the CycleState with the one last written answers nearly all of
-// them.
+// profile of make bench-ranker (docs/design/0007-cycle-state-memo.md). A scheduling
+// cycle runs one pod at a time, so comparing the CycleState with the one last written
+// answers nearly all of them.
 package cyclestate
 
 import (
