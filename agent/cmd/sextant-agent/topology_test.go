@@ -36,7 +36,7 @@ func TestTopologyJSON(t *testing.T) {
 	if out != string(want) {
 		t.Errorf("output differs from %s.json:\n%s", twoNUMA, out)
 	}
-	// The contract in DESIGN.md: these keys, lists never null, numaNode null where unknown.
+	// The contract (docs/design-contract.md): these keys, lists never null, numaNode null where unknown.
 	var raw map[string][]map[string]any
 	if err := json.Unmarshal([]byte(out), &raw); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,6 @@
 // Command sextant-sidecar-wrapper runs a sidecar's command so that stopping the sidecar
 // is quick and cannot fail its pod. sextant's admission webhook puts it in front of every
-// sidecar it prepares (README "Sidecars"):
+// sidecar it prepares (docs/sidecars.md):
 //
 //   - An init container runs `sextant-sidecar-wrapper install /.sextant/sextant-sidecar-wrapper`
 //     to copy this static binary into an emptyDir the sidecar mounts.
