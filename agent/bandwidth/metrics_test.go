@@ -21,24 +21,7 @@ func TestCollectorExportsBaseUnits(t *testing.T) {
 	src.counters[3] = Counters{Egress: Count{Bytes: 2000, Packets: 2}}
 	m.Sample()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(m))
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, mt := range f.GetMetric() {
-			key := f.GetName() + labels(mt)
-			switch {
-			case mt.Counter != nil:
-				got[key] = mt.GetCounter().GetValue()
-			case mt.Gauge != nil:
-				got[key] = mt.GetGauge().GetValue()
-			}
-		}
-	}
+	got := collect(t, m)
 	want := map[string]float64{
 		"sextant_nic_bytes_total{eth0,ingress}":                1_000_000,
 		"sextant_nic_packets_total{eth0,ingress}":              1000,
@@ -61,6 +44,31 @@ func TestCollectorExportsBaseUnits(t *testing.T) {
 			t.Errorf("%s is exported, want it absent while the capacity is unknown", absent)
 		}
 	}
+}
+
+// collect gathers the meter's collector: metric name and {interface or network,
+// direction} -> value.
+func collect(t *testing.T, m *Meter) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(m))
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		for _, mt := range f.GetMetric() {
+			key := f.GetName() + labels(mt)
+			switch {
+			case mt.Counter != nil:
+				got[key] = mt.GetCounter().GetValue()
+			case mt.Gauge != nil:
+				got[key] = mt.GetGauge().GetValue()
+			}
+		}
+	}
+	return got
 }
 
 func labels(m *dto.Metric) string {
@@ -88,20 +96,7 @@ func TestCollectorExportsNetworks(t *testing.T) {
 	src.counters[4] = Counters{Ingress: Count{Bytes: 5_000_000}}
 	m.Sample()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewCollector(m))
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range families {
-		for _, mt := range f.GetMetric() {
-			if mt.Gauge != nil {
-				got[f.GetName()+labels(mt)] = mt.GetGauge().GetValue()
-			}
-		}
-	}
+	got := collect(t, m)
 	for k, v := range map[string]float64{
 		"sextant_network_remaining_bytes_per_second{pod,ingress}":     124_000_000,
 		"sextant_network_capacity_bytes_per_second{storage,ingress}":  250_000_000,
