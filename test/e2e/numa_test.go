@@ -727,22 +727,7 @@ func TestDeviceExactIDs(t *testing.T) {
 			}
 			seen[id] = name
 		}
-		var env string
-		eventually(t, 2*time.Minute, func() (bool, string) {
-			logs, err := local.kube.CoreV1().Pods(h.ns).GetLogs(name, &corev1.PodLogOptions{Container: "main"}).DoRaw(context.Background())
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, l := range strings.Split(string(logs), "\n") {
-				if v, ok := strings.CutPrefix(l, "devices="); ok {
-					env = v
-					return true, ""
-				}
-			}
-			return false, fmt.Sprintf("%s has not printed its devices yet", name)
-		})
-		got := strings.Split(env, ",")
-		slices.Sort(got)
+		env, got := h.printedDevices(name)
 		if !slices.Equal(got, want) {
 			t.Errorf("%s: %s=%q, want the annotated %v", name, deviceplugin.EnvName(v1alpha1.KindAccelerator), env, want)
 		}
@@ -821,6 +806,121 @@ func TestDeviceExactIDs(t *testing.T) {
 		}
 		return false, fmt.Sprintf("conditions %+v, want Unschedulable naming the accelerators", p.Status.Conditions)
 	})
+}
+
+// TestDeviceHeldElsewhereAndKubeletRestart: a pod default-scheduler placed takes an
+// accelerator through the plugin without any annotation; NodeTopology names it as the
+// holder and the ranker never gives that accelerator to its own pod. After a kubelet
+// restart the plugin registers again and a new pod still gets exactly its IDs.
+func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
+	h := newNUMAHarness(t)
+	resourceName := v1alpha1.KindAccelerator.ResourceName()
+	ctx := context.Background()
+	eventually(t, time.Minute, func() (bool, string) {
+		n, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := n.Status.Allocatable[resourceName]
+		return q.Value() == 4, fmt.Sprintf("allocatable %s = %s, want 4", resourceName, q.String())
+	})
+	one := resource.MustParse("1")
+	c := h.container("main", loop)
+	c.Resources.Requests[resourceName] = one
+	c.Resources.Limits = corev1.ResourceList{resourceName: one}
+	other := h.pod("other", nil, c)
+	other.Spec.SchedulerName = corev1.DefaultSchedulerName
+	delete(other.Annotations, annotations.NUMAPolicy)
+	h.create(other)
+	var held string
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		nt, err := getNodeTopology(ctx, local.nodeName)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range nt.Status.PCIDevices {
+			if d.Holder != nil && d.Holder.Namespace == h.ns && d.Holder.Name == "other" {
+				held = d.Address
+				return true, ""
+			}
+		}
+		return false, "NodeTopology names no holder for the default-scheduler pod"
+	})
+
+	// The ranker's pod asks for the three others; it must not get the held one.
+	three := resource.MustParse("3")
+	c = h.container("main", `echo "devices=$`+deviceplugin.EnvName(v1alpha1.KindAccelerator)+`"; `+loop)
+	c.Resources.Requests[resourceName] = three
+	c.Resources.Limits = corev1.ResourceList{resourceName: three}
+	mine := h.pod("mine", nil, c)
+	delete(mine.Annotations, annotations.NUMAPolicy)
+	h.create(mine)
+	p := waitScheduled(t, h.ns, "mine", 2*time.Minute)
+	alloc, err := annotations.ParseAllocation(p.Annotations[annotations.DevicesAllocated])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := alloc[resourceName]; len(ids) != 3 || slices.Contains(ids, held) {
+		t.Fatalf("the ranker gave %v, want three accelerators without %s (held by the default-scheduler pod)", ids, held)
+	}
+	if err := local.kube.CoreV1().Pods(h.ns).Delete(ctx, "mine", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A kubelet restart: the plugin registers again, and a new pod gets exactly its IDs.
+	registered := func() int { return strings.Count(h.agent.proc.output(), `"msg":"registered with the kubelet"`) }
+	before := registered()
+	out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "cluster.sh"), "restart-kubelet").CombinedOutput()
+	if err != nil {
+		t.Fatalf("restart the kubelet: %v\n%s", err, out)
+	}
+	eventually(t, time.Minute, func() (bool, string) {
+		return registered() > before, "the device plugin did not register again after the kubelet restarted"
+	})
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		pods, err := local.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=mine"})
+		return err == nil && len(pods.Items) == 0, "the deleted pod is still there"
+	})
+	two := resource.MustParse("2")
+	c = h.container("main", `echo "devices=$`+deviceplugin.EnvName(v1alpha1.KindAccelerator)+`"; `+loop)
+	c.Resources.Requests[resourceName] = two
+	c.Resources.Limits = corev1.ResourceList{resourceName: two}
+	after := h.pod("after-restart", nil, c)
+	delete(after.Annotations, annotations.NUMAPolicy)
+	h.create(after)
+	p = waitScheduled(t, h.ns, "after-restart", 2*time.Minute)
+	alloc, err = annotations.ParseAllocation(p.Annotations[annotations.DevicesAllocated])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Sorted(slices.Values(alloc[resourceName]))
+	env, got := h.printedDevices("after-restart")
+	if !slices.Equal(got, want) || slices.Contains(got, held) {
+		t.Errorf("after the kubelet restart: %s=%q, want the annotated %v (never %s)", deviceplugin.EnvName(v1alpha1.KindAccelerator), env, want, held)
+	}
+}
+
+// printedDevices waits for the pod's main container to print its devices (a line
+// devices=$SEXTANT_ACCELERATOR) and returns the line's value and its IDs, sorted.
+func (h *numaHarness) printedDevices(pod string) (string, []string) {
+	h.t.Helper()
+	var env string
+	eventually(h.t, 2*time.Minute, func() (bool, string) {
+		logs, err := local.kube.CoreV1().Pods(h.ns).GetLogs(pod, &corev1.PodLogOptions{Container: "main"}).DoRaw(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, l := range strings.Split(string(logs), "\n") {
+			if v, ok := strings.CutPrefix(l, "devices="); ok {
+				env = v
+				return true, ""
+			}
+		}
+		return false, pod + " has not printed its devices yet"
+	})
+	ids := strings.Split(env, ",")
+	slices.Sort(ids)
+	return env, ids
 }
 
 func mustCPUs(t *testing.T, list string) []int32 {
