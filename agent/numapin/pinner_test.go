@@ -314,9 +314,12 @@ func TestPodCgroupPath(t *testing.T) {
 			// runc makes the sandbox's cgroup, copying the (narrowed) parent.
 			tr.mkdir(filepath.Join(dir, "sandbox"), "2-3", "0")
 			h.eventually("pin confirmed", func() bool { return h.counter("sextant_numa_pins_total", pathPodCgroup) == 1 })
+			h.eventually("pin latency observed", func() bool { return h.counter("sextant_numa_pin_seconds", pathPodCgroup) >= 1 })
 			if n := h.counter("sextant_numa_pin_seconds", pathPodCgroup); n != 1 {
 				t.Errorf("pin_seconds has %v samples, want 1", n)
 			}
+			// The event is recorded after the pin is counted.
+			h.eventually("NUMAPinned event", func() bool { return len(h.events("NUMAPinned")) >= 1 })
 			if ev := h.events("NUMAPinned"); len(ev) != 1 || !strings.Contains(ev[0].Message, "cpus 2-3 mems 0") {
 				t.Errorf("NUMAPinned events %+v", ev)
 			}
@@ -417,8 +420,8 @@ func TestRefusals(t *testing.T) {
 	if n := h.counter("sextant_numa_pin_failures_total", reasonUnknownNUMANode); n != 1 {
 		t.Errorf("unknown NUMA node counted %v times, want once", n)
 	}
-	ev := h.events("NUMAPinRefused")
-	if len(ev) != 2 {
+	h.eventually("two NUMAPinRefused events", func() bool { return len(h.events("NUMAPinRefused")) >= 2 })
+	if ev := h.events("NUMAPinRefused"); len(ev) != 2 {
 		t.Fatalf("%d NUMAPinRefused events, want 2", len(ev))
 	}
 	for _, d := range []string{tr.podDir(uidA), tr.podDir(uidB)} {
@@ -470,6 +473,7 @@ func TestRestart(t *testing.T) {
 	if n := h.counter("sextant_numa_pins_total", pathPodCgroup); n != 0 {
 		t.Errorf("%v pod-cgroup pins counted after a restart, want 0", n)
 	}
+	h.eventually("NUMAPinned event for the missed pod", func() bool { return len(h.events("NUMAPinned")) >= 1 })
 	if ev := h.events("NUMAPinned"); len(ev) != 1 || ev[0].InvolvedObject.Name != "missed" {
 		t.Errorf("NUMAPinned events %+v, want one, for the missed pod", ev)
 	}
