@@ -66,13 +66,27 @@ func (c *Client) List(ctx context.Context) ([]*podresourcesapi.PodResources, err
 // DeviceResources returns the resource names the kubelet's device manager serves
 // devices of (those of registered device plugins).
 func (c *Client) DeviceResources(ctx context.Context) (map[string]bool, error) {
+	devs, err := c.AllocatableDevices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(devs))
+	for name := range devs {
+		out[name] = true
+	}
+	return out, nil
+}
+
+// AllocatableDevices returns, by resource name, the IDs of the devices the kubelet's
+// device manager can allocate: those its registered plugins list as healthy.
+func (c *Client) AllocatableDevices(ctx context.Context) (map[string][]string, error) {
 	resp, err := c.api.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("ask the kubelet for its allocatable resources: %w", err)
 	}
-	out := map[string]bool{}
+	out := map[string][]string{}
 	for _, d := range resp.GetDevices() {
-		out[d.GetResourceName()] = true
+		out[d.GetResourceName()] = append(out[d.GetResourceName()], d.GetDeviceIds()...)
 	}
 	return out, nil
 }

@@ -79,6 +79,10 @@ func TestListAndDeviceResources(t *testing.T) {
 	if err != nil || len(got) != 2 || !got["sextant.io/gpu"] || !got["example.com/fpga"] {
 		t.Errorf("DeviceResources = %v, %v", got, err)
 	}
+	devs, err := c.AllocatableDevices(context.Background())
+	if err != nil || len(devs["sextant.io/gpu"]) != 2 || len(devs["example.com/fpga"]) != 1 {
+		t.Errorf("AllocatableDevices = %v, %v", devs, err)
+	}
 	pods, err := c.List(context.Background())
 	if err != nil || len(pods) != 1 || pods[0].GetName() != "p" {
 		t.Errorf("List = %v, %v", pods, err)

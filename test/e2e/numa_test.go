@@ -877,6 +877,33 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	eventually(t, time.Minute, func() (bool, string) {
 		return registered() > before, "the device plugin did not register again after the kubelet restarted"
 	})
+	// The kubelet admits a pod's devices only once the plugin has listed them to it
+	// again; before that it fails the pod (UnexpectedAdmissionError), as with any plugin.
+	kubelet, err := podresources.Dial(podResourcesSocket(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kubelet.Close()
+	eventually(t, time.Minute, func() (bool, string) {
+		devs, err := kubelet.AllocatableDevices(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(devs[string(resourceName)]) == 4, fmt.Sprintf("the restarted kubelet can allocate %v, want the 4 accelerators", devs[string(resourceName)])
+	})
+	// And only once it has released the devices of the pod deleted before.
+	eventually(t, time.Minute, func() (bool, string) {
+		list, err := kubelet.List(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, pr := range list {
+			if pr.GetNamespace() == h.ns && pr.GetName() == "mine" {
+				return false, "the kubelet still holds the deleted pod's devices"
+			}
+		}
+		return true, ""
+	})
 	eventually(t, 2*time.Minute, func() (bool, string) {
 		pods, err := local.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=mine"})
 		return err == nil && len(pods.Items) == 0, "the deleted pod is still there"
@@ -885,10 +912,37 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	c = h.container("main", `echo "devices=$`+deviceplugin.EnvName(v1alpha1.KindAccelerator)+`"; `+loop)
 	c.Resources.Requests[resourceName] = two
 	c.Resources.Limits = corev1.ResourceList{resourceName: two}
-	after := h.pod("after-restart", nil, c)
-	delete(after.Annotations, annotations.NUMAPolicy)
-	h.create(after)
-	p = waitScheduled(t, h.ns, "after-restart", 2*time.Minute)
+	// A pod the kubelet admits before the plugin has listed its devices again is
+	// rejected (UnexpectedAdmissionError), as with any device plugin: like a
+	// controller, make a new one until one runs.
+	var p2 *corev1.Pod
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		if p2 != nil {
+			cur, err := local.kube.CoreV1().Pods(h.ns).Get(ctx, "after-restart", metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			switch cur.Status.Phase {
+			case corev1.PodRunning:
+				p2 = cur
+				return true, ""
+			case corev1.PodFailed:
+				t.Logf("after-restart rejected (%s: %s); making it again", cur.Status.Reason, cur.Status.Message)
+				_ = local.kube.CoreV1().Pods(h.ns).Delete(ctx, "after-restart", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				p2 = nil
+			}
+			return false, "after-restart is " + string(cur.Status.Phase)
+		}
+		after := h.pod("after-restart", nil, c)
+		delete(after.Annotations, annotations.NUMAPolicy)
+		created, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, after, metav1.CreateOptions{})
+		if err != nil {
+			return false, err.Error() // the deleted one may not be gone yet
+		}
+		p2 = created
+		return false, "after-restart created"
+	})
+	p = p2
 	alloc, err = annotations.ParseAllocation(p.Annotations[annotations.DevicesAllocated])
 	if err != nil {
 		t.Fatal(err)
