@@ -206,8 +206,8 @@ func (m *Manager) endpointList() []*endpoint {
 // Run serves and registers the endpoints until ctx ends, then stops them and removes
 // their sockets. It registers again whenever the kubelet's socket is created anew (the
 // kubelet restarted), serves again whenever an endpoint's socket is removed (the
-// kubelet wipes the directory when it starts), and checks both every Resync in case
-// an event was missed.
+// kubelet wipes the directory when it starts), and checks both every Resync (every
+// second while there is no kubelet socket) in case an event was missed.
 func (m *Manager) Run(ctx context.Context) error {
 	defer func() {
 		for _, ep := range m.endpointList() {
@@ -298,6 +298,9 @@ func (m *Manager) waitForDir(ctx context.Context) error {
 	}
 }
 
+// kubeletPoll is how often a plugin looks for a kubelet socket that is not there yet.
+const kubeletPoll = time.Second
+
 func (m *Manager) forceRegister() {
 	for _, ep := range m.endpointList() {
 		ep.needRegister = true
@@ -327,7 +330,9 @@ func (m *Manager) reconcile(ctx context.Context) time.Duration {
 		}
 		id, err := statID(kubeletSock)
 		if err != nil {
-			// No kubelet yet: its socket's creation will wake us.
+			// No kubelet yet: its socket's creation wakes us, and a short poll covers
+			// an event the watch did not deliver (seen under load in CI).
+			next = min(next, kubeletPoll)
 			continue
 		}
 		if id != ep.kubeletID {
