@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"sextant.io/sextant/agent/nodepods"
-	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/liveness"
 )
@@ -183,7 +183,7 @@ func (t *Terminator) enqueuePod(obj any) {
 	if !ok || !t.selector.Matches(labels.Set(pod.Labels)) {
 		return
 	}
-	if _, ok := rules.PodRoles(pod); !ok {
+	if _, ok := sidecarrules.PodRoles(pod); !ok {
 		return
 	}
 	t.mu.Lock()
@@ -293,7 +293,7 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		return nil
 	}
 	pod := obj.(*corev1.Pod)
-	roles, ok := rules.PodRoles(pod)
+	roles, ok := sidecarrules.PodRoles(pod)
 	if !ok || pod.DeletionTimestamp != nil || !t.selector.Matches(labels.Set(pod.Labels)) {
 		return nil // being deleted: the kubelet stops every container itself
 	}
@@ -302,7 +302,7 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		return err
 	}
 	latest := t.latest(ctrs)
-	states := map[string]rules.State{}
+	states := map[string]sidecarrules.State{}
 	for name, c := range latest {
 		states[name] = stateOf(c)
 	}
@@ -337,7 +337,7 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		}
 	}
 
-	d := rules.Decide(pod.Spec.RestartPolicy, roles, states)
+	d := sidecarrules.Decide(pod.Spec.RestartPolicy, roles, states)
 	for _, name := range d.Stop {
 		c := latest[name]
 		if c.StopMark != "" {
@@ -376,20 +376,20 @@ func (t *Terminator) latest(ctrs []cri.Container) map[string]cri.Container {
 	return out
 }
 
-func stateOf(c cri.Container) rules.State {
+func stateOf(c cri.Container) sidecarrules.State {
 	switch c.State {
 	case cri.StateRunning:
-		return rules.State{Phase: rules.Running}
+		return sidecarrules.State{Phase: sidecarrules.Running}
 	case cri.StateExited:
-		return rules.State{Phase: rules.Exited, ExitCode: c.ExitCode, FinishedAt: c.FinishedAt}
+		return sidecarrules.State{Phase: sidecarrules.Exited, ExitCode: c.ExitCode, FinishedAt: c.FinishedAt}
 	}
-	return rules.State{Phase: rules.Waiting}
+	return sidecarrules.State{Phase: sidecarrules.Waiting}
 }
 
-func lastMainFinished(roles rules.Roles, states map[string]rules.State) time.Time {
+func lastMainFinished(roles sidecarrules.Roles, states map[string]sidecarrules.State) time.Time {
 	var last time.Time
 	for _, m := range roles.Mains {
-		if s := states[m]; s.Phase == rules.Exited && s.FinishedAt.After(last) {
+		if s := states[m]; s.Phase == sidecarrules.Exited && s.FinishedAt.After(last) {
 			last = s.FinishedAt
 		}
 	}

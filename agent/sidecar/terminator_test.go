@@ -22,7 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/nodepods"
-	"sextant.io/sextant/agent/sidecar/rules"
+	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
 )
 
@@ -148,7 +148,7 @@ func (f *fakeRuntime) mark(id string) string {
 const node = "node-1"
 
 func jobPod(name string, uid types.UID, policy corev1.RestartPolicy) *corev1.Pod {
-	sidecarEnv := []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}
+	sidecarEnv := []corev1.EnvVar{{Name: sidecarrules.EnvSidecar, Value: "true"}}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: uid},
 		Spec: corev1.PodSpec{

@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarrules"
 )
 
 // How a virtual node is recognised: virtual-kubelet's own label and taint.
@@ -212,11 +212,11 @@ func (c *Controller) process(ctx context.Context, key string) error {
 	if err != nil || !IsVirtual(node) {
 		return nil // a real node's agent does it through the CRI
 	}
-	roles, ok := rules.PodRoles(pod)
+	roles, ok := sidecarrules.PodRoles(pod)
 	if !ok {
 		return nil
 	}
-	d := rules.Decide(pod.Spec.RestartPolicy, roles, rules.StatusStates(pod))
+	d := sidecarrules.Decide(pod.Spec.RestartPolicy, roles, sidecarrules.StatusStates(pod))
 	if len(d.Stop) == 0 {
 		return nil
 	}

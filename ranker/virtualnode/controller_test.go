@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/ranker/webhook"
 )
 
@@ -27,7 +27,7 @@ func preparedPod(name, node string, policy corev1.RestartPolicy, mainExit *int32
 			Annotations: map[string]string{key: `["sleep","3600"]`}},
 		Spec: corev1.PodSpec{NodeName: node, RestartPolicy: policy,
 			InitContainers: []corev1.Container{{Name: "proxy", Image: "busybox", Command: []string{webhook.WrapperPath},
-				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}}},
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Env: []corev1.EnvVar{{Name: sidecarrules.EnvSidecar, Value: "true"}}}},
 			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning,
 			InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},

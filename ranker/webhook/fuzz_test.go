@@ -13,8 +13,8 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core/validation"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarrules"
 )
 
 // What a fuzzed pod has, one bit each.
@@ -42,9 +42,9 @@ func fuzzPod(policy uint8, flags uint16, mainName, sidecarName, nativeName, comm
 		}
 		return strings.Split(command, "\n")
 	}
-	marker := corev1.EnvVar{Name: rules.EnvSidecar, Value: "true"}
+	marker := corev1.EnvVar{Name: sidecarrules.EnvSidecar, Value: "true"}
 	if flags&fzKruise != 0 {
-		marker = corev1.EnvVar{Name: rules.EnvKruise, Value: "TRUE"}
+		marker = corev1.EnvVar{Name: sidecarrules.EnvKruise, Value: "TRUE"}
 	}
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", Annotations: map[string]string{"keep": "me"}},

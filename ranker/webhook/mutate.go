@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarrules"
 )
 
 const (
@@ -55,7 +55,7 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 	}
 	var mains, marked []int
 	for i := range pod.Spec.Containers {
-		if rules.IsSidecar(&pod.Spec.Containers[i]) {
+		if sidecarrules.IsSidecar(&pod.Spec.Containers[i]) {
 			marked = append(marked, i)
 		} else {
 			mains = append(mains, i)
@@ -64,7 +64,7 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 	var markedNative []int
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		if rules.IsNativeSidecar(c) && rules.IsSidecar(c) {
+		if sidecarrules.IsNativeSidecar(c) && sidecarrules.IsSidecar(c) {
 			markedNative = append(markedNative, i)
 		}
 	}

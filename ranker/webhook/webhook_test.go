@@ -15,15 +15,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarrules"
 )
 
 var cfg = MutatorConfig{WrapperImage: "sextant.local/sextant-sidecar-wrapper:test", WrapperPullPolicy: corev1.PullNever}
 
 func sidecar(name string, command ...string) corev1.Container {
 	return corev1.Container{Name: name, Image: "busybox", Command: command, Args: []string{"--port", "$(PORT)"},
-		Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}}
+		Env: []corev1.EnvVar{{Name: sidecarrules.EnvSidecar, Value: "true"}}}
 }
 
 func jobPod(policy corev1.RestartPolicy, containers ...corev1.Container) *corev1.Pod {
@@ -61,7 +61,7 @@ func TestMutateConvertsAndWraps(t *testing.T) {
 		t.Errorf("initContainers = %s, want the installer first, then setup, then the sidecar", names)
 	}
 	proxy := find(out.Spec.InitContainers, "proxy")
-	if !rules.IsNativeSidecar(proxy) {
+	if !sidecarrules.IsNativeSidecar(proxy) {
 		t.Error("the sidecar is not a native sidecar (restartPolicy Always)")
 	}
 	if len(proxy.Command) != 1 || proxy.Command[0] != WrapperPath {
@@ -87,7 +87,7 @@ func TestMutateConvertsAndWraps(t *testing.T) {
 		env.ValueFrom.FieldRef.FieldPath != "metadata.annotations['"+key+"']" {
 		t.Errorf("env %s = %+v, want a downward-API reference to the annotation", EnvCommand, env)
 	}
-	if !rules.IsSidecar(proxy) {
+	if !sidecarrules.IsSidecar(proxy) {
 		t.Error("the marker env was lost: the agent would not know it is a sidecar")
 	}
 	if len(proxy.VolumeMounts) != 1 || proxy.VolumeMounts[0].MountPath != WrapperDir || !proxy.VolumeMounts[0].ReadOnly {
@@ -117,12 +117,12 @@ func TestMutateConvertsAndWraps(t *testing.T) {
 
 func TestMutateLeavesAlone(t *testing.T) {
 	kruise := sidecar("logs", "tail", "-f")
-	kruise.Env = []corev1.EnvVar{{Name: rules.EnvKruise, Value: "true"}}
+	kruise.Env = []corev1.EnvVar{{Name: sidecarrules.EnvKruise, Value: "true"}}
 	for name, pod := range map[string]*corev1.Pod{
 		"Always pod with a marker": jobPod(corev1.RestartPolicyAlways, sidecar("proxy", "sleep")),
 		"Job pod without a marker": jobPod(corev1.RestartPolicyNever, corev1.Container{Name: "proxy", Command: []string{"sleep"}}),
 		"marker set to false": jobPod(corev1.RestartPolicyNever, corev1.Container{Name: "proxy", Command: []string{"sleep"},
-			Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "false"}}}),
+			Env: []corev1.EnvVar{{Name: sidecarrules.EnvSidecar, Value: "false"}}}),
 	} {
 		res, err := cfg.Mutate(pod)
 		if err != nil || res.Changed {
@@ -148,7 +148,7 @@ func TestMutateCommandless(t *testing.T) {
 		t.Fatal(err)
 	}
 	envoy := find(res.Pod.Spec.InitContainers, "envoy")
-	if envoy == nil || !rules.IsNativeSidecar(envoy) || len(envoy.Command) != 0 {
+	if envoy == nil || !sidecarrules.IsNativeSidecar(envoy) || len(envoy.Command) != 0 {
 		t.Errorf("command-less sidecar: %+v; want converted to native, command untouched", envoy)
 	}
 	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], annotations.SidecarCommand("envoy")) {

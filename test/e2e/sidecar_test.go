@@ -35,8 +35,8 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/ranker/virtualnode"
 	"sextant.io/sextant/ranker/webhook"
@@ -400,7 +400,7 @@ func (h *sidecarHarness) main(name string, script string) corev1.Container {
 // sidecar is a container marked as a sidecar running command.
 func (h *sidecarHarness) sidecar(name string, command ...string) corev1.Container {
 	return corev1.Container{Name: name, Image: busyboxImage, ImagePullPolicy: corev1.PullNever, Command: command,
-		Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}}
+		Env: []corev1.EnvVar{{Name: sidecarrules.EnvSidecar, Value: "true"}}}
 }
 
 func (h *sidecarHarness) jobPodSpec(policy corev1.RestartPolicy, mains, sidecars []corev1.Container) corev1.PodSpec {
@@ -616,7 +616,7 @@ func TestSidecarNeverMainSucceeds(t *testing.T) {
 	// The webhook made it a native sidecar run by the wrapper, its command in an
 	// annotation the downward API hands back.
 	proxy := findContainer(pod.Spec.InitContainers, "proxy")
-	if proxy == nil || !rules.IsNativeSidecar(proxy) || proxy.Command[0] != webhook.WrapperPath {
+	if proxy == nil || !sidecarrules.IsNativeSidecar(proxy) || proxy.Command[0] != webhook.WrapperPath {
 		t.Errorf("sidecar not prepared by the webhook: %+v", proxy)
 	}
 	if got := pod.Annotations[annotations.SidecarCommand("proxy")]; got != `["sleep","3600"]` {

@@ -20,8 +20,8 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/agent/sidecar/rules"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/ranker/virtualnode"
 	"sextant.io/sextant/ranker/webhook"
 )
@@ -53,7 +53,7 @@ func finishedPod(name string) *corev1.Pod {
 			Annotations: map[string]string{annotations.SidecarCommand("proxy"): `["sleep","3600"]`}},
 		Spec: corev1.PodSpec{NodeName: "vk", RestartPolicy: corev1.RestartPolicyNever,
 			InitContainers: []corev1.Container{{Name: "proxy", Image: "busybox", Command: []string{webhook.WrapperPath},
-				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Env: []corev1.EnvVar{{Name: rules.EnvSidecar, Value: "true"}}}},
+				RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways), Env: []corev1.EnvVar{{Name: sidecarrules.EnvSidecar, Value: "true"}}}},
 			Containers: []corev1.Container{{Name: "main", Image: "busybox"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning,
 			InitContainerStatuses: []corev1.ContainerStatus{{Name: "proxy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}},

@@ -1,4 +1,4 @@
-// Package rules says which containers of a pod are sidecars and when they are to be
+// Package sidecarrules says which containers of a pod are sidecars and when they are to be
 // stopped, as pure functions shared by the node agent (agent/sidecar), the admission
 // webhook and the virtual-node controller (ranker/).
 //
@@ -9,7 +9,7 @@
 // other regular container is a main container. With restartPolicy Never, once every
 // main container has exited the sidecars are stopped; with OnFailure, once every main
 // container has exited 0; Always pods are never touched.
-package rules
+package sidecarrules
 
 import (
 	"strings"
