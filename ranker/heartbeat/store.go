@@ -60,6 +60,56 @@ type Store struct {
 	// rejected version is logged and counted once however often it is delivered.
 	rejectedMu sync.Mutex
 	rejected   map[rejectKey]string
+
+	// listeners are told of each change once the record holds it (copy on write).
+	listeners atomic.Pointer[[]Listener]
+}
+
+// A Listener is told of each change the Store makes to a node's record, after the record
+// holds it, on the watch's goroutine (keep it short). This is how the plugins learn of
+// new heartbeats: kube-scheduler does not watch them itself, so that each kind is
+// watched once and a pod brought back for a report is always checked against it.
+type Listener struct {
+	// Bandwidth gets the node's new report, or nil when the node no longer has a usable
+	// one (deleted, rejected).
+	Bandwidth func(node string, report *Bandwidth)
+	// Topology is called when the node's NodeTopology was added, replaced or removed.
+	Topology func(node string)
+}
+
+// AddListener registers l; it hears of changes from then on.
+func (s *Store) AddListener(l Listener) {
+	for {
+		cur := s.listeners.Load()
+		var next []Listener
+		if cur != nil {
+			next = append(next, *cur...)
+		}
+		next = append(next, l)
+		if s.listeners.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
+}
+
+func (s *Store) tellBandwidth(node string, b *Bandwidth) {
+	if ls := s.listeners.Load(); ls != nil {
+		for _, l := range *ls {
+			if l.Bandwidth != nil {
+				l.Bandwidth(node, b)
+			}
+		}
+	}
+}
+
+func (s *Store) tellTopology(node string) {
+	if ls := s.listeners.Load(); ls != nil {
+		for _, l := range *ls {
+			if l.Topology != nil {
+				l.Topology(node)
+			}
+		}
+	}
 }
 
 type rejectKey struct{ kind, name string }
@@ -117,19 +167,28 @@ func (s *Store) put(obj any, received time.Time, initial bool) {
 			}
 			setBandwidth(n, b)
 		})
+		s.tellBandwidth(o.Name, b)
 	case *v1alpha1.NodeTopology:
 		s.forgetRejection(kindTopology, o.Name)
 		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(o) })
 		s.topologyVersion.Add(1)
+		s.tellTopology(o.Name)
 	case *Rejected:
 		s.noteRejection(o)
-		switch o.Kind {
-		case kindBandwidth:
-			s.nodes.update(o.Name, func(n *Node) { setBandwidth(n, nil) })
-		case kindTopology:
-			s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
-			s.topologyVersion.Add(1)
-		}
+		s.dropRecord(o.Kind, o.Name)
+	}
+}
+
+// dropRecord makes the node have no object of kind (deleted, or rejected).
+func (s *Store) dropRecord(kind, node string) {
+	switch kind {
+	case kindBandwidth:
+		s.nodes.update(node, func(n *Node) { setBandwidth(n, nil) })
+		s.tellBandwidth(node, nil)
+	case kindTopology:
+		s.nodes.update(node, func(n *Node) { n.topology.Store(nil) })
+		s.topologyVersion.Add(1)
+		s.tellTopology(node)
 	}
 }
 
@@ -139,19 +198,12 @@ func (s *Store) remove(obj any) {
 	}
 	switch o := obj.(type) {
 	case *v1alpha1.NodeBandwidth:
-		s.nodes.update(o.Name, func(n *Node) { setBandwidth(n, nil) })
+		s.dropRecord(kindBandwidth, o.Name)
 	case *v1alpha1.NodeTopology:
-		s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
-		s.topologyVersion.Add(1)
+		s.dropRecord(kindTopology, o.Name)
 	case *Rejected:
 		s.forgetRejection(o.Kind, o.Name)
-		switch o.Kind {
-		case kindBandwidth:
-			s.nodes.update(o.Name, func(n *Node) { setBandwidth(n, nil) })
-		case kindTopology:
-			s.nodes.update(o.Name, func(n *Node) { n.topology.Store(nil) })
-			s.topologyVersion.Add(1)
-		}
+		s.dropRecord(o.Kind, o.Name)
 	}
 }
 
@@ -273,47 +325,8 @@ func (s *Store) Topology(node string) *v1alpha1.NodeTopology {
 	return s.Node(node).Topology()
 }
 
-// Advance makes report (a parsed NodeBandwidth) its node's latest if the record holds
-// none or one sampled earlier, and reports whether it did. It is for BandwidthAware's
-// queueing hint, which runs on kube-scheduler's own informer of NodeBandwidth: that
-// informer can deliver a report before the Store's does, and the pod the hint requeues
-// for the report must be checked against it, or it fails again on the older report and
-// waits for the next event. The Store's informer still delivers every version and
-// replaces what Advance put; Advance never goes back to an earlier sample. (A report
-// whose NodeBandwidth the Store saw deleted meanwhile comes back this way, and ages out
-// after stale-after like any report.)
-func (s *Store) Advance(report *Bandwidth) bool {
-	if report == nil || report.Object == nil || report.SampleTime.IsZero() {
-		return false
-	}
-	newer := func(n *Node) bool {
-		cur := n.bandwidth.Load()
-		return cur == nil || report.SampleTime.After(cur.SampleTime)
-	}
-	// The hint runs once per waiting pod for the same report: after the first, the
-	// record is up to date, which needs no lock to see.
-	if n := s.Node(report.Object.Name); n != nil && !newer(n) {
-		return false
-	}
-	advanced := false
-	s.nodes.update(report.Object.Name, func(n *Node) {
-		if newer(n) {
-			setBandwidth(n, report)
-			advanced = true
-		}
-	})
-	return advanced
-}
-
 // Len is the number of nodes with a heartbeat object.
 func (s *Store) Len() int { return s.nodes.len() }
-
-// AddBandwidthHandler registers h for NodeBandwidth changes (e.g. to let the reservation
-// ledger drop reservations a newer report covers).
-func (s *Store) AddBandwidthHandler(h cache.ResourceEventHandler) error {
-	_, err := s.bandwidth.AddEventHandler(h)
-	return err
-}
 
 var (
 	sharedMu sync.Mutex

@@ -1,8 +1,10 @@
 package heartbeat
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
@@ -327,38 +331,29 @@ func BenchmarkNode(b *testing.B) {
 	}
 }
 
-func TestAdvance(t *testing.T) {
-	at := func(sec int, remaining string) *v1alpha1.NodeBandwidth {
-		b := bw("n")
-		ts := metav1.NewTime(time.Date(2026, 11, 23, 0, 0, sec, 0, time.UTC))
-		q := resource.MustParse(remaining)
-		b.Status = v1alpha1.NodeBandwidthStatus{SampleTime: &ts, Total: &v1alpha1.Bandwidth{Ingress: v1alpha1.DirectionBandwidth{Remaining: &q}}}
-		return b
-	}
+// Listeners hear of each change after the record holds it: a plugin that brings a pod
+// back for a report must find the report in the store.
+func TestListenersAfterTheRecord(t *testing.T) {
 	s := NewFromObjects()
-	for _, step := range []struct {
-		name   string
-		report *v1alpha1.NodeBandwidth
-		want   bool
-		held   int64
-	}{
-		{"first report", at(10, "1G"), true, 1e9},
-		{"later sample", at(20, "2G"), true, 2e9},
-		{"same sample", at(20, "3G"), false, 2e9},
-		{"earlier sample", at(15, "4G"), false, 2e9},
-		{"no sample time", bw("n"), false, 2e9},
-	} {
-		if got := s.Advance(ParseBandwidth(step.report)); got != step.want {
-			t.Errorf("%s: Advance = %v, want %v", step.name, got, step.want)
-		}
-		if got := s.Node("n").Bandwidth().Network(annotations.PodNetwork).IngressRemaining; got != step.held {
-			t.Errorf("%s: holds %d, want %d", step.name, got, step.held)
-		}
-	}
-	// The informer's delivery is authoritative, even of an earlier sample.
-	s.Put(at(5, "5G"))
-	if got := s.Node("n").Bandwidth().Network(annotations.PodNetwork).IngressRemaining; got != 5e9 {
-		t.Errorf("after the informer's update: %d, want 5G", got)
+	var events []string
+	s.AddListener(Listener{
+		Bandwidth: func(node string, b *Bandwidth) {
+			if s.Node(node).Bandwidth() != b {
+				t.Errorf("listener for %s ran before the record held its report", node)
+			}
+			events = append(events, fmt.Sprintf("bandwidth %s %v", node, b != nil))
+		},
+		Topology: func(node string) {
+			events = append(events, fmt.Sprintf("topology %s %v", node, s.Topology(node) != nil))
+		},
+	})
+	s.Put(bw("n"))
+	s.Put(topo("n"))
+	s.Delete(bw("n"))
+	s.Put(&Rejected{TypeMeta: metav1.TypeMeta{Kind: kindTopology}, ObjectMeta: metav1.ObjectMeta{Name: "n"}, Err: errors.New("bad")})
+	want := []string{"bandwidth n true", "topology n true", "bandwidth n false", "topology n false"}
+	if !slices.Equal(events, want) {
+		t.Errorf("events %v, want %v", events, want)
 	}
 }
 
@@ -475,4 +470,13 @@ func TestReceived(t *testing.T) {
 	if got := s.Node("f").Bandwidth().Received; !got.Equal(t0) {
 		t.Errorf("listed, written after the listing: received %v, want the listing %v", got, t0)
 	}
+}
+
+func asUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
 }

@@ -394,9 +394,12 @@ func TestRankerStaleReportExcludesNode(t *testing.T) {
 }
 
 // TestRankerQueuesPodOnNewReport: a pod no node has the bandwidth for waits; the
-// node's next report, with room for it, gets it placed at once. Without the queueing
-// hint on NodeBandwidth (run on kube-scheduler's own informer, which the ranker trims
-// to what the hint reads) the pod would wait for the unschedulable flush, 5 minutes.
+// node's next report, with room for it, gets it placed at once, whenever the report
+// comes: right after the failure (while the pod's own status update retries it) or
+// once it waits among the unschedulable pods. kube-scheduler does not watch
+// NodeBandwidth: the heartbeat store activates the pod after it holds the report
+// (docs/design/0020-one-watch-per-heartbeat-kind.md). Without that the pod would wait
+// for the unschedulable flush, 5 minutes.
 func TestRankerQueuesPodOnNewReport(t *testing.T) {
 	installCRDs(t)
 	deployChart(t)
@@ -405,34 +408,40 @@ func TestRankerQueuesPodOnNewReport(t *testing.T) {
 	prefix := "requeue" + strings.TrimPrefix(ns, "e2e-")
 	nodes := makeRankerNodes(t, prefix, []rankerNode{{name: "node-1", ingressRemaining: "100M"}})
 	startRanker(t, rankerOptions{scheduler: prefix, port: 10371})
-	if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, "p", prefix, map[string]string{
-		"bandwidth.sextant.io/ingress-required": "1G",
-	}), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFailedScheduling(t, ns, "p", time.Minute)
-	// The failure writes the pod's PodScheduled condition, and that update retries it
-	// once more within ~0.1 s. Let that retry fail too, so that the report finds the pod
-	// waiting among the unschedulable pods, where the hint decides. (A report that
-	// arrives while the pod sits in the active or backoff queue is not hinted, and a
-	// retry that reads the heartbeat store before the store's own watch delivered the
-	// report can still miss it: docs/design/0017-a-report-requeues-against-that-report.md,
-	// known limit.)
-	time.Sleep(3 * time.Second)
 	node, err := local.kube.CoreV1().Nodes().Get(ctx, nodes["node-1"], metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reported := time.Now()
-	publishBandwidth(t, node, rankerNode{name: "node-1", ingressRemaining: "2G"})
-	// Far inside the 5-minute flush, with room for the ranker's backoff (1 s, doubling).
-	// The hint also brings the store up to the report, so the retry it causes cannot
-	// read the older one (TestQueueingHintAdvancesStore).
-	pod := waitScheduled(t, ns, "p", 15*time.Second)
-	if pod.Spec.NodeName != nodes["node-1"] {
-		t.Errorf("pod on %s, want %s", pod.Spec.NodeName, nodes["node-1"])
+	for i, tc := range []struct {
+		name  string
+		after time.Duration // from the failure to the report
+	}{
+		{"report right after the failure", 0},
+		{"report while the pod waits", 3 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			name := fmt.Sprintf("p%d", i)
+			publishBandwidth(t, node, rankerNode{name: "node-1", ingressRemaining: "100M"})
+			if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, name, prefix, map[string]string{
+				"bandwidth.sextant.io/ingress-required": "1G",
+			}), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitFailedScheduling(t, ns, name, time.Minute)
+			time.Sleep(tc.after)
+			reported := time.Now()
+			publishBandwidth(t, node, rankerNode{name: "node-1", ingressRemaining: "2G"})
+			// Far inside the 5-minute flush, with room for the ranker's backoff (1 s, doubling).
+			pod := waitScheduled(t, ns, name, 15*time.Second)
+			if pod.Spec.NodeName != nodes["node-1"] {
+				t.Errorf("pod on %s, want %s", pod.Spec.NodeName, nodes["node-1"])
+			}
+			t.Logf("placed %.1fs after the report", time.Since(reported).Seconds())
+			if err := local.kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
-	t.Logf("placed %.1fs after the report", time.Since(reported).Seconds())
 }
 
 // TestRankerBurstDoesNotOverfill: 20 pods requiring 100M each, created at once, onto

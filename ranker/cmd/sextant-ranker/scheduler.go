@@ -19,22 +19,19 @@ import (
 	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
-	schedulerconfig "k8s.io/kubernetes/cmd/kube-scheduler/app/config"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
-	"k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 
 	"sextant.io/sextant/ranker/gcsettings"
-	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
 // newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with steps
-// added: the GC settings of gc (nil: none) once logging is set up, and checkBinder and
-// trimHeartbeatInformers between app.Setup and app.Run. kube-scheduler has no hook
+// added: the GC settings of gc (nil: none) once logging is set up, and checkBinder
+// between app.Setup and app.Run. kube-scheduler has no hook
 // there, and the options that app.Setup and app.Run take are local to
 // app.NewSchedulerCommand, hence the copy; TestSchedulerCommandFlags keeps its flags
 // equal to kube-scheduler's.
@@ -79,7 +76,7 @@ start. Every kube-scheduler flag applies.`,
 }
 
 // runScheduler is kube-scheduler's runCommand with the GC settings applied after logging,
-// and checkBinder and trimHeartbeatInformers after Setup: the profiles are known only
+// and checkBinder after Setup: the profiles are known only
 // once Setup has loaded the configuration with kube-scheduler's defaults, and the
 // scheduler has not run yet.
 func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Options, registryOptions ...app.Option) error {
@@ -111,9 +108,6 @@ func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Opti
 	if err := checkBinder(cc.ComponentConfig.Profiles); err != nil {
 		return err
 	}
-	if err := trimHeartbeatInformers(ctx, cc, sched); err != nil {
-		return err
-	}
 	fg.(featuregate.MutableFeatureGate).AddMetrics()
 	opts.ComponentGlobalsRegistry.AddMetrics()
 	return app.Run(ctx, cc, sched)
@@ -129,36 +123,6 @@ func applyGCSettings(gc *gcsettings.Options) error {
 	}
 	klog.InfoS("Go GC settings", "gcPercent", a.GCPercent, "gcPercentFrom", a.GCPercentFrom,
 		"memoryLimitBytes", a.MemoryLimitBytes, "memoryLimitFrom", a.MemoryLimitFrom, "cgroupMemoryLimitBytes", a.CgroupLimitBytes)
-	return nil
-}
-
-// trimHeartbeatInformers installs heartbeat.EventTransform on the informers kube-scheduler
-// made for the plugins' NodeBandwidth and NodeTopology events, before they start. It
-// asks the profiles' plugins for their events as kube-scheduler did, so it touches only
-// informers that exist: asking the factory for any other would start a watch.
-func trimHeartbeatInformers(ctx context.Context, cc *schedulerconfig.CompletedConfig, sched *scheduler.Scheduler) error {
-	if cc.DynInformerFactory == nil {
-		return nil
-	}
-	done := map[string]bool{}
-	for _, profile := range sched.Profiles {
-		for _, ext := range profile.EnqueueExtensions() {
-			events, err := ext.EventsToRegister(ctx)
-			if err != nil {
-				return fmt.Errorf("list the events of plugin %s: %w", ext.Name(), err)
-			}
-			for _, ev := range events {
-				gvr, transform, ok := heartbeat.EventTransform(ev.Event.Resource)
-				if !ok || done[gvr.String()] {
-					continue
-				}
-				if err := cc.DynInformerFactory.ForResource(gvr).Informer().SetTransform(transform); err != nil {
-					return fmt.Errorf("trim kube-scheduler's informer of %s: %w", gvr.Resource, err)
-				}
-				done[gvr.String()] = true
-			}
-		}
-	}
 	return nil
 }
 

@@ -2,77 +2,56 @@ package bandwidth
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
-	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
-// EventsToRegister lists the events that can make a pod this plugin rejected
-// schedulable: a node's new report, a node joining, a bandwidth pod going away (its
-// reservation is released), and the pod's own annotations being fixed. For the reports
-// kube-scheduler watches NodeBandwidths itself (the ranker needs RBAC list/watch on
-// them), trimmed to what isSchedulableAfterReport reads (heartbeat.EventTransform).
+// EventsToRegister lists the events kube-scheduler watches that can make a pod this
+// plugin rejected schedulable: a node joining, a bandwidth pod going away (its
+// reservation is released), and the pod's own annotations being fixed. New reports come
+// from the heartbeat store instead (reportArrived): kube-scheduler does not watch
+// NodeBandwidth.
 func (pl *BandwidthAware) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: heartbeat.BandwidthEvent, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterReport},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: isSchedulableAfterPodDeleted},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: isSchedulableAfterPodUpdated},
 	}, nil
 }
 
-// isSchedulableAfterReport queues the pod when the reporting node now passes Filter.
-func (pl *BandwidthAware) isSchedulableAfterReport(logger klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
-	report, err := asNodeBandwidth(newObj)
-	if err != nil {
-		return fwk.Queue, err
+// reportArrived is the heartbeat store's listener: the ledger drops the reservations
+// the report covers, then the waiting pods the report admits are activated. Both happen
+// after the store holds the report, so the retry is checked against it.
+func (pl *BandwidthAware) reportArrived(node string, report *heartbeat.Bandwidth) {
+	if report == nil {
+		return
 	}
-	req, ok := pl.request(nil, pod)
-	if !ok || !req.HasRequired() {
-		// Rejected for malformed annotations: a report does not fix those.
-		return fwk.QueueSkip, nil
+	pl.ledger.observeParsed(node, report)
+	if pl.waiting == nil {
+		return
 	}
-	// Check against the event's object, without the reservations: a pod skipped here
-	// waits for the next event, and reservations also end without one (Unreserve). A
-	// needless requeue costs one attempt, in which Filter applies the ledger as usual.
-	parsed := heartbeat.ParseBandwidth(report)
-	// The report arrives now: kube-scheduler's informer delivers it at this event.
-	parsed.Received = pl.now()
-	if reason, _ := pl.check(req, parsed, 0, 0, pl.now(), false); reason != "" {
-		logger.V(5).Info("NodeBandwidth update does not make the pod schedulable", "pod", klog.KObj(pod), "node", report.Name, "reason", reason)
-		return fwk.QueueSkip, nil
-	}
-	// The pod is retried right away, and that attempt must see this report: the store
-	// and the ledger are fed by another informer, whose handlers may not have run yet.
-	// Without this the attempt could fail on the older report and the pod wait for
-	// the node's next report, or for the unschedulable flush (5 minutes).
-	pl.reports.Advance(parsed)
-	pl.ledger.observeParsed(report.Name, parsed)
-	return fwk.Queue, nil
+	now := pl.now()
+	pl.waiting.Activate(klog.Background(), func(pod *v1.Pod) bool { return pl.admits(pod, report, now) })
 }
 
-func asNodeBandwidth(obj any) (*v1alpha1.NodeBandwidth, error) {
-	switch o := obj.(type) {
-	case *v1alpha1.NodeBandwidth:
-		return o, nil
-	case *unstructured.Unstructured:
-		nbw := &v1alpha1.NodeBandwidth{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, nbw); err != nil {
-			return nil, err
-		}
-		return nbw, nil
+// admits reports whether report alone (without the reservations) passes the pod's
+// Filter: a pod brought back needlessly costs one attempt, in which Filter applies the
+// ledger as usual, while one left waiting would wait for the node's next report.
+func (pl *BandwidthAware) admits(pod *v1.Pod, report *heartbeat.Bandwidth, now time.Time) bool {
+	req, ok := pl.request(nil, pod)
+	if !ok || !req.HasRequired() {
+		return false // malformed annotations: no report fixes those
 	}
-	return nil, fmt.Errorf("NodeBandwidth event carries %T", obj)
+	reason, _ := pl.check(req, report, 0, 0, now, false)
+	return reason == ""
 }
 
 // isSchedulableAfterPodDeleted queues the pod when a bound pod with a bandwidth

@@ -3,96 +3,182 @@ package bandwidth
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/requeue"
 )
 
+// kube-scheduler must not watch NodeBandwidth: the heartbeat store is the one watch.
 func TestEventsToRegister(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil))
 	events, err := pl.EventsToRegister(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var sawReport bool
 	for _, e := range events {
-		if e.Event.Resource == fwk.EventResource("nodebandwidths."+v1alpha1.GroupVersion.Version+"."+v1alpha1.GroupVersion.Group) {
-			sawReport = true
+		if strings.Contains(string(e.Event.Resource), v1alpha1.GroupVersion.Group) {
+			t.Errorf("event %s makes kube-scheduler watch a heartbeat kind", e.Event.Resource)
 		}
-	}
-	if !sawReport {
-		t.Error("NodeBandwidth events must requeue pods (resource <plural>.<version>.<group>)")
 	}
 }
 
-func TestQueueingHintReport(t *testing.T) {
-	logger := klog.Background()
-	pl := testPlugin(t, testArgs(nil))
-	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
-	toUnstructured := func(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
-		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-		if err != nil {
-			t.Fatal(err)
+// activations records what a Waiting set activates, and what the store and the ledger
+// held at that moment.
+type activations struct {
+	node     string // the node Filter is asked about (default n)
+	pods     []string
+	passes   []bool // Filter passed node when the pod was activated
+	reserved []int
+}
+
+// waitingPlugin is testPlugin wired as New wires it: the store tells the plugin of
+// reports, and activated pods are recorded.
+func waitingPlugin(t *testing.T, reports ...*v1alpha1.NodeBandwidth) (*BandwidthAware, *heartbeat.Store, *activations) {
+	t.Helper()
+	store := reportStore(reports...)
+	pl := newPlugin(testArgs(nil), store, func() time.Time { return now })
+	got := &activations{node: "n"}
+	pl.waiting = requeue.New(Name, func(_ klog.Logger, pods map[string]*v1.Pod) {
+		for _, p := range pods {
+			got.pods = append(got.pods, p.Name)
+			got.passes = append(got.passes, pl.Filter(context.Background(), nil, p, nodeInfo(got.node)).IsSuccess())
+			got.reserved = append(got.reserved, pl.Ledger().Len())
 		}
-		return &unstructured.Unstructured{Object: m}
+	})
+	pl.nodes = func() ([]fwk.NodeInfo, error) { return nodeInfos("n"), nil }
+	store.AddListener(heartbeat.Listener{Bandwidth: pl.reportArrived})
+	return pl, store, got
+}
+
+// reject runs the pod's attempt on node n and its PostFilter, as kube-scheduler would
+// after Filter rejected it; before runs between Filter and PostFilter.
+func reject(t *testing.T, pl *BandwidthAware, pod *v1.Pod, before func()) {
+	t.Helper()
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, pod, nodeInfos("n")); !st.IsSuccess() && !st.IsSkip() {
+		t.Fatalf("PreFilter: %v", st)
 	}
-	// What kube-scheduler's own informer hands the hint (see heartbeat.EventTransform).
-	_, trim, _ := heartbeat.EventTransform(heartbeat.BandwidthEvent)
-	trimmed := func(t *testing.T, obj runtime.Object) any {
-		out, err := trim(toUnstructured(t, obj))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+	st := pl.Filter(context.Background(), state, pod, nodeInfo("n"))
+	if st.IsSuccess() {
+		t.Fatal("setup: Filter passes node n")
 	}
+	statuses := framework.NewDefaultNodeToStatus()
+	statuses.Set("n", st.WithPlugin(Name))
+	if before != nil {
+		before()
+	}
+	if _, st := pl.PostFilter(context.Background(), state, pod, statuses); st.Code() != fwk.Unschedulable || len(st.Reasons()) != 0 {
+		t.Fatalf("PostFilter = %v, want Unschedulable without a reason (it decides nothing)", st)
+	}
+}
+
+func TestReportActivatesWaitingPods(t *testing.T) {
+	old := report("n", "100M", "1G", now.Add(-10*time.Second))
 	for _, tc := range []struct {
-		name string
-		obj  any
-		want fwk.QueueingHint
+		name   string
+		report *v1alpha1.NodeBandwidth
+		want   bool
 	}{
-		{"enough now", toUnstructured(t, report("n", "500M", "1G", now)), fwk.Queue},
-		{"still too little", toUnstructured(t, report("n", "300M", "1G", now)), fwk.QueueSkip},
-		// The event is the report's arrival: however old the agent's clock says it is,
-		// it is fresh now.
-		{"sampled an hour ago, arriving now", toUnstructured(t, report("n", "5G", "5G", now.Add(-time.Hour))), fwk.Queue},
-		{"partial", toUnstructured(t, partialReport("n", "5G", "5G", now)), fwk.QueueSkip},
-		{"typed object", report("n", "500M", "1G", now), fwk.Queue},
-		{"trimmed, enough now", trimmed(t, report("n", "500M", "1G", now)), fwk.Queue},
-		{"trimmed, still too little", trimmed(t, report("n", "300M", "1G", now)), fwk.QueueSkip},
-		{"trimmed, partial", trimmed(t, partialReport("n", "5G", "5G", now)), fwk.QueueSkip},
-		{"trimmed, rejected", trimmed(t, rejectedReport("n")), fwk.QueueSkip},
+		{"enough now", report("n", "500M", "1G", now), true},
+		{"still too little", report("n", "300M", "1G", now), false},
+		// The report's arrival is what counts: however old the agent's clock says it
+		// is, it is fresh now.
+		{"sampled an hour ago, arriving now", report("n", "5G", "5G", now.Add(-time.Hour)), true},
+		{"partial", partialReport("n", "5G", "5G", now), false},
+		{"another node with room", report("m", "5G", "5G", now), true},
 	} {
-		got, err := pl.isSchedulableAfterReport(logger, pod, nil, tc.obj)
-		if err != nil || got != tc.want {
-			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			pl, store, got := waitingPlugin(t, old)
+			pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
+			reject(t, pl, pod, nil)
+			if pl.waiting.Len() != 1 {
+				t.Fatalf("%d pods waiting after PostFilter, want 1", pl.waiting.Len())
+			}
+			got.node = tc.report.Name
+			store.PutAt(tc.report, now)
+			if activated := len(got.pods) == 1; activated != tc.want {
+				t.Fatalf("activated %v, want %v", got.pods, tc.want)
+			}
+			if tc.want && !got.passes[0] {
+				t.Error("the pod was activated before the store held the report that admits it")
+			}
+			if tc.want && pl.waiting.Len() != 0 {
+				t.Error("an activated pod is still waiting")
+			}
+		})
 	}
-	if got, err := pl.isSchedulableAfterReport(logger, pod, nil, "junk"); err == nil || got != fwk.Queue {
-		t.Errorf("junk: got %v, %v; want Queue and an error", got, err)
-	}
-	// A pod placed earlier still holds 300M on n in the ledger when the report that
-	// covers its traffic arrives: the ledger's own handler may not have released it yet,
-	// so the hint must not count it, or the pending pod would wait for the flush.
+}
+
+// A running pod on n holds a reservation the new report covers: the ledger releases it
+// before the waiting pod is activated, so the retry is not refused for it.
+func TestReportReleasesReservationsBeforeActivating(t *testing.T) {
+	pl, store, got := waitingPlugin(t, report("n", "500M", "1G", now.Add(-10*time.Second)))
+	// It started 65s ago: the old report's 60s window began before it ran, the new one's after.
 	held := testPod(map[string]string{annotations.IngressRequired: "300M"})
-	pl.ledger.Reserve(held, "n", annotations.BandwidthRequest{Ingress: annotations.Direction{Required: 300e6, HasRequired: true}})
-	if got, _ := pl.isSchedulableAfterReport(logger, pod, nil, report("n", "500M", "1G", now)); got != fwk.Queue {
-		t.Errorf("a report with room for the pod before the ledger caught up with it: got %v, want Queue", got)
+	pl.Ledger().ObservePod(runningPod(held, "n", now.Add(-65*time.Second)))
+	if pl.Ledger().Len() != 1 {
+		t.Fatal("setup: the running pod holds no reservation")
 	}
-	if in, _ := pl.ledger.Reserved("n"); in != 300e6 {
-		t.Errorf("the hint changed the ledger: %d reserved, want 300M", in)
+	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
+	reject(t, pl, pod, nil)
+	store.PutAt(report("n", "500M", "1G", now), now)
+	if len(got.pods) != 1 || got.reserved[0] != 0 || !got.passes[0] {
+		t.Fatalf("activated %v with %v reservations, Filter passing %v; want the pod, 0, true", got.pods, got.reserved, got.passes)
 	}
-	malformed := testPod(map[string]string{annotations.IngressRequired: "x"})
-	if got, _ := pl.isSchedulableAfterReport(logger, malformed, nil, report("n", "5G", "5G", now)); got != fwk.QueueSkip {
-		t.Error("a report cannot fix malformed annotations")
+}
+
+// A report that arrives while the attempt runs (after Filter, before PostFilter) finds
+// the pod not yet waiting: PostFilter brings it back at once.
+func TestPostFilterActivatesOnReportArrivedMeanwhile(t *testing.T) {
+	pl, store, got := waitingPlugin(t, report("n", "100M", "1G", now.Add(-10*time.Second)))
+	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
+	reject(t, pl, pod, func() { store.PutAt(report("n", "500M", "1G", now), now.Add(time.Second)) })
+	if len(got.pods) != 1 || !got.passes[0] {
+		t.Fatalf("activated %v (Filter passing %v), want the pod at once", got.pods, got.passes)
+	}
+	// One that does not admit it leaves it waiting.
+	pl2, store2, got2 := waitingPlugin(t, report("n", "100M", "1G", now.Add(-10*time.Second)))
+	reject(t, pl2, pod, func() { store2.PutAt(report("n", "200M", "1G", now), now.Add(time.Second)) })
+	if len(got2.pods) != 0 || pl2.waiting.Len() != 1 {
+		t.Fatalf("activated %v, %d waiting; want none activated, 1 waiting", got2.pods, pl2.waiting.Len())
+	}
+}
+
+// A pod with malformed annotations waits for its own update (an event kube-scheduler
+// watches), never for a report.
+func TestMalformedPodNotActivatedByReports(t *testing.T) {
+	pl, store, got := waitingPlugin(t, report("n", "100M", "1G", now.Add(-10*time.Second)))
+	pod := testPod(map[string]string{annotations.IngressRequired: "x"})
+	state := framework.NewCycleState()
+	_, st := pl.PreFilter(context.Background(), state, pod, nodeInfos("n"))
+	statuses := framework.NewDefaultNodeToStatus()
+	statuses.SetAbsentNodesStatus(st.WithPlugin(Name))
+	pl.PostFilter(context.Background(), state, pod, statuses)
+	store.PutAt(report("n", "5G", "5G", now), now)
+	if len(got.pods) != 0 {
+		t.Errorf("activated %v for a report", got.pods)
+	}
+}
+
+// A pod another plugin rejected does not wait on this one.
+func TestPostFilterIgnoresOtherPluginsRejections(t *testing.T) {
+	pl, _, _ := waitingPlugin(t)
+	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
+	statuses := framework.NewDefaultNodeToStatus()
+	statuses.Set("n", fwk.NewStatus(fwk.Unschedulable, "no").WithPlugin("NodeResourcesFit"))
+	pl.PostFilter(context.Background(), framework.NewCycleState(), pod, statuses)
+	if pl.waiting.Len() != 0 {
+		t.Error("a pod NodeResourcesFit rejected waits for BandwidthAware's reports")
 	}
 }
 
@@ -150,51 +236,9 @@ func TestSignPod(t *testing.T) {
 	}
 }
 
-// The pod a report requeues is retried at once, possibly before the heartbeat store's
-// own informer delivered that report: the hint brings the store and the ledger up to
-// it, so that Filter in that attempt passes the node.
-func TestQueueingHintAdvancesStore(t *testing.T) {
-	logger := klog.Background()
-	old := report("n", "100M", "1G", now.Add(-10*time.Second))
-	pl := testPlugin(t, testArgs(nil), old)
-	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
-	// A pod on n that started 65s ago: the old report's 60s window began before it
-	// ran, the new one's after.
-	held := testPod(map[string]string{annotations.IngressRequired: "300M"})
-	pl.Ledger().ObservePod(runningPod(held, "n", now.Add(-65*time.Second)))
-	if pl.Ledger().Len() != 1 {
-		t.Fatal("setup: the running pod holds no reservation")
-	}
-	ni := nodeInfo("n")
-	if st := pl.Filter(context.Background(), nil, pod, ni); st.IsSuccess() {
-		t.Fatal("setup: the node passes on the old report")
-	}
-	fresh := report("n", "500M", "1G", now)
-	if got, err := pl.isSchedulableAfterReport(logger, pod, old, fresh); err != nil || got != fwk.Queue {
-		t.Fatalf("hint: %v, %v; want Queue", got, err)
-	}
-	if st := pl.Filter(context.Background(), nil, pod, ni); !st.IsSuccess() {
-		t.Errorf("the attempt after the hint fails on the node: %v", st)
-	}
-	if pl.Ledger().Len() != 0 {
-		t.Error("the report covers the running pod, but the hint left its reservation")
-	}
-	// An older report arriving late through the hint does not undo a newer one.
-	pl.isSchedulableAfterReport(logger, pod, nil, report("n", "900M", "1G", now.Add(-5*time.Second)))
-	if got := pl.reports.Node("n").Bandwidth().Network(annotations.PodNetwork).IngressRemaining; got != 500e6 {
-		t.Errorf("remaining %d after a late older report, want the newer 500M", got)
-	}
-}
-
 // partialReport is a report of an agent that has measured 5s since it started.
 func partialReport(node, ingressRemaining, egressRemaining string, sampled time.Time) *v1alpha1.NodeBandwidth {
 	r := report(node, ingressRemaining, egressRemaining, sampled)
 	r.Status.Window.Duration = 5 * time.Second
 	return r
-}
-
-// rejectedReport is a report with plenty of room that the heartbeat store rejects
-// (remaining above capacity).
-func rejectedReport(node string) *v1alpha1.NodeBandwidth {
-	return report(node, "50G", "50G", now)
 }

@@ -21,9 +21,6 @@ type Nodes interface {
 	Node(name string) *heartbeat.Node
 	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
 	NodeOf(node *v1.Node) *heartbeat.Node
-	// Advance makes a report the node's latest unless a later sample is held already
-	// (see isSchedulableAfterReport).
-	Advance(report *heartbeat.Bandwidth) bool
 }
 
 // defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s),
@@ -420,18 +417,5 @@ func (l *Ledger) podHandler() cache.ResourceEventHandler {
 				}
 			}
 		},
-	}
-}
-
-// reportHandler feeds the ledger from the heartbeat store.
-func (l *Ledger) reportHandler() cache.ResourceEventHandler {
-	observe := func(obj any) {
-		if nbw, ok := obj.(*v1alpha1.NodeBandwidth); ok {
-			l.ObserveReport(nbw)
-		}
-	}
-	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    observe,
-		UpdateFunc: func(_, obj any) { observe(obj) },
 	}
 }

@@ -10,6 +10,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/requeue"
 )
 
 // Name is the plugin's name in KubeSchedulerConfiguration.
@@ -24,6 +25,11 @@ type BandwidthAware struct {
 	// msgStale and msgPartial are Filter's messages for a stale and a partial report;
 	// they name args.StaleAfter and args.MinWindow.
 	msgStale, msgPartial string
+	// waiting are the pods Filter rejected, brought back by the reports that admit
+	// them (reportArrived); nodes lists the scheduler's snapshot for PostFilter. Both
+	// are nil without a framework Handle.
+	waiting *requeue.Waiting
+	nodes   func() ([]fwk.NodeInfo, error)
 }
 
 var (
@@ -33,6 +39,7 @@ var (
 	_ fwk.ScorePlugin       = &BandwidthAware{}
 	_ fwk.ScoreExtensions   = &BandwidthAware{}
 	_ fwk.ReservePlugin     = &BandwidthAware{}
+	_ fwk.PostFilterPlugin  = &BandwidthAware{}
 	_ fwk.EnqueueExtensions = &BandwidthAware{}
 	_ fwk.SignPlugin        = &BandwidthAware{}
 
@@ -51,12 +58,16 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("%s heartbeat store: %w", Name, err)
 	}
 	pl := newPlugin(args, store, time.Now)
-	if err := store.AddBandwidthHandler(pl.ledger.reportHandler()); err != nil {
-		return nil, fmt.Errorf("%s watch NodeBandwidth: %w", Name, err)
-	}
+	pl.waiting = requeue.New(Name, h.Activate)
+	pl.nodes = h.SnapshotSharedLister().NodeInfos().List
+	store.AddListener(heartbeat.Listener{Bandwidth: pl.reportArrived})
 	// The scheduler's pod informer lists every pod when it starts, which rebuilds the
 	// ledger from bound pods after a restart or leader change.
-	if _, err := h.SharedInformerFactory().Core().V1().Pods().Informer().AddEventHandler(pl.ledger.podHandler()); err != nil {
+	pods := h.SharedInformerFactory().Core().V1().Pods().Informer()
+	if _, err := pods.AddEventHandler(pl.ledger.podHandler()); err != nil {
+		return nil, fmt.Errorf("%s watch pods: %w", Name, err)
+	}
+	if _, err := pods.AddEventHandler(pl.waiting.PodHandler()); err != nil {
 		return nil, fmt.Errorf("%s watch pods: %w", Name, err)
 	}
 	return pl, nil

@@ -40,6 +40,7 @@ import (
 	"sextant.io/sextant/ranker/plugins/nodecache"
 	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/podledger"
+	"sextant.io/sextant/ranker/plugins/requeue"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -51,6 +52,8 @@ type Nodes interface {
 	Node(name string) *heartbeat.Node
 	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
 	NodeOf(node *v1.Node) *heartbeat.Node
+	// TopologyVersion changes whenever a node's NodeTopology changes.
+	TopologyVersion() uint64
 }
 
 // NodeInfos looks up the scheduler's snapshot of a node, for Reserve.
@@ -66,6 +69,10 @@ type DeviceAware struct {
 	// freeCache holds each node's free devices between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, *Free]
 	now       func() time.Time
+	// waiting are the pods Filter rejected, brought back by any NodeTopology change;
+	// snapshot lists the scheduler's nodes for PostFilter. Nil without a Handle.
+	waiting  *requeue.Waiting
+	snapshot func() ([]fwk.NodeInfo, error)
 }
 
 var (
@@ -74,6 +81,7 @@ var (
 	_ fwk.PreScorePlugin    = &DeviceAware{}
 	_ fwk.ScorePlugin       = &DeviceAware{}
 	_ fwk.ReservePlugin     = &DeviceAware{}
+	_ fwk.PostFilterPlugin  = &DeviceAware{}
 	_ fwk.EnqueueExtensions = &DeviceAware{}
 	_ fwk.SignPlugin        = &DeviceAware{}
 )
@@ -93,9 +101,16 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	})
 	numahint.Default.Register(h, pl)
+	pl.waiting = requeue.New(Name, h.Activate)
+	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
+	store.AddListener(heartbeat.Listener{Topology: pl.topologyChanged})
 	if f := h.SharedInformerFactory(); f != nil {
-		if err := pl.ledger.ForgetOnPodEvents(f.Core().V1().Pods().Informer(), isAnnotated); err != nil {
+		pods := f.Core().V1().Pods().Informer()
+		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {
 			return nil, fmt.Errorf("device plugin: watch pods for reservations: %w", err)
+		}
+		if _, err := pods.AddEventHandler(pl.waiting.PodHandler()); err != nil {
+			return nil, fmt.Errorf("device plugin: watch pods: %w", err)
 		}
 	}
 	return pl, nil
@@ -122,7 +137,9 @@ const stateKey fwk.StateKey = Name
 
 // cycleState is the plugin's CycleState entry for one pod.
 type cycleState struct {
-	req Request
+	// topologyVersion is the store's when PreFilter ran (see PostFilter).
+	topologyVersion uint64
+	req             Request
 	// want is req as Filter and Score read it for every node.
 	want Want
 	// total is req.Total(), which Filter and Score check for every node.

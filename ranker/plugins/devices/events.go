@@ -6,19 +6,18 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
 // EventsToRegister lists what can make a pod DeviceAware rejected schedulable: a pod
-// leaving a node or changing (frees devices, or fixes its own requests), a new node, or
-// a changed NodeTopology (a device became healthy, a topology appeared).
+// leaving a node or changing (frees devices, or fixes its own requests), or a new node.
+// A changed NodeTopology (a device became healthy, a topology appeared) comes from the
+// heartbeat store instead (topologyChanged): kube-scheduler does not watch NodeTopology.
 func (pl *DeviceAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: numa.PodUpdateHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}},
-		{Event: fwk.ClusterEvent{Resource: heartbeat.TopologyEvent, ActionType: fwk.All}},
 	}, nil
 }
 

@@ -8,18 +8,17 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
-	"sextant.io/sextant/ranker/heartbeat"
 )
 
 // EventsToRegister lists what can make a pod NUMAAware rejected schedulable: a pod
 // leaving a node (frees NUMA capacity), the pod itself being updated (a fixed policy
-// annotation), a new node, or a changed NodeTopology.
+// annotation), or a new node. A changed NodeTopology comes from the heartbeat store
+// instead (topologyChanged): kube-scheduler does not watch NodeTopology.
 func (pl *NUMAAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: PodUpdateHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}},
-		{Event: fwk.ClusterEvent{Resource: heartbeat.TopologyEvent, ActionType: fwk.All}},
 	}, nil
 }
 

@@ -56,6 +56,7 @@ import (
 	"sextant.io/sextant/ranker/plugins/nodecache"
 	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/podledger"
+	"sextant.io/sextant/ranker/plugins/requeue"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -93,6 +94,10 @@ type NUMAAware struct {
 	// devices holds it from then on. Nil in both: the pod's devices are not NUMA-bound.
 	handle  fwk.Handle
 	devices atomic.Pointer[numahint.Provider]
+	// waiting are the pods Filter rejected, brought back by any NodeTopology change;
+	// nil without a framework Handle.
+	waiting  *requeue.Waiting
+	snapshot func() ([]fwk.NodeInfo, error)
 }
 
 // WithDevices makes p the source of the NUMA nodes' free devices and of pods' device
@@ -130,6 +135,7 @@ var (
 	_ fwk.PreScorePlugin    = &NUMAAware{}
 	_ fwk.ScorePlugin       = &NUMAAware{}
 	_ fwk.ReservePlugin     = &NUMAAware{}
+	_ fwk.PostFilterPlugin  = &NUMAAware{}
 	_ fwk.EnqueueExtensions = &NUMAAware{}
 	_ fwk.SignPlugin        = &NUMAAware{}
 )
@@ -148,6 +154,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	pl := NewWith(store, func(node string) (fwk.NodeInfo, error) {
 		return h.SnapshotSharedLister().NodeInfos().Get(node)
 	}).WithProfile(h)
+	pl.waiting = requeue.New(Name, h.Activate)
+	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
+	store.AddListener(heartbeat.Listener{Topology: pl.topologyChanged})
 	if f := h.SharedInformerFactory(); f != nil {
 		pods := f.Core().V1().Pods().Informer()
 		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {
@@ -155,6 +164,9 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		}
 		if _, err := pods.AddEventHandler(pl.floorHandler()); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch pods for the NUMA floor: %w", err)
+		}
+		if _, err := pods.AddEventHandler(pl.waiting.PodHandler()); err != nil {
+			return nil, fmt.Errorf("numa plugin: watch pods: %w", err)
 		}
 	}
 	return pl, nil
@@ -183,8 +195,10 @@ const stateKey fwk.StateKey = Name
 // cycleState is the plugin's CycleState entry for one pod. Clones share it: nothing in
 // it depends on which clone reads it, and reserved is written once, by Reserve.
 type cycleState struct {
-	req    Request
-	policy annotations.NUMAPolicyValue
+	// topologyVersion is the store's when PreFilter ran (see PostFilter).
+	topologyVersion uint64
+	req             Request
+	policy          annotations.NUMAPolicyValue
 	// pl lets ChosenNUMANodes, called by DeviceAware, compute the choice.
 	pl       *NUMAAware
 	reserved atomic.Pointer[reservedChoice]

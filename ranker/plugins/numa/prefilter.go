@@ -20,7 +20,7 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 		filterRejections.WithLabelValues(reasonMalformedPolicy).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	s := &cycleState{req: PodRequest(pod), policy: policy, pl: pl}
+	s := &cycleState{req: PodRequest(pod), policy: policy, pl: pl, topologyVersion: pl.nodes.TopologyVersion()}
 	if dp := pl.deviceProvider(); dp != nil {
 		s.req.Devices = dp.Want(pod)
 	}

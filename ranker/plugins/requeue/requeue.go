@@ -1,0 +1,138 @@
+// Package requeue brings back the pods a sextant plugin rejected when a heartbeat that
+// may admit them arrives.
+//
+// kube-scheduler does not watch NodeBandwidth or NodeTopology: the ranker's heartbeat
+// store is the one watch of each kind. A plugin records in PostFilter the pods it
+// rejected (Waiting.PostFilter), the store tells it of each change once its record holds
+// the change, and the plugin activates the waiting pods that change may admit
+// (Waiting.Activate, through kube-scheduler's PodActivator). Because the store has the
+// report before any pod is activated for it, the retry always sees it
+// (docs/design/0020-one-watch-per-heartbeat-kind.md).
+package requeue
+
+import (
+	"context"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+)
+
+// ActivateFunc moves pods to kube-scheduler's active queue (fwk.PodActivator.Activate);
+// a pod in a scheduling attempt is moved when the attempt ends.
+type ActivateFunc func(logger klog.Logger, pods map[string]*v1.Pod)
+
+// Waiting is the pods one plugin rejected that wait for a heartbeat.
+type Waiting struct {
+	plugin   string
+	activate ActivateFunc
+
+	mu   sync.Mutex
+	pods map[types.UID]*v1.Pod
+}
+
+// New returns the waiting set of plugin, which activates pods through activate.
+func New(plugin string, activate ActivateFunc) *Waiting {
+	return &Waiting{plugin: plugin, activate: activate, pods: map[types.UID]*v1.Pod{}}
+}
+
+// Len is the number of waiting pods.
+func (w *Waiting) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.pods)
+}
+
+// PostFilter records pod as waiting when the plugin rejected it on one of nodes (as
+// statuses say), and activates it at once when changed reports that the heartbeats
+// changed since the attempt read them in a way that may admit it: such a change found
+// the pod not yet waiting. It never admits or rejects anything itself: it returns
+// Unschedulable with no reason, so kube-scheduler goes on to its other PostFilter
+// plugins (preemption) as if this one were not there.
+func (w *Waiting) PostFilter(ctx context.Context, pod *v1.Pod, statuses fwk.NodeToStatusReader, nodes []fwk.NodeInfo, changed func() bool) (*fwk.PostFilterResult, *fwk.Status) {
+	if !RejectedBy(w.plugin, statuses, nodes) {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	w.mu.Lock()
+	w.pods[pod.UID] = pod
+	w.mu.Unlock()
+	// After the add: a change the store makes from now on finds the pod waiting.
+	if changed != nil && changed() {
+		w.Activate(klog.FromContext(ctx), func(p *v1.Pod) bool { return p.UID == pod.UID })
+	}
+	return nil, fwk.NewStatus(fwk.Unschedulable)
+}
+
+// RejectedBy reports whether plugin rejected the pod on at least one of nodes.
+func RejectedBy(plugin string, statuses fwk.NodeToStatusReader, nodes []fwk.NodeInfo) bool {
+	if statuses == nil {
+		return false
+	}
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		if s := statuses.Get(node.Name); s != nil && s.IsRejected() && s.Plugin() == plugin {
+			return true
+		}
+	}
+	return false
+}
+
+// Activate activates the waiting pods for which admits is true and forgets them (if an
+// attempt fails again, PostFilter records the pod again). admits runs under the set's
+// lock: keep it short. It returns how many pods it activated.
+func (w *Waiting) Activate(logger klog.Logger, admits func(*v1.Pod) bool) int {
+	w.mu.Lock()
+	if len(w.pods) == 0 {
+		w.mu.Unlock()
+		return 0
+	}
+	var batch map[string]*v1.Pod
+	for uid, pod := range w.pods {
+		if admits(pod) {
+			if batch == nil {
+				batch = map[string]*v1.Pod{}
+			}
+			batch[string(uid)] = pod
+			delete(w.pods, uid)
+		}
+	}
+	w.mu.Unlock()
+	if len(batch) > 0 {
+		logger.V(5).Info("Activating pods a heartbeat may admit", "plugin", w.plugin, "pods", len(batch))
+		w.activate(logger, batch)
+	}
+	return len(batch)
+}
+
+// Forget drops a pod (bound, deleted).
+func (w *Waiting) Forget(uid types.UID) {
+	w.mu.Lock()
+	delete(w.pods, uid)
+	w.mu.Unlock()
+}
+
+// PodHandler forgets pods that were bound or deleted; register it on the scheduler's
+// pod informer.
+func (w *Waiting) PodHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if pod, ok := obj.(*v1.Pod); ok && pod.Spec.NodeName != "" {
+				w.Forget(pod.UID)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if pod, ok := obj.(*v1.Pod); ok {
+				w.Forget(pod.UID)
+			}
+		},
+	}
+}
