@@ -8,7 +8,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
-	"sextant.io/sextant/ranker/plugins/cyclestate"
 )
 
 const stateKey fwk.StateKey = Name + "/request"
@@ -24,12 +23,17 @@ type podState struct {
 
 func (s *podState) Clone() fwk.StateData { return s }
 
-// requestMemo and scoreMemo answer Filter's and Score's reads of the cycle PreFilter and
-// PreScore wrote last without reading the CycleState (see package cyclestate).
-var (
-	requestMemo = cyclestate.New[*podState](stateKey)
-	scoreMemo   = cyclestate.New[*scoreState](scoreKey)
-)
+func readPodState(state fwk.CycleState) (*podState, bool) {
+	if state == nil {
+		return nil, false
+	}
+	d, err := state.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	s, ok := d.(*podState)
+	return s, ok
+}
 
 // PreFilter parses the pod's annotations once per cycle. A pod without any is skipped
 // by Filter (and PreScore skips Score); a pod with malformed ones is unschedulable
@@ -43,7 +47,7 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 		filterRejections.WithLabelValues(reasonInvalidAnnotation).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	requestMemo.Write(state, &podState{req: req, now: pl.now()})
+	state.Write(stateKey, &podState{req: req, now: pl.now()})
 	if !req.HasRequired() {
 		// Only expected values: nothing to filter, but Score and Reserve still apply.
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -67,7 +71,7 @@ func (pl *BandwidthAware) request(state fwk.CycleState, pod *v1.Pod) (annotation
 // podState returns PreFilter's state, or builds it (parsing the annotations, reading
 // the clock now) when PreFilter did not run on this state.
 func (pl *BandwidthAware) podState(state fwk.CycleState, pod *v1.Pod) (podState, bool) {
-	if s, ok := requestMemo.Read(state); ok {
+	if s, ok := readPodState(state); ok {
 		return *s, true
 	}
 	if !annotations.HasBandwidth(pod.Annotations) {

@@ -43,7 +43,7 @@ func (pl *BandwidthAware) PreScore(_ context.Context, state fwk.CycleState, pod 
 	if !ok || ps.req.Empty() || !pl.weighted(ps.req) {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	scoreMemo.Write(state, &scoreState{req: ps.req, now: ps.now})
+	state.Write(scoreKey, &scoreState{req: ps.req, now: ps.now})
 	return nil
 }
 
@@ -92,7 +92,17 @@ func decodeAvail(raw int64) (ingress, egress avail) {
 	return availOf(uint64(raw) >> 32), availOf(uint64(raw) & math.MaxUint32)
 }
 
-func readScoreState(state fwk.CycleState) (*scoreState, bool) { return scoreMemo.Read(state) }
+func readScoreState(state fwk.CycleState) (*scoreState, bool) {
+	if state == nil {
+		return nil, false
+	}
+	d, err := state.Read(scoreKey)
+	if err != nil {
+		return nil, false
+	}
+	s, ok := d.(*scoreState)
+	return s, ok
+}
 
 // ScoreExtensions implements fwk.ScorePlugin.
 func (pl *BandwidthAware) ScoreExtensions() fwk.ScoreExtensions { return pl }

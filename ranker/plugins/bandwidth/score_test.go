@@ -235,7 +235,7 @@ func TestNormalizeScoreAllocatesNothing(t *testing.T) {
 	for _, strategy := range []annotations.Strategy{annotations.BestFit, annotations.MostHeadroom} {
 		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = strategy }))
 		state := framework.NewCycleState()
-		scoreMemo.Write(state, &scoreState{req: annotations.BandwidthRequest{
+		state.Write(scoreKey, &scoreState{req: annotations.BandwidthRequest{
 			Ingress: annotations.Direction{Required: 400e6, HasRequired: true},
 			Egress:  annotations.Direction{Expected: 1e9, HasExpected: true},
 		}})
@@ -266,7 +266,7 @@ func TestNormalizeScoreAllocatesNothing(t *testing.T) {
 func TestNormalizeScoreLogsTopNodes(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil))
 	state := framework.NewCycleState()
-	scoreMemo.Write(state, &scoreState{req: annotations.BandwidthRequest{
+	state.Write(scoreKey, &scoreState{req: annotations.BandwidthRequest{
 		Ingress: annotations.Direction{Required: 400e6, HasRequired: true, Expected: 500e6, HasExpected: true},
 	}})
 	list := fwk.NodeScoreList{

@@ -36,7 +36,6 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
-	"sextant.io/sextant/ranker/plugins/cyclestate"
 	"sextant.io/sextant/ranker/plugins/nodecache"
 	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/podledger"
@@ -175,9 +174,14 @@ func (p *pickMap) delete(node string) {
 	delete(p.m, node)
 }
 
-func readState(state fwk.CycleState) (*cycleState, bool) { return stateMemo.Read(state) }
-
-// stateMemo answers readState for the cycle PreFilter wrote last without reading the
-// CycleState (see package cyclestate); the key identifies the cycle, so plugin instances
-// of several profiles can share it.
-var stateMemo = cyclestate.New[*cycleState](stateKey)
+func readState(state fwk.CycleState) (*cycleState, bool) {
+	if state == nil {
+		return nil, false
+	}
+	d, err := state.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	s, ok := d.(*cycleState)
+	return s, ok
+}

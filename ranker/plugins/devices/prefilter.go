@@ -14,7 +14,7 @@ import (
 func (pl *DeviceAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	req := PodRequest(pod)
 	s := &cycleState{topologyVersion: pl.nodes.TopologyVersion(), req: req, want: req.Want(), total: req.Total(), picks: &pickMap{m: map[string]annotations.Allocation{}}}
-	stateMemo.Write(state, s)
+	state.Write(stateKey, s)
 	if s.total == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}

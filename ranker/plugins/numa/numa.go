@@ -52,7 +52,6 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
-	"sextant.io/sextant/ranker/plugins/cyclestate"
 	"sextant.io/sextant/ranker/plugins/nodecache"
 	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/podledger"
@@ -221,12 +220,17 @@ type reservedChoice struct {
 	choice Choice
 }
 
-func readState(state fwk.CycleState) (*cycleState, bool) { return stateMemo.Read(state) }
-
-// stateMemo answers readState for the cycle PreFilter wrote last without reading the
-// CycleState (see package cyclestate); the key identifies the cycle, so plugin instances
-// of several profiles can share it.
-var stateMemo = cyclestate.New[*cycleState](stateKey)
+func readState(state fwk.CycleState) (*cycleState, bool) {
+	if state == nil {
+		return nil, false
+	}
+	d, err := state.Read(stateKey)
+	if err != nil {
+		return nil, false
+	}
+	s, ok := d.(*cycleState)
+	return s, ok
+}
 
 // ChosenNUMANodes returns the NUMA node IDs NUMAAware chooses for the pod on the node in
 // this scheduling cycle, if it chooses any (the pod asks for CPU or memory and the node

@@ -25,7 +25,7 @@ func (pl *NUMAAware) PostFilter(ctx context.Context, state fwk.CycleState, pod *
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	s, _ := stateMemo.Read(state)
+	s, _ := readState(state)
 	changed := func() bool { return s == nil || pl.nodes.TopologyVersion() != s.topologyVersion }
 	return pl.waiting.PostFilter(ctx, pod, statuses, nodes, changed)
 }

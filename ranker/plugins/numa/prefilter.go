@@ -24,7 +24,7 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 	if dp := pl.deviceProvider(); dp != nil {
 		s.req.Devices = dp.Want(pod)
 	}
-	stateMemo.Write(state, s)
+	state.Write(stateKey, s)
 	if s.req.IsZero() {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}

@@ -7,7 +7,7 @@
 // the change, and the plugin activates the waiting pods that change may admit
 // (Waiting.Activate, through kube-scheduler's PodActivator). Because the store has the
 // report before any pod is activated for it, the retry always sees it
-// (docs/design/0020-one-watch-per-heartbeat-kind.md).
+// (docs/design/0060-one-watch-per-heartbeat-kind.md).
 package requeue
 
 import (
