@@ -4,8 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sextant.io/sextant/api/annotations"
 	"time"
+
+	"sextant.io/sextant/api/annotations"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

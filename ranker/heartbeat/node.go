@@ -1,13 +1,9 @@
 package heartbeat
 
 import (
-	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
-
-	v1 "k8s.io/api/core/v1"
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
@@ -24,22 +20,14 @@ import (
 // per node this replaced (two informer stores, two plugin caches, the bandwidth ledger),
 // each under a lock, were about a tenth of the ranker's CPU in a profile (see
 // docs/design/0006-one-heartbeat-record-per-node.md).
-//
-// The fields Filter reads for every node come first and fill one 64-byte cache line; the
-// padding makes a record 128 bytes, an allocation size class whose objects start on a
-// cache line, so that line is never split (TestNodeLayout).
 type Node struct {
-	// seen is the Node object this record was last found for by name; dropped is set
-	// while the record is out of the index. Together they let NodeOf answer from its
-	// pointer-keyed cache without reading the name (see byObject).
-	seen      atomic.Pointer[v1.Node]
-	dropped   atomic.Bool
 	topology  atomic.Pointer[v1alpha1.NodeTopology]
 	bandwidth atomic.Pointer[Bandwidth]
 	slots     [slotCount]atomic.Value
 	name      string
-	_         [32]byte
 }
+
+func (n *Node) isEmpty() bool { return n.bandwidth.Load() == nil && n.topology.Load() == nil }
 
 // Name is the node's name.
 func (n *Node) Name() string { return n.name }
@@ -168,213 +156,74 @@ func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
 	return b
 }
 
-// index maps node names to their records. Readers look in an immutable table without
-// locking; writers change the authoritative map under a mutex and the readers' table is
-// replaced by a new one once enough lookups have missed it (as sync.Map once did).
-// Names are added and removed only when heartbeat objects appear and go, so after
-// startup nearly every lookup is lock-free; a record's contents change through its
-// atomics without touching the maps.
+// index maps node names to their records: a sync.Map, whose reads of names that
+// stay (nearly all of them once the heartbeats are listed) take no lock. Writers
+// serialize on mu so that a record is created, changed and emptied in order; a record's
+// contents change through its atomics without touching the map.
+//
+// A record whose node lost both heartbeat objects stays in the map, empty, for
+// keepEmpty: if the objects come back meanwhile (an agent restarting) they go into the
+// same record, so a reader still holding it, and what plugins published into its slots
+// (the bandwidth ledger's entry), never goes stale. Only after that is it removed.
 type index struct {
-	read atomic.Pointer[table]
-	// byObject is a direct-mapped cache from the Node objects of kube-scheduler's
-	// snapshot to their records. Filter and Score are handed those objects; between
-	// informer updates each stays the same, so hashing its address replaces hashing and
-	// comparing the name, two cache misses per node and plugin at 5000 nodes (the name's
-	// bytes and the record's). A slot is trusted only when its record's seen is the
-	// very object asked for: the record holds that object, so its address cannot be
-	// reused for another while the answer stands.
-	byObject atomic.Pointer[objectCache]
-	// dirty is set while all has names read lacks or read has names all dropped.
-	dirty atomic.Bool
-
-	mu     sync.Mutex
-	all    map[string]*Node
-	misses int
+	records sync.Map // string → *Node
+	mu      sync.Mutex
+	live    int
+	// empty holds when each empty record was emptied; swept is the last sweep.
+	empty map[string]time.Time
+	swept time.Time
+	now   func() time.Time
 }
 
-// table is an open-addressing hash table of records, built once and then only read.
-// Why not a Go map: Filter looks up a different stretch of the cluster for each pod, so
-// every lookup misses the CPU's caches, and a map touches a control word, a slot group
-// and the key's bytes before it reaches the record. Here the slots (hash, record) sit
-// in one flat array a few hundred KiB long, which stays cached between pods, and only
-// the record and its name are read beyond it.
-type table struct {
-	mask  uint64
-	slots []tableSlot
-}
+// keepEmpty is how long an empty record stays findable: far longer than any scheduling
+// cycle holds a record.
+const keepEmpty = 10 * time.Minute
 
-type tableSlot struct {
-	hash uint64
-	node *Node
-}
-
-var hashSeed = maphash.MakeSeed()
-
-func newTable(nodes map[string]*Node) *table {
-	size := uint64(16)
-	for size < uint64(len(nodes))*4/3+1 {
-		size *= 2
-	}
-	t := &table{mask: size - 1, slots: make([]tableSlot, size)}
-	for name, n := range nodes {
-		h := maphash.String(hashSeed, name)
-		i := h & t.mask
-		for t.slots[i].node != nil {
-			i = (i + 1) & t.mask
-		}
-		t.slots[i] = tableSlot{hash: h, node: n}
-	}
-	return t
-}
-
-func (t *table) get(name string) (*Node, bool) {
-	h := maphash.String(hashSeed, name)
-	for i := h & t.mask; ; i = (i + 1) & t.mask {
-		s := &t.slots[i]
-		if s.node == nil {
-			return nil, false
-		}
-		if s.hash == h && s.node.name == name {
-			return s.node, true
-		}
-	}
-}
-
-func newIndex() *index {
-	x := &index{all: map[string]*Node{}}
-	x.read.Store(newTable(nil))
-	x.byObject.Store(newObjectCache(0))
-	return x
-}
-
-// objectCache maps Node objects' addresses to records: a bucket of four slots, one
-// cache line, per address hash, each slot holding the hash it was stored for next to the
-// record, so a lookup reads only the record whose slot matches. Why buckets: a
-// direct-mapped cache of four slots per record still sent about one lookup in seven at
-// 5000 nodes to the lookup by name, wherever two nodes' objects shared a slot and took
-// it from each other (docs/design/0006-one-heartbeat-record-per-node.md); here five
-// must share a bucket for that.
-type objectCache struct {
-	shift   uint
-	buckets []objectBucket
-}
-
-type objectBucket [4]objectSlot
-
-type objectSlot struct {
-	hash atomic.Uint64
-	rec  atomic.Pointer[Node]
-}
-
-// newObjectCache returns a cache of at most one record per bucket on average; it is
-// replaced once there are two (fits).
-func newObjectCache(records int) *objectCache {
-	bits := uint(3)
-	for 1<<bits < records {
-		bits++
-	}
-	return &objectCache{shift: 64 - bits, buckets: make([]objectBucket, 1<<bits)}
-}
-
-// fits reports whether the cache holds no more than two records per bucket.
-func (c *objectCache) fits(records int) bool { return 2*len(c.buckets) >= records }
-
-// hashObject is Fibonacci hashing of the object's address (whose low bits are an
-// allocation's alignment). The multiplication is a bijection, so the hash names the
-// address, and it is 0 only for nil, which marks an empty slot.
-func hashObject(node *v1.Node) uint64 {
-	return uint64(uintptr(unsafe.Pointer(node))) * 0x9e3779b97f4a7c15
-}
-
-// getObject returns the record of node (by its name), nil if it has none.
-func (x *index) getObject(node *v1.Node) *Node {
-	c := x.byObject.Load()
-	h := hashObject(node)
-	b := &c.buckets[h>>c.shift]
-	for i := range b {
-		if b[i].hash.Load() == h {
-			if n := b[i].rec.Load(); n != nil && n.seen.Load() == node && !n.dropped.Load() {
-				return n
-			}
-		}
-	}
-	n := x.get(node.Name)
-	if n == nil {
-		return nil
-	}
-	n.seen.Store(node)
-	// A record dropped meanwhile must not be cached as node's: either this sees the
-	// flag, or drop's clearing of seen comes after the store above.
-	if n.dropped.Load() {
-		n.seen.CompareAndSwap(node, nil)
-		return n
-	}
-	// The slot holding this hash already, else an empty one, else any, by two bits of
-	// the hash below the bucket's. Writers racing on a slot may leave one's hash with
-	// the other's record; seen rejects that, and the next lookup stores it again.
-	s := &b[h>>(c.shift-2)&3]
-	for i := range b {
-		if v := b[i].hash.Load(); v == h || v == 0 {
-			s = &b[i]
-			break
-		}
-	}
-	s.rec.Store(n)
-	s.hash.Store(h)
-	return n
-}
+func newIndex() *index { return &index{empty: map[string]time.Time{}, now: time.Now} }
 
 // get returns the node's record, nil if it has none.
 func (x *index) get(name string) *Node {
-	if n, ok := x.read.Load().get(name); ok || !x.dirty.Load() {
-		return n
+	if n, ok := x.records.Load(name); ok {
+		return n.(*Node)
 	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	n := x.all[name]
-	x.misses++
-	if x.misses > len(x.all)/8 {
-		x.publishLocked()
-	}
-	return n
+	return nil
 }
 
-func (x *index) publishLocked() {
-	x.read.Store(newTable(x.all))
-	if !x.byObject.Load().fits(len(x.all)) {
-		x.byObject.Store(newObjectCache(len(x.all)))
-	}
-	x.dirty.Store(false)
-	x.misses = 0
-}
-
-// update applies change to the node's record, creating it if needed, and drops the
-// record when change leaves it without heartbeat objects.
+// update applies change to the node's record, creating it if needed.
 func (x *index) update(name string, change func(*Node)) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	n := x.all[name]
+	n := x.get(name)
+	wasLive := n != nil && !n.isEmpty()
 	if n == nil {
-		// A record dropped but still in the readers' map is revived, not replaced:
-		// readers must never hold a record that no longer gets updates.
-		if n, _ = x.read.Load().get(name); n == nil {
-			n = &Node{name: name}
-		}
-		n.dropped.Store(false)
-		x.all[name] = n
-		x.dirty.Store(true)
+		n = &Node{name: name}
+		x.records.Store(name, n)
 	}
 	change(n)
-	if n.bandwidth.Load() == nil && n.topology.Load() == nil {
-		delete(x.all, name)
-		x.dirty.Store(true)
-		n.dropped.Store(true)
-		n.seen.Store(nil)
+	now := x.now()
+	switch isLive := !n.isEmpty(); {
+	case isLive && !wasLive:
+		x.live++
+		delete(x.empty, name)
+	case !isLive && wasLive:
+		x.live--
+		x.empty[name] = now
+	case !isLive:
+		x.empty[name] = now
+	}
+	if len(x.empty) > 0 && now.Sub(x.swept) > time.Minute {
+		x.swept = now
+		for name, at := range x.empty {
+			if now.Sub(at) > keepEmpty {
+				x.records.Delete(name)
+				delete(x.empty, name)
+			}
+		}
 	}
 }
 
 func (x *index) len() int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return len(x.all)
+	return x.live
 }

@@ -305,10 +305,8 @@ func (s *Store) WaitForSync(ctx context.Context) error {
 // lock: Filter calls it for every node of every pod.
 func (s *Store) Node(name string) *Node { return s.nodes.get(name) }
 
-// NodeOf returns the record of node, nil when it has neither heartbeat object. For the
-// Node objects of a scheduling snapshot, which Filter and Score are handed, it is
-// cheaper than Node(node.Name): it seldom reads the name.
-func (s *Store) NodeOf(node *v1.Node) *Node { return s.nodes.getObject(node) }
+// NodeOf returns the record of node, nil when it has neither heartbeat object.
+func (s *Store) NodeOf(node *v1.Node) *Node { return s.nodes.get(node.Name) }
 
 // Bandwidth returns the node's NodeBandwidth, or nil if it has none. The result is
 // shared: do not modify it.

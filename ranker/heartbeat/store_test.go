@@ -8,7 +8,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -119,8 +118,7 @@ func nodeObject(name string) *v1.Node {
 }
 
 // NodeOf answers as Node(name) does for every Node object, across a Node object being
-// replaced, the record being dropped, revived and (once the readers' table forgot it)
-// replaced by a new one.
+// replaced and the record being dropped and made again.
 func TestNodeOfFollowsRecords(t *testing.T) {
 	s := NewFromObjects(topo("n"))
 	obj := nodeObject("n")
@@ -129,101 +127,43 @@ func TestNodeOfFollowsRecords(t *testing.T) {
 		t.Fatal("NodeOf does not find the record Node finds")
 	}
 	newer := nodeObject("n") // the informer replaced the Node object
-	if s.NodeOf(newer) != rec || s.NodeOf(obj) != rec {
+	if s.NodeOf(newer) != rec {
 		t.Fatal("a new Node object of the same node finds another record")
 	}
 	if s.NodeOf(nodeObject("other")) != nil {
 		t.Fatal("a node without heartbeat objects has a record")
 	}
-
-	// Dropped while still in the readers' table, then revived: the same record.
 	s.Delete(topo("n"))
-	if got := s.NodeOf(newer); got.Topology() != nil {
-		t.Fatal("a dropped record still shows its topology")
+	if got := s.NodeOf(newer); got != rec || got.Topology() != nil || s.Len() != 0 {
+		t.Fatal("an emptied record is not the one found, or still shows its topology")
 	}
-	revived := topo("n")
-	s.Put(revived)
-	if got := s.NodeOf(newer); got != rec || got.Topology() != revived {
-		t.Fatal("the revived record is not the one found")
-	}
-
-	// Dropped and forgotten by the readers' table: the next record is a new one, and a
-	// Node object cached with the old one must not lead to it.
-	s.Delete(topo("n"))
-	s.nodes.mu.Lock()
-	s.nodes.publishLocked()
-	s.nodes.mu.Unlock()
-	replacement := topo("n")
-	s.Put(replacement)
-	got := s.NodeOf(newer)
-	if got == rec || got != s.Node("n") || got.Topology() != replacement {
-		t.Fatalf("NodeOf found the forgotten record (topology %v), want the new one", got.Topology())
+	again := topo("n")
+	s.Put(again)
+	if got := s.NodeOf(newer); got != rec || got.Topology() != again {
+		t.Fatal("the node's objects came back into another record")
 	}
 }
 
-// Node objects of many names share the pointer cache's slots; every lookup still finds
-// its own node's record.
-func TestNodeOfCollisions(t *testing.T) {
-	s := NewFromObjects()
-	const names = 300
-	objs := make([]*v1.Node, 0, 3*names)
-	for i := range names {
-		s.Put(topo(fmt.Sprint("node-", i)))
+// An empty record is removed once it has been empty for keepEmpty, at a later update.
+func TestEmptyRecordsSwept(t *testing.T) {
+	s := NewFromObjects(topo("gone"), topo("stays"))
+	clock := time.Now()
+	s.nodes.now = func() time.Time { return clock }
+	s.Delete(topo("gone"))
+	if s.Node("gone") == nil {
+		t.Fatal("an emptied record went at once")
 	}
-	for range 3 { // three Node objects per node, as after two informer updates
-		for i := range names {
-			objs = append(objs, nodeObject(fmt.Sprint("node-", i)))
-		}
+	clock = clock.Add(keepEmpty + 2*time.Minute)
+	s.Put(topo("stays"))
+	if s.Node("gone") != nil {
+		t.Error("a record empty for longer than keepEmpty is still found")
 	}
-	for range 3 {
-		for _, o := range objs {
-			if n := s.NodeOf(o); n == nil || n.Name() != o.Name {
-				t.Fatalf("NodeOf(%s) returned %v", o.Name, n)
-			}
-		}
-	}
-	if c := s.nodes.byObject.Load(); !c.fits(names) {
-		t.Errorf("pointer cache has %d buckets for %d records; it grows with the table", len(c.buckets), names)
+	if s.Node("stays") == nil || s.Len() != 1 {
+		t.Errorf("the live record went (Len %d)", s.Len())
 	}
 }
 
-// At the scale the cache is built for, nearly every Node object keeps its place: after
-// one lookup of each, a second finds all but 1% in the cache, not by name.
-func TestNodeOfCacheKeepsObjects(t *testing.T) {
-	for _, records := range []int{100, 1000, 5000, 8000} {
-		s := NewFromObjects()
-		objs := make([]*v1.Node, records)
-		for i := range objs {
-			name := fmt.Sprint("node-", i)
-			s.Put(topo(name))
-			objs[i] = nodeObject(name)
-		}
-		s.nodes.mu.Lock()
-		s.nodes.publishLocked()
-		s.nodes.mu.Unlock()
-		for _, o := range objs {
-			s.NodeOf(o)
-		}
-		c := s.nodes.byObject.Load()
-		cached := 0
-		for _, o := range objs {
-			h := hashObject(o)
-			for i := range c.buckets[h>>c.shift] {
-				sl := &c.buckets[h>>c.shift][i]
-				if sl.hash.Load() == h && sl.rec.Load().Name() == o.Name {
-					cached++
-					break
-				}
-			}
-		}
-		if cached < records*99/100 {
-			t.Errorf("%d records: %d of the objects are cached after a lookup of each; want at least 99%%", records, cached)
-		}
-	}
-}
-
-// Lookups of names added after the readers' map was published find them (first under
-// the lock, then lock-free once the map is republished), also while writers run.
+// Lookups find each node's own record while writers add records.
 func TestConcurrentLookupsAndUpdates(t *testing.T) {
 	s := NewFromObjects()
 	const nodes = 200
@@ -268,26 +208,6 @@ func TestConcurrentLookupsAndUpdates(t *testing.T) {
 			t.Fatalf("node-%d after all writes: topology %v, bandwidth %v", i, n.Topology() != nil, n.Bandwidth() != nil)
 		}
 	}
-	// Enough lookups republish the readers' map: from then on no lookup locks. Only
-	// names the map lacks count, at least one per pass while it lacks any, and it is
-	// republished after more than an eighth of the names' count of those.
-	for range nodes/8 + 1 {
-		for i := range nodes {
-			s.Node(fmt.Sprint("node-", i))
-		}
-	}
-	if s.nodes.dirty.Load() {
-		t.Error("the readers' map was never republished")
-	}
-	held := 0
-	for _, slot := range s.nodes.read.Load().slots {
-		if slot.node != nil {
-			held++
-		}
-	}
-	if held != nodes {
-		t.Errorf("readers' table holds %d nodes, want %d", held, nodes)
-	}
 }
 
 // BenchmarkNode is one lookup of a node's record among 5000, as Filter makes per node.
@@ -297,9 +217,6 @@ func BenchmarkNodeOf(b *testing.B) {
 	for i := range objs {
 		objs[i] = nodeObject(fmt.Sprintf("bench-node-%05d", i))
 		s.Put(topo(objs[i].Name))
-	}
-	for _, o := range objs {
-		s.Node(o.Name) // publish the readers' map
 	}
 	b.ReportAllocs()
 	i := 0
@@ -378,35 +295,6 @@ func TestDecodeDropsManagedFields(t *testing.T) {
 	want.ManagedFields = nil
 	if !equality.Semantic.DeepEqual(got, want) {
 		t.Errorf("decoded %+v, want %+v", got, want)
-	}
-}
-
-// What Filter reads of a record for every node fits in its first cache line, and records
-// start on one.
-func TestNodeLayout(t *testing.T) {
-	var n Node
-	if size := unsafe.Sizeof(n); size != 128 {
-		t.Errorf("a record is %d bytes; want 128, a size class aligned to cache lines", size)
-	}
-	end := func(offset, size uintptr) uintptr { return offset + size }
-	for field, last := range map[string]uintptr{
-		"seen":                  end(unsafe.Offsetof(n.seen), unsafe.Sizeof(n.seen)),
-		"dropped":               end(unsafe.Offsetof(n.dropped), unsafe.Sizeof(n.dropped)),
-		"topology":              end(unsafe.Offsetof(n.topology), unsafe.Sizeof(n.topology)),
-		"bandwidth":             end(unsafe.Offsetof(n.bandwidth), unsafe.Sizeof(n.bandwidth)),
-		"SlotNUMAFree":          end(unsafe.Offsetof(n.slots)+uintptr(SlotNUMAFree)*unsafe.Sizeof(n.slots[0]), unsafe.Sizeof(n.slots[0])),
-		"SlotBandwidthReserved": end(unsafe.Offsetof(n.slots)+uintptr(SlotBandwidthReserved)*unsafe.Sizeof(n.slots[0]), unsafe.Sizeof(n.slots[0])),
-	} {
-		if last > 64 {
-			t.Errorf("%s ends at byte %d of the record, beyond its first cache line", field, last)
-		}
-	}
-	s := NewFromObjects()
-	for i := range 64 {
-		s.Put(topo(fmt.Sprint("node-", i)))
-		if p := uintptr(unsafe.Pointer(s.Node(fmt.Sprint("node-", i)))); p%64 != 0 {
-			t.Fatalf("record of node-%d at %#x, not on a cache line", i, p)
-		}
 	}
 }
 
