@@ -398,7 +398,7 @@ func TestRankerStaleReportExcludesNode(t *testing.T) {
 // comes: right after the failure (while the pod's own status update retries it) or
 // once it waits among the unschedulable pods. kube-scheduler does not watch
 // NodeBandwidth: the heartbeat store activates the pod after it holds the report
-// (docs/design/0020-one-watch-per-heartbeat-kind.md). Without that the pod would wait
+// (docs/design/0060-one-watch-per-heartbeat-kind.md). Without that the pod would wait
 // for the unschedulable flush, 5 minutes.
 func TestRankerQueuesPodOnNewReport(t *testing.T) {
 	installCRDs(t)
