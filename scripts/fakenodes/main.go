@@ -21,9 +21,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"sextant.io/sextant/internal/fakenode"
+	"sextant.io/sextant/internal/kubeclient"
 )
 
 type labelFlag map[string]string
@@ -47,7 +47,7 @@ func main() {
 }
 
 func run() error {
-	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the cluster (default $KUBECONFIG, then ~/.kube/config)")
 	cpu := flag.String("cpu", "16", "CPU capacity of each node (a quantity)")
 	memory := flag.String("memory", "64Gi", "memory capacity of each node (a quantity)")
 	labels := labelFlag{"sextant.io/agent": "none"}
@@ -64,9 +64,9 @@ func run() error {
 		}
 		capacity[name] = q
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	cfg, err := kubeclient.Config(*kubeconfig)
 	if err != nil {
-		return fmt.Errorf("load kubeconfig %q: %w", *kubeconfig, err)
+		return err
 	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
