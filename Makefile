@@ -32,7 +32,7 @@ generate: ## Regenerate deepcopy, CRD YAML and the bpf2go objects.
 	go generate ./...
 
 .PHONY: verify
-verify: generate ## Regenerate and fail on any diff; gofmt, go vet, go mod tidy.
+verify: generate ## Regenerate and fail on any diff; gofmt, go vet, go mod tidy; lint the dashboards and alerts.
 	@git diff --exit-code -- api bpf charts/sextant/crds || { echo "verify: generated files differ from the committed ones: run 'make generate' and commit" >&2; exit 1; }
 	@untracked=$$(git ls-files --others --exclude-standard -- api bpf charts/sextant/crds); \
 	  [ -z "$$untracked" ] || { echo "verify: generated files not committed: $$untracked" >&2; exit 1; }
@@ -40,6 +40,8 @@ verify: generate ## Regenerate and fail on any diff; gofmt, go vet, go mod tidy.
 	  [ -z "$$unformatted" ] || { echo "verify: gofmt would change: $$unformatted" >&2; exit 1; }
 	go vet ./...
 	go mod tidy -diff
+	@# The dashboards' and alerts' queries parse with Prometheus's parser; panel IDs are unique; panels use $$datasource.
+	go test -count=1 ./test/lint/
 
 .PHONY: test
 test: deps verify test-unit test-e2e ## Everything CI runs: verify, unit tests, then the suite on the real local cluster.

@@ -17,6 +17,8 @@ packages=(
   iperf3 hwloc pciutils
   # Certificates, readiness probes and JSON in the cluster script; column for the demo.
   openssl curl jq bsdextrautils
+  # The dashboards' e2e test scrapes the cluster with a real Prometheus (and promtool).
+  prometheus
 )
 
 missing=()

@@ -132,7 +132,9 @@ type Meter struct {
 	ifaces map[int]*iface
 	// networks are the networks as the last rescan grouped them.
 	networks []NetworkSample
-	snap     Snapshot
+	// attachFailures counts failed attachments, for sextant_meter_attach_failures_total.
+	attachFailures uint64
+	snap           Snapshot
 	// started is the time of the first sample, zero before it.
 	started time.Time
 }
@@ -277,6 +279,7 @@ func (m *Meter) Rescan() {
 		}
 		if err := m.att.Attach(l.Index); err != nil {
 			m.log.Warn("attaching the meter failed; retrying at the next rescan", "interface", l.Name, "err", err)
+			m.attachFailures++
 			continue
 		}
 		m.log.Info("metering interface", "interface", l.Name, "ifindex", l.Index)
@@ -354,6 +357,14 @@ func direction(tr *tracker, capacity float64) DirectionSample {
 		d.Capacity, d.Remaining = &c, &r
 	}
 	return d
+}
+
+// Attachment is how many interfaces the meter is attached to now, and how many
+// attachments failed since it started.
+func (m *Meter) Attachment() (attached int, failures uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ifaces), m.attachFailures
 }
 
 // Snapshot returns the latest sample; its Time is zero before the first.

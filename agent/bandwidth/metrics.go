@@ -22,6 +22,13 @@ var (
 		"Capacity minus peak, floored at 0; absent when the capacity is unknown.",
 		[]string{"interface", "direction"}, nil)
 
+	descAttached = prometheus.NewDesc("sextant_meter_attached_interfaces",
+		"Interfaces the eBPF meter is attached to now; 0 on a node whose meter measures nothing.",
+		nil, nil)
+	descAttachFailures = prometheus.NewDesc("sextant_meter_attach_failures_total",
+		"Attachments of the eBPF meter to an interface that failed (each is retried at the next rescan).",
+		nil, nil)
+
 	descNetCapacity = prometheus.NewDesc("sextant_network_capacity_bytes_per_second",
 		"What the network's interfaces can carry together in this direction; absent when no interface's capacity is known.",
 		[]string{"network", "direction"}, nil)
@@ -44,12 +51,15 @@ func NewCollector(m *Meter) *Collector { return &Collector{m: m} }
 
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBytes, descPackets, descCapacity, descRate, descPeak, descRemaining,
-		descNetCapacity, descNetRate, descNetPeak, descNetRemaining} {
+		descNetCapacity, descNetRate, descNetPeak, descNetRemaining, descAttached, descAttachFailures} {
 		ch <- d
 	}
 }
 
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	attached, failures := c.m.Attachment()
+	ch <- prometheus.MustNewConstMetric(descAttached, prometheus.GaugeValue, float64(attached))
+	ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(failures))
 	snap := c.m.Snapshot()
 	for _, n := range snap.NetworkTotals() {
 		for _, d := range []struct {

@@ -109,3 +109,25 @@ func TestCollectorExportsNetworks(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectorExportsAttachment: the attached count and the failed attachments, which
+// the chart's SextantMeterNotAttached alert reads.
+func TestCollectorExportsAttachment(t *testing.T) {
+	links := []Link{
+		{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
+		{Name: "eth1", Index: 3, Physical: true, SpeedMbps: 1000},
+	}
+	m, _, _, att, _ := newTestMeter(Config{}, links)
+	att.fail[3] = true
+	m.Rescan()
+	m.Rescan()
+	got := collect(t, m)
+	for k, v := range map[string]float64{
+		"sextant_meter_attached_interfaces{,}":   1,
+		"sextant_meter_attach_failures_total{,}": 2,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
+	}
+}

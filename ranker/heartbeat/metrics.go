@@ -34,5 +34,12 @@ var registerOnce sync.Once
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(rejectedTotal, legacyReports)
+		// Every kind and reason at 0 from the start, so an increase over it is 0 rather
+		// than no data.
+		for _, kind := range []string{kindBandwidth, kindTopology} {
+			for _, r := range []string{ReasonUndecodable, ReasonOutOfRange, ReasonInconsistent} {
+				rejectedTotal.WithLabelValues(kind, r)
+			}
+		}
 	})
 }

@@ -66,6 +66,8 @@ type Config struct {
 	// PodSelector narrows the pods looked at beyond the webhook's label; empty: none.
 	PodSelector string
 	Workers     int
+	// Metrics, when set, count the swaps.
+	Metrics *Metrics
 }
 
 // Controller does the swap. Run may be called again after it returned (a replica that
@@ -236,8 +238,10 @@ func (c *Controller) process(ctx context.Context, key string) error {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil // the newer pod comes through the informer and is looked at again
 		}
+		c.cfg.Metrics.count(resultFailed, len(swapped.names))
 		return fmt.Errorf("swap sidecars %s of %s: %w", strings.Join(swapped.names, ","), key, err)
 	}
+	c.cfg.Metrics.count(resultSwapped, len(swapped.names))
 	c.log.Info("swapped sidecars to the exit image", "pod", key, "node", pod.Spec.NodeName,
 		"containers", swapped.names, "image", c.cfg.ExitImage, "why", d.Why)
 	c.record(ctx, updated, swapped.names, d.Why)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -56,7 +57,8 @@ func TestSwapOnVirtualNodesOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c, err := New(Config{ExitImage: exitImage}, kube, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	metrics := NewMetrics(nil)
+	c, err := New(Config{ExitImage: exitImage, Metrics: metrics}, kube, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +97,9 @@ func TestSwapOnVirtualNodesOnly(t *testing.T) {
 	evs, _ := kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
 	if len(evs.Items) != 2 {
 		t.Errorf("%d events, want one per swapped pod", len(evs.Items))
+	}
+	if got := testutil.ToFloat64(metrics.swaps.WithLabelValues(resultSwapped)); got != 2 {
+		t.Errorf("sextant_virtual_node_swaps_total{result=swapped} = %v, want 2 (one sidecar in each of two pods)", got)
 	}
 }
 

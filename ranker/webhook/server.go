@@ -31,21 +31,27 @@ const (
 type Handler struct {
 	Mutator MutatorConfig
 	Log     *slog.Logger
+	// Metrics, when set, count requests, latency, patches and rejections.
+	Metrics *Metrics
 }
 
 // ServeMux returns the webhook's routes, plus /healthz.
 func (h *Handler) ServeMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc(PathMutate, h.serve(h.mutate))
-	mux.HandleFunc(PathValidate, h.serve(h.validate))
+	mux.HandleFunc(PathMutate, h.serve(webhookMutate, h.mutate))
+	mux.HandleFunc(PathValidate, h.serve(webhookValidate, h.validate))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	return mux
 }
 
 type reviewFunc func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-func (h *Handler) serve(review reviewFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) serve(name string, review reviewFunc) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		w := &statusRecorder{ResponseWriter: rw, code: http.StatusOK}
+		var outcome reviewOutcome
+		defer func() { h.Metrics.observe(name, w.code, start, outcome) }()
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
 			return
@@ -61,6 +67,7 @@ func (h *Handler) serve(review reviewFunc) http.HandlerFunc {
 			return
 		}
 		resp := review(in.Request)
+		outcome = reviewOutcome{denied: !resp.Allowed, patched: len(resp.Patch) > 0}
 		resp.UID = in.Request.UID
 		out := admissionv1.AdmissionReview{TypeMeta: in.TypeMeta, Response: resp}
 		w.Header().Set("Content-Type", "application/json")

@@ -29,6 +29,7 @@ import (
 type webhookOptions struct {
 	kubeconfig        string
 	listenAddr        string
+	metricsAddr       string
 	certFile, keyFile string
 	wrapperImage      string
 	wrapperPullPolicy string
@@ -87,6 +88,7 @@ them in place to --exit-image.`,
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	f.StringVar(&o.listenAddr, "listen-addr", ":9443", "address the webhook serves HTTPS on")
+	addMetricsFlag(f, &o.metricsAddr)
 	f.StringVar(&o.certFile, "tls-cert-file", "/etc/sextant-webhook/tls.crt", "serving certificate (PEM); read again when it changes")
 	f.StringVar(&o.keyFile, "tls-key-file", "/etc/sextant-webhook/tls.key", "serving certificate's key (PEM)")
 	f.StringVar(&o.wrapperImage, "wrapper-image", "", "image holding /sextant-sidecar-wrapper, which the injected init container copies into the pod (required)")
@@ -97,6 +99,12 @@ them in place to --exit-image.`,
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the virtual-node controller looks at")
 	o.addLeaderFlags(f, "the virtual-node controller")
 	return cmd
+}
+
+// addMetricsFlag adds --metrics-addr, off by default so that several processes on one
+// host (tests, a development machine) do not contend for a port; the chart sets it.
+func addMetricsFlag(f *pflag.FlagSet, addr *string) {
+	f.StringVar(addr, "metrics-addr", "", "address to serve Prometheus /metrics on over plain HTTP, e.g. :9465 (empty: not served)")
 }
 
 func envOr(name, def string) string {
@@ -122,6 +130,14 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	reg := newMetricsRegistry()
+	if o.metricsAddr != "" {
+		stopMetrics, err := serveMetrics(o.metricsAddr, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	var wg sync.WaitGroup
 	if o.virtualNodes {
 		cfg, err := restConfig(o.kubeconfig)
@@ -135,6 +151,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		}
 		ctrl, err := virtualnode.New(virtualnode.Config{
 			ExitImage: o.exitImage, ExitCommand: o.exitCommand, PodSelector: o.podSelector,
+			Metrics: virtualnode.NewMetrics(reg),
 		}, kube, log.With("component", "virtual-node-controller"))
 		if err != nil {
 			return err
@@ -149,6 +166,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	h := &webhook.Handler{
 		Mutator: webhook.MutatorConfig{WrapperImage: o.wrapperImage, WrapperPullPolicy: corev1.PullPolicy(o.wrapperPullPolicy)},
 		Log:     log,
+		Metrics: webhook.NewMetrics(reg),
 	}
 	log.Info("sidecar webhook serving", "addr", o.listenAddr, "version", version.Version, "virtualNodes", o.virtualNodes)
 	err := webhook.Serve(ctx, o.listenAddr, o.certFile, o.keyFile, h.ServeMux(), log)

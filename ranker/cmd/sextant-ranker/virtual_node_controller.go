@@ -44,6 +44,7 @@ own.`,
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
 	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required)")
 	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
+	addMetricsFlag(f, &o.metricsAddr)
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the controller looks at")
 	o.addLeaderFlags(f, "the controller")
 	return cmd
@@ -56,6 +57,14 @@ func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "virtual-node-controller")
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	reg := newMetricsRegistry()
+	if o.metricsAddr != "" {
+		stopMetrics, err := serveMetrics(o.metricsAddr, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return err
@@ -67,6 +76,7 @@ func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
 	}
 	ctrl, err := virtualnode.New(virtualnode.Config{
 		ExitImage: o.exitImage, ExitCommand: o.exitCommand, PodSelector: o.podSelector,
+		Metrics: virtualnode.NewMetrics(reg),
 	}, kube, log)
 	if err != nil {
 		return err

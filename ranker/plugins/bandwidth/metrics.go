@@ -75,5 +75,19 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservationsGauge, reservedBytes, reservationsTotal, releasesTotal)
+		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
+		for _, r := range []string{reasonInvalidAnnotation, reasonNoReport, reasonStaleReport, reasonPartialReport,
+			reasonUnknownCapacity, reasonNoNetwork, reasonIngress, reasonEgress, reasonOutsideWindow} {
+			filterRejections.WithLabelValues(r)
+		}
+		for _, r := range []string{releaseCovered, releaseUnreserved, releasePodGone} {
+			releasesTotal.WithLabelValues(r)
+		}
+		for _, s := range []string{"scheduled", "observed"} {
+			reservationsTotal.WithLabelValues(s)
+		}
+		for _, d := range []string{"ingress", "egress"} {
+			reservedBytes.WithLabelValues(d)
+		}
 	})
 }

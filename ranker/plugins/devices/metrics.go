@@ -38,5 +38,12 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservations)
+		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
+		for _, r := range []string{reasonNoTopology, reasonSilentAgent, reasonNodeNotFound} {
+			filterRejections.WithLabelValues(r)
+		}
+		for _, k := range v1alpha1.RequestableDeviceKinds {
+			filterRejections.WithLabelValues(reasonInsufficient(k))
+		}
 	})
 }

@@ -36,5 +36,9 @@ var (
 func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservations)
+		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
+		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound} {
+			filterRejections.WithLabelValues(r)
+		}
 	})
 }
