@@ -5,12 +5,26 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X sextant.io/sextant/internal/version.Version=$(VERSION)
+# sextant-ranker is kube-scheduler: its component-base version (--version=raw, /version,
+# the kubernetes_build_info metric) is the Kubernetes release it is built from, which
+# also sets its feature gates' emulation version, with sextant's release as semver build
+# metadata. The build date is the commit's, so that a rebuild of a commit is identical.
+KUBE_VERSION = $(shell go list -m -f '{{.Version}}' k8s.io/kubernetes)
+KUBE_SEMVER = $(subst ., ,$(patsubst v%,%,$(KUBE_VERSION)))
+GIT_COMMIT = $(shell git rev-parse HEAD 2>/dev/null)
+GIT_TREE_STATE = $(shell git rev-parse HEAD >/dev/null 2>&1 && { git diff --quiet HEAD -- && echo clean || echo dirty; })
+BUILD_DATE = $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || echo 1970-01-01T00:00:00Z)
+KUBE_PKG := k8s.io/component-base/version
+LDFLAGS = -s -w -X sextant.io/sextant/internal/version.Version=$(VERSION) \
+  -X $(KUBE_PKG).gitVersion=$(KUBE_VERSION)+sextant.$(shell printf %s '$(VERSION)' | tr -c '0-9A-Za-z.-' '-') \
+  -X $(KUBE_PKG).gitMajor=$(word 1,$(KUBE_SEMVER)) -X $(KUBE_PKG).gitMinor=$(word 2,$(KUBE_SEMVER)) \
+  -X $(KUBE_PKG).gitCommit=$(GIT_COMMIT) -X $(KUBE_PKG).gitTreeState=$(GIT_TREE_STATE) \
+  -X $(KUBE_PKG).buildDate=$(BUILD_DATE)
 # Static binaries for the images. Tests build the same way, and nothing takes -trimpath:
 # either difference would change every package's build-cache key and compile the whole
 # Kubernetes tree a second time.
 export CGO_ENABLED := 0
-GO_BUILD := go build -ldflags "$(LDFLAGS)"
+GO_BUILD = go build -ldflags "$(LDFLAGS)"
 E2E_TIMEOUT ?= 40m
 
 .PHONY: help
@@ -26,6 +40,8 @@ build: ## Build bin/sextant-agent, bin/sextant-ranker and bin/sextant-sidecar-wr
 	$(GO_BUILD) -o bin/sextant-agent ./agent/cmd/sextant-agent
 	$(GO_BUILD) -o bin/sextant-ranker ./ranker/cmd/sextant-ranker
 	$(GO_BUILD) -o bin/sextant-sidecar-wrapper ./agent/cmd/sextant-sidecar-wrapper
+	@bin/sextant-ranker --version | grep -qF ' (kube-scheduler $(KUBE_VERSION)+sextant.' || \
+	  { echo "build: sextant-ranker's kube-scheduler version was not stamped: $$(bin/sextant-ranker --version)" >&2; exit 1; }
 
 .PHONY: generate
 generate: ## Regenerate deepcopy, CRD YAML and the bpf2go objects.

@@ -6,6 +6,10 @@
 // measure is what the chart deploys.
 package profile
 
+// SchedulerName is the profile's name, the chart's default ranker.schedulerName: pods
+// set spec.schedulerName to it. sextant-ranker serves it without --config.
+const SchedulerName = "sextant"
+
 // Plugins is the plugins block of a profile entry, indented to follow a
 // "- schedulerName: <name>" line of a KubeSchedulerConfiguration's profiles: the sextant
 // plugins at every extension point, SextantBinder in DefaultBinder's place, and the

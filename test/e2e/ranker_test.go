@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,7 +24,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	schedconfigv1 "k8s.io/kube-scheduler/config/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/gcsettings"
@@ -823,5 +826,63 @@ func TestRankerMalformedAnnotationStaysPending(t *testing.T) {
 	}
 	if bad, err := local.kube.CoreV1().Pods(ns).Get(ctx, "bad", metav1.GetOptions{}); err != nil || bad.Spec.NodeName != "" || bad.Status.Phase != corev1.PodPending {
 		t.Errorf("malformed pod: err %v, node %q; want it Pending and unbound", err, bad.Spec.NodeName)
+	}
+}
+
+// TestRankerBareServesSextantProfile: without --config, sextant-ranker sets up the
+// profile "sextant" with every sextant plugin against the real API server, on its own
+// lease, with no BandwidthAware args (its --bandwidth-* flags are them). It is asked to
+// write the configuration it would run, which exits before it takes a lease or schedules
+// anything, so the chart's ranker keeps serving "sextant".
+func TestRankerBareServesSextantProfile(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	kubeconfig := serviceAccountKubeconfig(t, releaseNamespace, "sextant-ranker")
+	written := filepath.Join(t.TempDir(), "written.yaml")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, rankerBinary(t), "--kubeconfig", kubeconfig, "--secure-port=0",
+		"--bandwidth-strategy=most-headroom", "--write-config-to", written).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sextant-ranker without --config: %v\n%s", err, lastLines(string(out), 40))
+	}
+	data, err := os.ReadFile(written)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg schedconfigv1.KubeSchedulerConfiguration
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		t.Fatalf("the written configuration: %v\n%s", err, data)
+	}
+	if len(cfg.Profiles) != 1 || ptr.Deref(cfg.Profiles[0].SchedulerName, "") != profile.SchedulerName {
+		t.Fatalf("the bare ranker serves profiles %s, want only %q", data, profile.SchedulerName)
+	}
+	if cfg.LeaderElection.ResourceName != "sextant-ranker" {
+		t.Errorf("the bare ranker's lease is %q, want sextant-ranker", cfg.LeaderElection.ResourceName)
+	}
+	p := cfg.Profiles[0]
+	names := func(ps []schedconfigv1.Plugin) []string {
+		var n []string
+		for _, p := range ps {
+			n = append(n, p.Name)
+		}
+		return n
+	}
+	enabled := names(p.Plugins.MultiPoint.Enabled)
+	for _, want := range []string{"BandwidthAware", "NUMAAware", "DeviceAware", "SextantBinder"} {
+		if !slices.Contains(enabled, want) {
+			t.Errorf("the bare profile does not enable %s: multiPoint %v", want, enabled)
+		}
+	}
+	if slices.Contains(enabled, "DefaultBinder") {
+		t.Errorf("the bare profile enables DefaultBinder: multiPoint %v", enabled)
+	}
+	if filters := names(p.Plugins.Filter.Enabled); len(filters) < 3 || !slices.Equal(filters[:3], []string{"BandwidthAware", "NUMAAware", "DeviceAware"}) {
+		t.Errorf("the bare profile's Filters %v, want sextant's first", filters)
+	}
+	for _, pc := range p.PluginConfig {
+		if pc.Name == "BandwidthAware" {
+			t.Errorf("the bare profile has BandwidthAware args %s: they would override the --bandwidth-* flags", pc.Args.Raw)
+		}
 	}
 }

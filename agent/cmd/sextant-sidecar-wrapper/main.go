@@ -26,6 +26,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"sextant.io/sextant/internal/version"
 )
 
 // EnvCommand holds the sidecar's command as a JSON array of strings.
@@ -39,6 +41,10 @@ func run(args []string) int {
 	if raw, ok := os.LookupEnv(EnvCommand); ok {
 		return runSidecar(raw, args)
 	}
+	if len(args) == 1 && args[0] == "--version" {
+		fmt.Println("sextant-sidecar-wrapper", version.Version)
+		return 0
+	}
 	if len(args) == 2 && args[0] == "install" {
 		if err := install(args[1]); err != nil {
 			fmt.Fprintln(os.Stderr, "sextant-sidecar-wrapper:", err)
@@ -48,6 +54,7 @@ func run(args []string) int {
 	}
 	fmt.Fprintf(os.Stderr, `usage:
   sextant-sidecar-wrapper install DEST   copy this binary to DEST (mode 0755)
+  sextant-sidecar-wrapper --version      print the version
   %s='["cmd","arg"]' sextant-sidecar-wrapper [ARGS...]
                                          run cmd arg ARGS... as a sidecar
 `, EnvCommand)

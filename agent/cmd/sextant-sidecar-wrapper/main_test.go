@@ -171,3 +171,12 @@ func TestInstall(t *testing.T) {
 		t.Errorf("installed %v %d bytes, want 0755 %d bytes", st.Mode(), st.Size(), want.Size())
 	}
 }
+
+func TestVersion(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--version")
+	cmd.Env = append(os.Environ(), beWrapper+"=1")
+	out, err := cmd.Output()
+	if err != nil || string(out) != "sextant-sidecar-wrapper dev\n" {
+		t.Errorf("--version: %q, %v; want \"sextant-sidecar-wrapper dev\" (the version of a build without -ldflags)", out, err)
+	}
+}

@@ -2,8 +2,9 @@
 // BandwidthAware, NUMAAware, DeviceAware, and SextantBinder, which binds with the
 // annotations the others chose carried on the Binding. It takes every kube-scheduler
 // flag; a KubeSchedulerConfiguration (--config) enables the plugins in a profile, usually
-// "sextant" (see charts/sextant/templates/ranker-config.yaml). The --bandwidth-* flags
-// set BandwidthAware's defaults; args in the configuration override them. --gc-percent and
+// "sextant" (see charts/sextant/templates/ranker-config.yaml); without --config it serves
+// the profile "sextant" with every sextant plugin. The --bandwidth-* flags set
+// BandwidthAware's defaults; args in the configuration override them. --gc-percent and
 // --memory-limit-ratio set Go's garbage collector (package gcsettings).
 //
 // `sextant-ranker sidecar-webhook` serves sextant's admission webhook for pods instead

@@ -16,6 +16,7 @@ import (
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/component-base/term"
+	kubeversion "k8s.io/component-base/version"
 	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 
+	"sextant.io/sextant/internal/version"
 	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
@@ -40,10 +42,12 @@ func newSchedulerCommand(gc *gcsettings.Options, registryOptions ...app.Option) 
 	cmd := &cobra.Command{
 		Use: "sextant-ranker",
 		Long: `sextant-ranker is kube-scheduler with sextant's plugins registered: BandwidthAware,
-NUMAAware, DeviceAware and SextantBinder. Enable them in a profile of a
-KubeSchedulerConfiguration (--config); a profile that enables NUMAAware or DeviceAware
-must bind with SextantBinder instead of DefaultBinder, or sextant-ranker does not
-start. Every kube-scheduler flag applies.`,
+NUMAAware, DeviceAware and SextantBinder. Without --config it serves one profile,
+schedulerName "sextant", with all of them (the chart's plugins; the --bandwidth-*
+flags are BandwidthAware's args) and leader election on the lease "sextant-ranker".
+With --config, enable them in a profile of the KubeSchedulerConfiguration; a profile
+that enables NUMAAware or DeviceAware must bind with SextantBinder instead of
+DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag applies.`,
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			// Feature gates must be set before RunE.
 			return opts.ComponentGlobalsRegistry.Set()
@@ -80,6 +84,12 @@ start. Every kube-scheduler flag applies.`,
 // once Setup has loaded the configuration with kube-scheduler's defaults, and the
 // scheduler has not run yet.
 func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Options, registryOptions ...app.Option) error {
+	// --version names sextant's release and the Kubernetes one (kube-scheduler's would
+	// say "Kubernetes" alone); --version=raw prints kube-scheduler's version info.
+	if f := cmd.Flags().Lookup("version"); f != nil && f.Value.String() == "true" {
+		fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
+		return nil
+	}
 	verflag.PrintAndExitIfRequested()
 	fg := opts.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
 	// Logging first, so that the flags are printed with the final configuration.
@@ -90,6 +100,12 @@ func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Opti
 	cliflag.PrintFlags(cmd.Flags())
 	if gc != nil {
 		if err := applyGCSettings(gc); err != nil {
+			return err
+		}
+	}
+
+	if opts.ConfigFile == "" {
+		if err := serveSextantProfileByDefault(); err != nil {
 			return err
 		}
 	}

@@ -238,3 +238,21 @@ func (deciderStandIn) Reserve(context.Context, fwk.CycleState, *corev1.Pod, stri
 	return nil
 }
 func (deciderStandIn) Unreserve(context.Context, fwk.CycleState, *corev1.Pod, string) {}
+
+// --version names sextant's release and the Kubernetes one, and exits before it sets
+// anything up.
+func TestVersionFlag(t *testing.T) {
+	cmd := newSchedulerCommand(nil)
+	var out strings.Builder
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--version"})
+	// The flag is kube-scheduler's global one: put it back for the other tests.
+	t.Cleanup(func() { _ = cmd.Flags().Set("version", "false") })
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	// A build without the Makefile's -ldflags.
+	if want := "sextant-ranker dev (kube-scheduler v0.0.0-master+$Format:%H$)\n"; out.String() != want {
+		t.Errorf("--version printed %q, want %q", out.String(), want)
+	}
+}
