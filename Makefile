@@ -43,13 +43,30 @@ build: ## Build bin/sextant-agent, bin/sextant-ranker and bin/sextant-sidecar-wr
 	@bin/sextant-ranker --version | grep -qF ' (kube-scheduler $(KUBE_VERSION)+sextant.' || \
 	  { echo "build: sextant-ranker's kube-scheduler version was not stamped: $$(bin/sextant-ranker --version)" >&2; exit 1; }
 
+# helm-docs writes the chart's README values table from values.yaml's "# --" comments.
+# Pinned and run through the module proxy; it needs Go modules that do not build beside
+# the project's own, so it is not a tool line of go.mod.
+HELM_DOCS_VERSION := v1.14.2
+# The Kubernetes version `make lint` renders the chart for (Chart.yaml's kubeVersion
+# refuses a render without one).
+LINT_KUBE_VERSION := 1.36.0
+
 .PHONY: generate
-generate: ## Regenerate deepcopy, CRD YAML and the bpf2go objects.
+generate: ## Regenerate deepcopy, CRD YAML, the bpf2go objects and the chart README's values table.
 	go generate ./...
+	cd charts && go run github.com/norwoodj/helm-docs/cmd/helm-docs@$(HELM_DOCS_VERSION) --chart-search-root . \
+	  --sort-values-order file --log-level warning
+
+.PHONY: lint
+lint: ## helm lint --strict of the chart (values checked against values.schema.json), with the defaults and with every option on.
+	go tool helm lint --strict --kube-version $(LINT_KUBE_VERSION) charts/sextant
+	go tool helm lint --strict --kube-version $(LINT_KUBE_VERSION) charts/sextant \
+	  --set serviceMonitor.enabled=true,prometheusRule.enabled=true,priorityClasses.create=false \
+	  --set-json 'imagePullSecrets=[{"name":"regcred"}]' --set image.agent.digest=sha256:$$(printf '0%.0s' $$(seq 64))
 
 .PHONY: verify
-verify: generate ## Regenerate and fail on any diff; gofmt, go vet, go mod tidy; lint the dashboards and alerts.
-	@git diff --exit-code -- api bpf charts/sextant/crds || { echo "verify: generated files differ from the committed ones: run 'make generate' and commit" >&2; exit 1; }
+verify: generate lint ## Regenerate and fail on any diff; helm lint, gofmt, go vet, go mod tidy; lint the dashboards and alerts.
+	@git diff --exit-code -- api bpf charts/sextant/crds charts/sextant/README.md || { echo "verify: generated files differ from the committed ones: run 'make generate' and commit" >&2; exit 1; }
 	@untracked=$$(git ls-files --others --exclude-standard -- api bpf charts/sextant/crds); \
 	  [ -z "$$untracked" ] || { echo "verify: generated files not committed: $$untracked" >&2; exit 1; }
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \

@@ -34,6 +34,10 @@ type MutatorConfig struct {
 	// WrapperImage holds sextant-sidecar-wrapper at /sextant-sidecar-wrapper.
 	WrapperImage      string
 	WrapperPullPolicy corev1.PullPolicy
+	// ImagePullSecrets are added to a pod that gets the wrapper's init container, where
+	// it lacks them: WrapperImage may be in a private registry the pod's own images are
+	// not.
+	ImagePullSecrets []string
 }
 
 // Result is what Mutate did.
@@ -131,6 +135,11 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 		if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == InstallContainer }) {
 			// First: the wrapper must be in place before any sidecar starts.
 			pod.Spec.InitContainers = append([]corev1.Container{cfg.installContainer()}, pod.Spec.InitContainers...)
+		}
+		for _, name := range cfg.ImagePullSecrets {
+			if !slices.ContainsFunc(pod.Spec.ImagePullSecrets, func(r corev1.LocalObjectReference) bool { return r.Name == name }) {
+				pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+			}
 		}
 	}
 	if pod.Labels == nil {

@@ -322,3 +322,34 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// The chart's pull secrets reach a pod given the wrapper's init container, once each,
+// beside the pod's own; a pod without a wrapped sidecar gets none.
+func TestMutateAddsImagePullSecrets(t *testing.T) {
+	c := cfg
+	c.ImagePullSecrets = []string{"regcred", "mirror"}
+	in := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep", "3600"))
+	in.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "own"}, {Name: "mirror"}}
+	res, err := c.Mutate(in)
+	if err != nil || !res.Changed {
+		t.Fatalf("Mutate: changed %v, err %v", res.Changed, err)
+	}
+	var got []string
+	for _, r := range res.Pod.Spec.ImagePullSecrets {
+		got = append(got, r.Name)
+	}
+	if strings.Join(got, ",") != "own,mirror,regcred" {
+		t.Errorf("imagePullSecrets %v, want own,mirror,regcred", got)
+	}
+	if len(in.Spec.ImagePullSecrets) != 2 {
+		t.Error("Mutate changed its argument's imagePullSecrets")
+	}
+	again, err := c.Mutate(res.Pod)
+	if err != nil || len(again.Pod.Spec.ImagePullSecrets) != 3 {
+		t.Errorf("Mutate again: %v, err %v", again.Pod.Spec.ImagePullSecrets, err)
+	}
+	plain := jobPod(corev1.RestartPolicyNever)
+	if res, err := c.Mutate(plain); err != nil || len(res.Pod.Spec.ImagePullSecrets) != 0 {
+		t.Errorf("a pod without sidecars got imagePullSecrets %v (err %v)", res.Pod.Spec.ImagePullSecrets, err)
+	}
+}

@@ -184,6 +184,11 @@ func TestChartValuesSchema(t *testing.T) {
 		{"stale-after not a duration", bandwidth("staleAfter", "a minute"), "/ranker/bandwidth/staleAfter"},
 		{"agent window not a duration", map[string]any{"agent": map[string]any{"window": "soon"}}, "/agent/window"},
 		{"webhook failure policy", map[string]any{"webhook": map[string]any{"failurePolicy": "Sometimes"}}, "/webhook/failurePolicy"},
+		{"image.repository of older charts", map[string]any{"image": map[string]any{"repository": "r.example/sextant"}}, "/image/repository"},
+		{"digest without algorithm", map[string]any{"image": map[string]any{"ranker": map[string]any{"digest": "latest"}}}, "/image/ranker/digest"},
+		{"unknown image field", map[string]any{"image": map[string]any{"agent": map[string]any{"name": "x"}}}, "/image/agent"},
+		{"pull secret without name", map[string]any{"imagePullSecrets": []any{"regcred"}}, "/imagePullSecrets/0"},
+		{"priority above the user range", map[string]any{"priorityClasses": map[string]any{"nodeCriticalValue": 2000000000}}, "/priorityClasses/nodeCriticalValue"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := render(tc.overrides)
@@ -191,5 +196,93 @@ func TestChartValuesSchema(t *testing.T) {
 				t.Errorf("got %v, want an error naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// renderChart renders the chart with overrides, as helm template would.
+func renderChart(t *testing.T, overrides map[string]any) map[string]string {
+	t.Helper()
+	chart, err := loader.Load(filepath.Join("..", "..", "..", "charts", "sextant"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := chartutil.ToRenderValues(chart, overrides, chartutil.ReleaseOptions{Name: "sextant", Namespace: "sextant-system"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := engine.Render(chart, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rendered
+}
+
+// Every pod the chart runs takes its image from the image values (per component, by
+// digest where one is set), the pull secrets, and a priority class that exists: the
+// chart's own unless one is named.
+func TestChartImagesPullSecretsAndPriority(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	rendered := renderChart(t, map[string]any{
+		"image": map[string]any{
+			"registry": "r.example/team/",
+			"tag":      "v9",
+			"ranker":   map[string]any{"digest": digest},
+			"agent":    map[string]any{"registry": "mirror.example", "tag": "v8"},
+		},
+		"imagePullSecrets": []any{map[string]any{"name": "regcred"}, map[string]any{"name": "mirror"}},
+		"ranker":           map[string]any{"priorityClassName": "mine"},
+	})
+	wantImage := map[string]string{
+		"agent":      "mirror.example/sextant-agent:v8",
+		"ranker":     "r.example/team/sextant-ranker@" + digest,
+		"webhook":    "r.example/team/sextant-ranker@" + digest,
+		"controller": "r.example/team/sextant-ranker@" + digest,
+	}
+	wantPriority := map[string]string{"agent": "sextant-node-critical", "ranker": "mine", "webhook": "sextant-cluster-critical", "controller": "sextant-cluster-critical"}
+	seen := 0
+	for name, text := range rendered {
+		for _, doc := range strings.Split(text, "\n---") {
+			var obj struct {
+				Kind string
+				Spec struct {
+					Template struct{ Spec corev1.PodSpec }
+				}
+			}
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil || (obj.Kind != "Deployment" && obj.Kind != "DaemonSet") {
+				continue
+			}
+			pod := obj.Spec.Template.Spec
+			c := pod.Containers[0]
+			seen++
+			if want, ok := wantImage[c.Name]; !ok || c.Image != want {
+				t.Errorf("%s: container %s runs %s, want %q", name, c.Name, c.Image, want)
+			}
+			if pod.PriorityClassName != wantPriority[c.Name] {
+				t.Errorf("%s: priority class %q, want %q", name, pod.PriorityClassName, wantPriority[c.Name])
+			}
+			if len(pod.ImagePullSecrets) != 2 || pod.ImagePullSecrets[0].Name != "regcred" || pod.ImagePullSecrets[1].Name != "mirror" {
+				t.Errorf("%s: imagePullSecrets %v, want regcred, mirror", name, pod.ImagePullSecrets)
+			}
+			args := strings.Join(c.Args, " ")
+			if c.Name == "webhook" && (!strings.Contains(args, "--image-pull-secrets=regcred,mirror") ||
+				!strings.Contains(args, "--wrapper-image=r.example/team/sextant-sidecar-wrapper:v9")) {
+				t.Errorf("the webhook's args %s: want the pull secrets and the wrapper image", args)
+			}
+			if c.Name == "controller" && !strings.Contains(args, "--exit-image=r.example/team/exit0:v9") {
+				t.Errorf("the controller's args %s: want the exit image", args)
+			}
+		}
+	}
+	if seen != len(wantImage) {
+		t.Errorf("found %d Deployments and DaemonSets, want %d", seen, len(wantImage))
+	}
+	if !strings.Contains(rendered["sextant/templates/priorityclasses.yaml"], "name: sextant-cluster-critical") {
+		t.Error("the chart does not create its PriorityClasses")
+	}
+	// Without the chart's classes, components without a named class have none.
+	rendered = renderChart(t, map[string]any{"priorityClasses": map[string]any{"create": false}})
+	if strings.Contains(rendered["sextant/templates/agent-daemonset.yaml"], "priorityClassName") ||
+		strings.TrimSpace(rendered["sextant/templates/priorityclasses.yaml"]) != "" {
+		t.Error("priorityClasses.create=false: the chart still creates or uses its PriorityClasses")
 	}
 }

@@ -33,6 +33,7 @@ type webhookOptions struct {
 	certFile, keyFile string
 	wrapperImage      string
 	wrapperPullPolicy string
+	imagePullSecrets  []string
 	exitImage         string
 	exitCommand       []string
 	virtualNodes      bool
@@ -93,6 +94,7 @@ them in place to --exit-image.`,
 	f.StringVar(&o.keyFile, "tls-key-file", "/etc/sextant-webhook/tls.key", "serving certificate's key (PEM)")
 	f.StringVar(&o.wrapperImage, "wrapper-image", "", "image holding /sextant-sidecar-wrapper, which the injected init container copies into the pod (required)")
 	f.StringVar(&o.wrapperPullPolicy, "wrapper-pull-policy", string(corev1.PullIfNotPresent), "imagePullPolicy of the injected init container")
+	f.StringSliceVar(&o.imagePullSecrets, "image-pull-secrets", nil, "names of Secrets added to the imagePullSecrets of each pod given the init container, where absent (those that pull --wrapper-image)")
 	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required with --virtual-nodes)")
 	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
 	f.BoolVar(&o.virtualNodes, "virtual-nodes", true, "run the virtual-node sidecar controller")
@@ -164,7 +166,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	}
 
 	h := &webhook.Handler{
-		Mutator: webhook.MutatorConfig{WrapperImage: o.wrapperImage, WrapperPullPolicy: corev1.PullPolicy(o.wrapperPullPolicy)},
+		Mutator: webhook.MutatorConfig{WrapperImage: o.wrapperImage, WrapperPullPolicy: corev1.PullPolicy(o.wrapperPullPolicy), ImagePullSecrets: o.imagePullSecrets},
 		Log:     log,
 		Metrics: webhook.NewMetrics(reg),
 	}
