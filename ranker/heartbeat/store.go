@@ -326,6 +326,17 @@ func (s *Store) Topology(node string) *v1alpha1.NodeTopology {
 // Len is the number of nodes with a heartbeat object.
 func (s *Store) Len() int { return s.nodes.len() }
 
+// EachBandwidth calls f with every node's current NodeBandwidth, in no order.
+func (s *Store) EachBandwidth(f func(node string, b *Bandwidth)) {
+	s.nodes.records.Range(func(_, v any) bool {
+		n := v.(*Node)
+		if b := n.Bandwidth(); b != nil {
+			f(n.name, b)
+		}
+		return true
+	})
+}
+
 var (
 	sharedMu sync.Mutex
 	shared   = map[string]*Store{}

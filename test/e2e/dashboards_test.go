@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -97,7 +98,12 @@ func TestDashboardsReturnData(t *testing.T) {
 	}
 	t.Logf("%d dashboards, %d panels, %d queries: %d returned data", len(paths), panels, len(queries), len(queries)-len(pending))
 
-	// The alerts: loaded, and evaluated without error.
+	// The alerts: all loaded, and evaluated without error.
+	rulesFile, err := os.ReadFile(filepath.Join(repoRoot(t), "charts", "sextant", "alerts", "sextant.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alerts := strings.Count(string(rulesFile), "- alert: ")
 	eventually(t, time.Minute, func() (bool, string) {
 		rules, err := prom.rules()
 		if err != nil {
@@ -110,7 +116,7 @@ func TestDashboardsReturnData(t *testing.T) {
 			}
 		}
 		sort.Strings(bad)
-		return len(rules) >= 8 && len(bad) == 0, fmt.Sprintf("%d rules loaded (want 8), not ok: %v", len(rules), bad)
+		return len(rules) == alerts && len(bad) == 0, fmt.Sprintf("%d rules loaded (want %d), not ok: %v", len(rules), alerts, bad)
 	})
 	if t.Failed() {
 		t.Logf("targets:\n%s", prom.targets())
@@ -209,6 +215,7 @@ func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 	if err := os.WriteFile(tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	checkRankerMetricsAuth(t, ns, tok.Status.Token)
 	// Debian's Prometheus is built without Kubernetes service discovery: the targets are
 	// the ready endpoints of the chart's metrics Services, as the ServiceMonitors select
 	// them, listed once (the release is deployed and ready).
@@ -266,6 +273,51 @@ func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 		return len(up) == 4, fmt.Sprintf("jobs with a target up: %v; targets:\n%s", up, prom.targets())
 	})
 	return prom
+}
+
+// checkRankerMetricsAuth asks a ranker's /metrics with the bound token (200), a token
+// of an account without sextant-metrics-reader (403) and none (403: anonymous, which
+// the authorizer refuses), as docs/operations.md says.
+func checkRankerMetricsAuth(t *testing.T, ns, bound string) {
+	t.Helper()
+	ctx := context.Background()
+	sa, err := local.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "unbound"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound, err := local.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	eventually(t, time.Minute, func() (bool, string) {
+		targets := serviceTargets(t, "sextant-ranker-metrics", "https-metrics", false)
+		if len(targets) == 0 {
+			return false, "the ranker's metrics Service has no ready endpoint"
+		}
+		addr = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(targets[0]), `- targets: ["`), `"]`)
+		return true, ""
+	})
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	for _, c := range []struct {
+		who, token string
+		want       int
+	}{{"bound account", bound, http.StatusOK}, {"account without the role", unbound.Status.Token, http.StatusForbidden}, {"no token (anonymous)", "", http.StatusForbidden}} {
+		// The binding takes effect once the API server's authorizer has seen it.
+		eventually(t, 30*time.Second, func() (bool, string) {
+			req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+			if c.token != "" {
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				return false, err.Error()
+			}
+			resp.Body.Close()
+			return resp.StatusCode == c.want, fmt.Sprintf("ranker /metrics with the %s: HTTP %d, want %d", c.who, resp.StatusCode, c.want)
+		})
+	}
 }
 
 // serviceTargets are static_configs entries for the ready endpoints of a Service of the

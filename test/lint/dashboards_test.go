@@ -5,6 +5,7 @@ package lint
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -96,41 +97,81 @@ func TestDashboards(t *testing.T) {
 			t.Errorf("%s: uid %q empty or also used by %s", file, d.UID, uids[d.UID])
 		}
 		uids[d.UID] = file
-		vars := map[string]bool{}
-		for _, v := range d.Templating.List {
-			vars[v.Name] = true
+		for _, p := range problems(d) {
+			t.Errorf("%s: %s", file, p)
 		}
-		if !vars["datasource"] {
-			t.Errorf("%s: no datasource variable", file)
+	}
+}
+
+// problems are what is wrong with one dashboard.
+func problems(d Dashboard) []string {
+	var out []string
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+	}
+	if !vars["datasource"] {
+		out = append(out, "no datasource variable")
+	}
+	if len(d.Panels) == 0 {
+		out = append(out, "no panels")
+	}
+	ids := map[int]string{}
+	for _, p := range d.Panels {
+		if p.ID == 0 {
+			out = append(out, fmt.Sprintf("panel %q has no id", p.Title))
+		} else if other, dup := ids[p.ID]; dup {
+			out = append(out, fmt.Sprintf("panels %q and %q share id %d", other, p.Title, p.ID))
 		}
-		if len(d.Panels) == 0 {
-			t.Errorf("%s: no panels", file)
+		ids[p.ID] = p.Title
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" || p.Datasource.Type != "prometheus" {
+			out = append(out, fmt.Sprintf("panel %q: datasource %+v, want {type: prometheus, uid: ${datasource}}", p.Title, p.Datasource))
 		}
-		ids := map[int]string{}
-		for _, p := range d.Panels {
-			if p.ID == 0 {
-				t.Errorf("%s: panel %q has no id", file, p.Title)
-			} else if other, dup := ids[p.ID]; dup {
-				t.Errorf("%s: panels %q and %q share id %d", file, other, p.Title, p.ID)
-			}
-			ids[p.ID] = p.Title
-			if p.Datasource == nil || p.Datasource.UID != "${datasource}" || p.Datasource.Type != "prometheus" {
-				t.Errorf("%s: panel %q: datasource %+v, want {type: prometheus, uid: ${datasource}}", file, p.Title, p.Datasource)
-			}
-			if len(p.Targets) == 0 {
-				t.Errorf("%s: panel %q queries nothing", file, p.Title)
-			}
-			for _, tg := range p.Targets {
-				for _, m := range variable.FindAllStringSubmatch(tg.Expr, -1) {
-					name := m[1] + m[2]
-					if !strings.HasPrefix(name, "__") && !vars[name] {
-						t.Errorf("%s: panel %q query %s uses $%s, which the dashboard does not define", file, p.Title, tg.RefID, name)
-					}
+		if len(p.Targets) == 0 {
+			out = append(out, fmt.Sprintf("panel %q queries nothing", p.Title))
+		}
+		for _, tg := range p.Targets {
+			for _, m := range variable.FindAllStringSubmatch(tg.Expr, -1) {
+				name := m[1] + m[2]
+				if !strings.HasPrefix(name, "__") && !vars[name] {
+					out = append(out, fmt.Sprintf("panel %q query %s uses $%s, which the dashboard does not define", p.Title, tg.RefID, name))
 				}
-				if _, err := parser.ParseExpr(substitute(tg.Expr)); err != nil {
-					t.Errorf("%s: panel %q query %s does not parse: %v\n%s", file, p.Title, tg.RefID, err, tg.Expr)
-				}
 			}
+			if _, err := parser.ParseExpr(substitute(tg.Expr)); err != nil {
+				out = append(out, fmt.Sprintf("panel %q query %s does not parse: %v: %s", p.Title, tg.RefID, err, tg.Expr))
+			}
+		}
+	}
+	return out
+}
+
+// TestProblemsFound: each kind of mistake is reported.
+func TestProblemsFound(t *testing.T) {
+	const good = `{"templating": {"list": [{"name": "datasource", "type": "datasource"}, {"name": "node", "type": "query"}]},
+	  "panels": [{"id": 1, "title": "ok", "datasource": {"type": "prometheus", "uid": "${datasource}"},
+	    "targets": [{"refId": "A", "expr": "sum(rate(x_total{instance=~\"$node\"}[$__rate_interval]))"}]}]}`
+	var d Dashboard
+	if err := json.Unmarshal([]byte(good), &d); err != nil {
+		t.Fatal(err)
+	}
+	if p := problems(d); len(p) != 0 {
+		t.Fatalf("a good dashboard: %v", p)
+	}
+	for name, c := range map[string]struct {
+		change func(*Dashboard)
+		want   string
+	}{
+		"bad query":         {func(d *Dashboard) { d.Panels[0].Targets[0].Expr = "sum(rate(x_total[5m])" }, "does not parse"},
+		"undefined var":     {func(d *Dashboard) { d.Panels[0].Targets[0].Expr = `x{a=~"$nope"}` }, "does not define"},
+		"fixed datasource":  {func(d *Dashboard) { d.Panels[0].Datasource.UID = "prom-1" }, "want {type: prometheus"},
+		"duplicate id":      {func(d *Dashboard) { d.Panels = append(d.Panels, d.Panels[0]) }, "share id 1"},
+		"no datasource var": {func(d *Dashboard) { d.Templating.List = d.Templating.List[1:] }, "no datasource variable"},
+	} {
+		var bad Dashboard
+		_ = json.Unmarshal([]byte(good), &bad)
+		c.change(&bad)
+		if p := strings.Join(problems(bad), "; "); !strings.Contains(p, c.want) {
+			t.Errorf("%s: problems %q, want one saying %q", name, p, c.want)
 		}
 	}
 }

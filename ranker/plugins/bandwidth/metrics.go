@@ -2,9 +2,12 @@ package bandwidth
 
 import (
 	"sync"
+	"time"
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 // Metrics go to the legacy registry, which kube-scheduler serves on /metrics next to
@@ -89,5 +92,52 @@ func registerMetrics() {
 		for _, d := range []string{"ingress", "egress"} {
 			reservedBytes.WithLabelValues(d)
 		}
+	})
+}
+
+// staleReports counts, at each scrape, the nodes whose NodeBandwidth reached the ranker
+// longer than staleAfter ago: agents that stopped writing, seen from the ranker, which
+// still counts them when the agent's own metrics are gone with it.
+type staleReports struct {
+	metrics.BaseStableCollector
+	desc       *metrics.Desc
+	store      bandwidthLister
+	staleAfter time.Duration
+	now        func() time.Time
+}
+
+// bandwidthLister is the part of the heartbeat store the collector reads.
+type bandwidthLister interface {
+	EachBandwidth(func(node string, b *heartbeat.Bandwidth))
+}
+
+func newStaleReports(store bandwidthLister, staleAfter time.Duration, now func() time.Time) *staleReports {
+	return &staleReports{
+		desc: metrics.NewDesc(metricsSubsystem+"_stale_reports",
+			"Nodes whose NodeBandwidth reached the ranker longer than staleAfter ago: they take no pods that require bandwidth.",
+			nil, nil, metrics.ALPHA, ""),
+		store: store, staleAfter: staleAfter, now: now,
+	}
+}
+
+func (c *staleReports) DescribeWithStability(ch chan<- *metrics.Desc) { ch <- c.desc }
+
+func (c *staleReports) CollectWithStability(ch chan<- metrics.Metric) {
+	now, stale := c.now(), 0
+	c.store.EachBandwidth(func(_ string, b *heartbeat.Bandwidth) {
+		if !b.Received.IsZero() && now.Sub(b.Received) > c.staleAfter {
+			stale++
+		}
+	})
+	ch <- metrics.NewLazyConstMetric(c.desc, metrics.GaugeValue, float64(stale))
+}
+
+var staleOnce sync.Once
+
+// registerStaleReports registers the collector for the first profile's store and
+// staleAfter; profiles share one store, and the chart configures one profile.
+func registerStaleReports(store bandwidthLister, staleAfter time.Duration) {
+	staleOnce.Do(func() {
+		legacyregistry.CustomMustRegister(newStaleReports(store, staleAfter, time.Now))
 	})
 }

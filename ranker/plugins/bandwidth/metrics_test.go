@@ -1,11 +1,15 @@
 package bandwidth
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 // TestMetricNames pins the exported names: dashboards and alerts query them.
@@ -34,5 +38,23 @@ func TestMetricNames(t *testing.T) {
 		if !have[name] {
 			t.Errorf("metric %s not exported", name)
 		}
+	}
+}
+
+// TestStaleReportsCounted: a report older than staleAfter counts, a fresh one does not.
+func TestStaleReportsCounted(t *testing.T) {
+	now := time.Now()
+	store := heartbeat.NewFromObjects()
+	store.PutAt(report("fresh", "1G", "1G", now), now.Add(-10*time.Second))
+	store.PutAt(report("old", "1G", "1G", now), now.Add(-2*time.Minute))
+	store.PutAt(report("older", "1G", "1G", now), now.Add(-time.Hour))
+	c := newStaleReports(store, time.Minute, func() time.Time { return now })
+	want := `
+# HELP sextant_ranker_bandwidth_stale_reports [ALPHA] Nodes whose NodeBandwidth reached the ranker longer than staleAfter ago: they take no pods that require bandwidth.
+# TYPE sextant_ranker_bandwidth_stale_reports gauge
+sextant_ranker_bandwidth_stale_reports 2
+`
+	if err := testutil.CustomCollectAndCompare(c, strings.NewReader(want), "sextant_ranker_bandwidth_stale_reports"); err != nil {
+		t.Error(err)
 	}
 }

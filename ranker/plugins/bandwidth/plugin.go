@@ -57,6 +57,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s heartbeat store: %w", Name, err)
 	}
+	registerStaleReports(store, args.StaleAfter.Duration)
 	pl := newPlugin(args, store, time.Now)
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.nodes = h.SnapshotSharedLister().NodeInfos().List
