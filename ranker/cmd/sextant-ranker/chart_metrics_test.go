@@ -1,0 +1,102 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// renderedObjects splits the rendered templates into objects, by kind/name.
+func renderedObjects(t *testing.T, rendered map[string]string) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for file, text := range rendered {
+		if !strings.HasSuffix(file, ".yaml") {
+			continue
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(text), 4096)
+		for {
+			var obj map[string]any
+			if err := dec.Decode(&obj); err != nil {
+				break
+			}
+			if obj == nil {
+				continue
+			}
+			meta, _ := obj["metadata"].(map[string]any)
+			out[obj["kind"].(string)+"/"+meta["name"].(string)] = obj
+		}
+	}
+	return out
+}
+
+// TestChartMetrics: every component has a metrics Service; with the values on, each a
+// ServiceMonitor (the ranker's with a token over HTTPS) and the PrometheusRule carries
+// every alert of charts/sextant/alerts; with them off (the default), neither.
+func TestChartMetrics(t *testing.T) {
+	off := renderedObjects(t, renderChart(t, nil))
+	for key := range off {
+		if strings.HasPrefix(key, "ServiceMonitor/") || strings.HasPrefix(key, "PrometheusRule/") {
+			t.Errorf("%s rendered with the default values", key)
+		}
+	}
+	on := renderedObjects(t, renderChart(t, map[string]any{
+		"serviceMonitor": map[string]any{"enabled": true},
+		"prometheusRule": map[string]any{"enabled": true},
+	}))
+	for _, c := range []string{"agent", "ranker", "webhook", "virtual-node-controller"} {
+		if on["Service/sextant-"+c+"-metrics"] == nil {
+			t.Errorf("no Service sextant-%s-metrics", c)
+		}
+		if on["ServiceMonitor/sextant-"+c] == nil {
+			t.Errorf("no ServiceMonitor sextant-%s", c)
+		}
+	}
+	if sm := on["ServiceMonitor/sextant-ranker"]; sm != nil {
+		ep := sm["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+		if ep["scheme"] != "https" || ep["bearerTokenFile"] == nil || ep["port"] != "https-metrics" {
+			t.Errorf("ranker's ServiceMonitor endpoint %v: want https-metrics over https with the pod's token", ep)
+		}
+	}
+	role := on["ClusterRole/sextant-metrics-reader"]
+	if role == nil || !strings.Contains(mustYAML(t, role["rules"]), "/metrics") {
+		t.Errorf("ClusterRole sextant-metrics-reader %v: want get on nonResourceURLs /metrics", role)
+	}
+	for _, key := range []string{"Deployment/sextant-webhook", "Deployment/sextant-virtual-node-controller"} {
+		if !strings.Contains(mustYAML(t, on[key]), "--metrics-addr=:9465") {
+			t.Errorf("%s does not serve metrics on :9465", key)
+		}
+	}
+	if !strings.Contains(mustYAML(t, on["NetworkPolicy/sextant-webhook"]), "port: 9465") {
+		t.Error("the webhook's NetworkPolicy does not let Prometheus reach port 9465")
+	}
+
+	file, err := os.ReadFile(filepath.Join("..", "..", "..", "charts", "sextant", "alerts", "sextant.rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want map[string]any
+	if err := yaml.Unmarshal(file, &want); err != nil {
+		t.Fatal(err)
+	}
+	rule := on["PrometheusRule/sextant"]
+	if rule == nil {
+		t.Fatal("no PrometheusRule with prometheusRule.enabled")
+	}
+	if got, w := mustYAML(t, rule["spec"]), mustYAML(t, want); got != w {
+		t.Errorf("the PrometheusRule's spec differs from alerts/sextant.rules.yaml:\n%s\nwant\n%s", got, w)
+	}
+}
+
+func mustYAML(t *testing.T, v any) string {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
