@@ -1,23 +1,13 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apiserver/pkg/server"
-	cliflag "k8s.io/component-base/cli/flag"
-	"k8s.io/component-base/cli/globalflag"
-	basecompatibility "k8s.io/component-base/compatibility"
-	"k8s.io/component-base/featuregate"
-	"k8s.io/component-base/logs"
-	logsapi "k8s.io/component-base/logs/api/v1"
-	"k8s.io/component-base/term"
 	kubeversion "k8s.io/component-base/version"
-	"k8s.io/component-base/version/verflag"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
@@ -31,102 +21,53 @@ import (
 	"sextant.io/sextant/ranker/plugins/numa"
 )
 
-// newSchedulerCommand is kube-scheduler's app.NewSchedulerCommand (v1.36) with steps
-// added: the GC settings of gc (nil: none) once logging is set up, and checkBinder
-// between app.Setup and app.Run. kube-scheduler has no hook
-// there, and the options that app.Setup and app.Run take are local to
-// app.NewSchedulerCommand, hence the copy; TestSchedulerCommandFlags keeps its flags
-// equal to kube-scheduler's.
+// newSchedulerCommand is kube-scheduler's own command (app.NewSchedulerCommand) with
+// sextant's steps run before it: --version naming sextant's release, the sextant profile
+// when there is no --config, checkBinder on the profiles of --config, and the GC
+// settings of gc (nil: none). Every kube-scheduler flag is its own.
 func newSchedulerCommand(gc *gcsettings.Options, registryOptions ...app.Option) *cobra.Command {
-	opts := options.NewOptions()
-	cmd := &cobra.Command{
-		Use: "sextant-ranker",
-		Long: `sextant-ranker is kube-scheduler with sextant's plugins registered: BandwidthAware,
+	cmd := app.NewSchedulerCommand(registryOptions...)
+	cmd.Use = "sextant-ranker"
+	cmd.Long = `sextant-ranker is kube-scheduler with sextant's plugins registered: BandwidthAware,
 NUMAAware, DeviceAware and SextantBinder. Without --config it serves one profile,
 schedulerName "sextant", with all of them (the chart's plugins; the --bandwidth-*
 flags are BandwidthAware's args) and leader election on the lease "sextant-ranker".
 With --config, enable them in a profile of the KubeSchedulerConfiguration; a profile
 that enables NUMAAware or DeviceAware must bind with SextantBinder instead of
-DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag applies.`,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
-			// Feature gates must be set before RunE.
-			return opts.ComponentGlobalsRegistry.Set()
-		},
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runScheduler(cmd, opts, gc, registryOptions...)
-		},
-		Args: func(cmd *cobra.Command, args []string) error {
-			for _, arg := range args {
-				if len(arg) > 0 {
-					return fmt.Errorf("%q does not take any arguments, got %q", cmd.CommandPath(), args)
-				}
-			}
+DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag applies.`
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		// --version names sextant's release and the Kubernetes one (kube-scheduler's
+		// would say "Kubernetes" alone); --version=raw prints kube-scheduler's.
+		if f := cmd.Flags().Lookup("version"); f != nil && f.Value.String() == "true" {
+			fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
 			return nil
-		},
-	}
-	nfs := opts.Flags
-	verflag.AddFlags(nfs.FlagSet("global"))
-	globalflag.AddGlobalFlags(nfs.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
-	fs := cmd.Flags()
-	for _, f := range nfs.FlagSets {
-		fs.AddFlagSet(f)
-	}
-	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
-	cliflag.SetUsageAndHelpFunc(cmd, *nfs, cols)
-	if err := cmd.MarkFlagFilename("config", "yaml", "yml", "json"); err != nil {
-		klog.Background().Error(err, "Failed to mark flag filename")
+		}
+		if err := prepareConfig(cmd.Flags().Lookup("config").Value.String()); err != nil {
+			return err
+		}
+		if gc != nil {
+			if err := applyGCSettings(gc); err != nil {
+				return err
+			}
+		}
+		return run(cmd, args)
 	}
 	return cmd
 }
 
-// runScheduler is kube-scheduler's runCommand with the GC settings applied after logging,
-// and checkBinder after Setup: the profiles are known only
-// once Setup has loaded the configuration with kube-scheduler's defaults, and the
-// scheduler has not run yet.
-func runScheduler(cmd *cobra.Command, opts *options.Options, gc *gcsettings.Options, registryOptions ...app.Option) error {
-	// --version names sextant's release and the Kubernetes one (kube-scheduler's would
-	// say "Kubernetes" alone); --version=raw prints kube-scheduler's version info.
-	if f := cmd.Flags().Lookup("version"); f != nil && f.Value.String() == "true" {
-		fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
-		return nil
+// prepareConfig makes kube-scheduler serve the sextant profile when there is no
+// configuration file, and otherwise loads the file as kube-scheduler will (with its
+// defaults) to refuse profiles checkBinder refuses, before anything starts.
+func prepareConfig(file string) error {
+	if file == "" {
+		return serveSextantProfileByDefault()
 	}
-	verflag.PrintAndExitIfRequested()
-	fg := opts.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
-	// Logging first, so that the flags are printed with the final configuration.
-	if err := logsapi.ValidateAndApply(opts.Logs, fg); err != nil {
-		fmt.Fprintf(os.Stderr, "%v\n", err)
-		os.Exit(1)
-	}
-	cliflag.PrintFlags(cmd.Flags())
-	if gc != nil {
-		if err := applyGCSettings(gc); err != nil {
-			return err
-		}
-	}
-
-	if opts.ConfigFile == "" {
-		if err := serveSextantProfileByDefault(); err != nil {
-			return err
-		}
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-server.SetupSignalHandler()
-		cancel()
-	}()
-
-	cc, sched, err := app.Setup(ctx, opts, registryOptions...)
+	cfg, err := options.LoadConfigFromFile(klog.Background(), file)
 	if err != nil {
-		return err
+		return fmt.Errorf("--config %s: %w", file, err)
 	}
-	if err := checkBinder(cc.ComponentConfig.Profiles); err != nil {
-		return err
-	}
-	fg.(featuregate.MutableFeatureGate).AddMetrics()
-	opts.ComponentGlobalsRegistry.AddMetrics()
-	return app.Run(ctx, cc, sched)
+	return checkBinder(cfg.Profiles)
 }
 
 func applyGCSettings(gc *gcsettings.Options) error {

@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2/ktesting"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins"
@@ -27,34 +26,6 @@ import (
 	"sextant.io/sextant/ranker/plugins/numa"
 	"sextant.io/sextant/ranker/profile"
 )
-
-// newSchedulerCommand copies kube-scheduler's command to add a step; it must take the
-// same flags with the same defaults, so that upgrading kube-scheduler cannot silently
-// drop or change one.
-func TestSchedulerCommandFlags(t *testing.T) {
-	ours, theirs := newSchedulerCommand(nil).Flags(), app.NewSchedulerCommand().Flags()
-	seen := 0
-	theirs.VisitAll(func(f *pflag.Flag) {
-		seen++
-		g := ours.Lookup(f.Name)
-		switch {
-		case g == nil:
-			t.Errorf("flag --%s of kube-scheduler is missing", f.Name)
-		case g.DefValue != f.DefValue || g.Value.Type() != f.Value.Type():
-			t.Errorf("flag --%s: default %q (%s), kube-scheduler's %q (%s)", f.Name, g.DefValue, g.Value.Type(), f.DefValue, f.Value.Type())
-		case g.Usage != f.Usage && f.Name != "help": // help names the command
-			t.Errorf("flag --%s: usage %q, kube-scheduler's %q", f.Name, g.Usage, f.Usage)
-		}
-	})
-	ours.VisitAll(func(f *pflag.Flag) {
-		if theirs.Lookup(f.Name) == nil {
-			t.Errorf("flag --%s is not kube-scheduler's", f.Name)
-		}
-	})
-	if seen < 50 {
-		t.Errorf("kube-scheduler has only %d flags: the comparison compared nothing", seen)
-	}
-}
 
 // TestCheckBinder: a profile that enables NUMAAware or DeviceAware must bind with
 // SextantBinder; the chart's profile and profile.Plugins (the end-to-end tests' and make
@@ -254,5 +225,36 @@ func TestVersionFlag(t *testing.T) {
 	// A build without the Makefile's -ldflags.
 	if want := "sextant-ranker dev (kube-scheduler v0.0.0-master+$Format:%H$)\n"; out.String() != want {
 		t.Errorf("--version printed %q, want %q", out.String(), want)
+	}
+}
+
+// A --config whose profile decides NUMA nodes but binds with DefaultBinder is refused
+// before anything starts, naming the profile; a file that does not load names the file.
+func TestCommandRefusesConfigWithoutBinder(t *testing.T) {
+	dir := t.TempDir()
+	bad := dir + "/bad.yaml"
+	if err := os.WriteFile(bad, []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+profiles:
+- schedulerName: numa-only
+  plugins:
+    multiPoint:
+      enabled: [{name: NUMAAware}]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ file, want string }{
+		{bad, `profile "numa-only" enables NUMAAware without SextantBinder`},
+		{dir + "/missing.yaml", "missing.yaml"},
+	} {
+		cmd := newSchedulerCommand(nil)
+		cmd.SetArgs([]string{"--config", tc.file})
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		err := cmd.Execute()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--config %s: %v, want an error containing %q", tc.file, err, tc.want)
+		}
+		_ = cmd.Flags().Set("config", "")
 	}
 }
