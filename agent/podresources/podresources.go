@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -18,13 +19,24 @@ const DefaultSocket = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 // Client talks to one kubelet's PodResources socket.
 type Client struct {
-	conn *grpc.ClientConn
-	api  podresourcesapi.PodResourcesListerClient
+	conn    *grpc.ClientConn
+	api     podresourcesapi.PodResourcesListerClient
+	timeout time.Duration
 }
+
+// DefaultTimeout bounds each call: a kubelet that accepts the connection and never
+// answers fails the call, and the caller's loop retries, instead of waiting forever.
+const DefaultTimeout = 10 * time.Second
+
+// Option changes how Dial connects.
+type Option func(*Client)
+
+// WithTimeout sets the bound on each call (default DefaultTimeout).
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // Dial connects to the socket (a path or unix:///path). The connection is lazy: a kubelet
 // that is not up yet fails the first call, not Dial.
-func Dial(socket string) (*Client, error) {
+func Dial(socket string, opts ...Option) (*Client, error) {
 	if socket == "" {
 		socket = DefaultSocket
 	}
@@ -32,12 +44,25 @@ func Dial(socket string) (*Client, error) {
 	if !strings.HasPrefix(target, "unix://") {
 		target = "unix://" + target
 	}
+	c := &Client{timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
 	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(16<<20)),
+		grpc.WithChainUnaryInterceptor(c.deadline))
 	if err != nil {
 		return nil, fmt.Errorf("pod resources socket %s: %w", socket, err)
 	}
-	return &Client{conn: conn, api: podresourcesapi.NewPodResourcesListerClient(conn)}, nil
+	c.conn, c.api = conn, podresourcesapi.NewPodResourcesListerClient(conn)
+	return c, nil
+}
+
+// deadline bounds every call by the client's timeout; a caller's earlier deadline wins.
+func (c *Client) deadline(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
 // Close closes the connection.

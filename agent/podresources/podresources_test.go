@@ -5,6 +5,7 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -86,5 +87,43 @@ func TestListAndDeviceResources(t *testing.T) {
 	pods, err := c.List(context.Background())
 	if err != nil || len(pods) != 1 || pods[0].GetName() != "p" {
 		t.Errorf("List = %v, %v", pods, err)
+	}
+}
+
+// A kubelet that accepts the connection and never answers fails the call by the client's
+// timeout: the loops asking it retry instead of hanging.
+func TestHungKubeletTimesOut(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "kubelet.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never read or written
+		}
+	}()
+	c, err := Dial(sock, WithTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.List(context.Background())
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("a kubelet that never answers: List returned no error")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("List still waiting on a kubelet that never answers after 30s (timeout 200ms)")
 	}
 }

@@ -247,14 +247,8 @@ func runAgent(ctx context.Context, o runOptions) error {
 			return err
 		}
 		defer rt.Close()
-		vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		runtimeVersion, err := rt.Version(vctx)
-		cancel()
-		if err != nil {
-			// The runtime may come up after the agent; the parts using it keep trying.
-			log.Warn("the container runtime does not answer yet", "endpoint", o.criEndpoint, "err", err)
-		}
-		log.Info("container runtime", "endpoint", o.criEndpoint, "runtime", runtimeVersion)
+		// Asked aside: a runtime that is missing or hung must not hold up the heartbeats.
+		go logRuntime(ctx, rt, o.criEndpoint, log)
 	}
 
 	// Every part is made before any starts, so a bad flag or socket fails the start
@@ -382,6 +376,20 @@ func runAgent(ctx context.Context, o runOptions) error {
 	wg.Wait()
 	log.Info("sextant-agent stopped")
 	return nil
+}
+
+// logRuntime says which container runtime answers on endpoint, or that none does yet:
+// the runtime may come up after the agent, and the parts using it keep trying.
+func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log *slog.Logger) {
+	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	version, err := rt.Version(vctx)
+	switch {
+	case err == nil:
+		log.Info("container runtime", "endpoint", endpoint, "runtime", version)
+	case ctx.Err() == nil:
+		log.Warn("the container runtime does not answer yet", "endpoint", endpoint, "err", err)
+	}
 }
 
 func loadConfig(kubeconfig string) (*rest.Config, error) {
