@@ -17,12 +17,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,7 +76,7 @@ type Config struct {
 type Controller struct {
 	cfg      Config
 	kube     kubernetes.Interface
-	log      *slog.Logger
+	log      logr.Logger
 	selector string
 	running  atomic.Bool
 
@@ -87,7 +87,7 @@ type Controller struct {
 }
 
 // New makes a controller; Run starts it.
-func New(cfg Config, kube kubernetes.Interface, log *slog.Logger) (*Controller, error) {
+func New(cfg Config, kube kubernetes.Interface, log logr.Logger) (*Controller, error) {
 	if cfg.ExitImage == "" {
 		return nil, errors.New("virtual-node controller: no exit image")
 	}
@@ -191,7 +191,7 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	defer c.queue.Done(key)
 	if err := c.process(ctx, key); err != nil {
 		if ctx.Err() == nil {
-			c.log.Warn("virtual-node controller: will look at the pod again", "pod", key, "err", err)
+			c.log.Error(err, "virtual-node controller: will look at the pod again", "pod", key)
 		}
 		c.queue.AddRateLimited(key)
 		return true
@@ -227,7 +227,7 @@ func (c *Controller) process(ctx context.Context, key string) error {
 		return err
 	}
 	if len(swapped.skipped) > 0 {
-		c.log.Warn("not swapping sidecars whose command the webhook did not move into an annotation: the exit image lacks it",
+		c.log.Info("not swapping sidecars whose command the webhook did not move into an annotation: the exit image lacks it",
 			"pod", key, "containers", swapped.skipped)
 	}
 	if len(swapped.names) == 0 {
@@ -318,7 +318,7 @@ func (c *Controller) record(ctx context.Context, pod *corev1.Pod, names []string
 		ReportingController: "sextant.io/sidecar-controller", ReportingInstance: "sextant-sidecar-controller",
 	}
 	if _, err := c.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		c.log.Warn("could not record an event", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		c.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name)
 	}
 }
 

@@ -2,11 +2,10 @@ package virtualnode
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,7 +57,7 @@ func TestSwapOnVirtualNodesOnly(t *testing.T) {
 		}
 	}
 	metrics := NewMetrics(nil)
-	c, err := New(Config{ExitImage: exitImage, Metrics: metrics}, kube, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := New(Config{ExitImage: exitImage, Metrics: metrics}, kube, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

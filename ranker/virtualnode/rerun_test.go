@@ -2,11 +2,10 @@ package virtualnode
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -20,7 +19,7 @@ import (
 func TestRunAgainAfterStop(t *testing.T) {
 	virtual := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "vk", Labels: map[string]string{NodeTypeLabel: NodeTypeVirtual}}}
 	kube := fake.NewClientset(virtual)
-	c, err := New(Config{ExitImage: exitImage}, kube, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := New(Config{ExitImage: exitImage}, kube, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +53,7 @@ func TestRunAgainAfterStop(t *testing.T) {
 }
 
 func TestRunTwiceAtOnceRefused(t *testing.T) {
-	c, err := New(Config{ExitImage: exitImage}, fake.NewClientset(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := New(Config{ExitImage: exitImage}, fake.NewClientset(), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
+	stdlog "log"
 	"maps"
 	"net/http"
 	"os"
@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -30,7 +31,7 @@ const (
 // Handler serves the admission endpoints.
 type Handler struct {
 	Mutator MutatorConfig
-	Log     *slog.Logger
+	Log     logr.Logger
 	// Metrics, when set, count requests, latency, patches and rejections.
 	Metrics *Metrics
 }
@@ -121,7 +122,7 @@ func (h *Handler) mutate(req *admissionv1.AdmissionRequest) *admissionv1.Admissi
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	resp.Patch, resp.PatchType = patch, &pt
-	if h.Log != nil {
+	if h.Log.GetSink() != nil {
 		h.Log.Info("prepared sidecars", "namespace", req.Namespace, "pod", podName(res.Pod), "patch", string(patch))
 	}
 	return resp
@@ -229,7 +230,7 @@ func (l *certLoader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 }
 
 // Serve serves h on addr with TLS until ctx ends.
-func Serve(ctx context.Context, addr, certFile, keyFile string, h http.Handler, log *slog.Logger) error {
+func Serve(ctx context.Context, addr, certFile, keyFile string, h http.Handler, log logr.Logger) error {
 	loader := &certLoader{certFile: certFile, keyFile: keyFile}
 	if _, err := loader.get(nil); err != nil {
 		return err
@@ -237,7 +238,7 @@ func Serve(ctx context.Context, addr, certFile, keyFile string, h http.Handler, 
 	srv := &http.Server{
 		Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: loader.get},
-		ErrorLog:  slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorLog:  stdlog.New(serverErrors{log}, "", 0),
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ListenAndServeTLS("", "") }()
@@ -252,4 +253,12 @@ func Serve(ctx context.Context, addr, certFile, keyFile string, h http.Handler, 
 		return err
 	}
 	return nil
+}
+
+// serverErrors writes what net/http logs (TLS handshake errors, mostly) to the logger.
+type serverErrors struct{ log logr.Logger }
+
+func (w serverErrors) Write(p []byte) (int, error) {
+	w.log.Info("webhook server", "error", strings.TrimSpace(string(p)))
+	return len(p), nil
 }

@@ -283,7 +283,7 @@ func (h *sidecarHarness) startWebhook() {
 	deployChart(t)
 	kubeconfig := serviceAccountKubeconfig(t, releaseNamespace, "sextant-virtual-node-controller")
 	leaseRole(t, h.ns, releaseNamespace, "sextant-virtual-node-controller")
-	h.webhook = startProcess(t, rankerBinary(t), "sidecar-webhook", "--kubeconfig", kubeconfig,
+	h.webhook = startProcess(t, rankerBinary(t), "sidecar-webhook", "--logging-format=json", "--kubeconfig", kubeconfig,
 		"--listen-addr", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", chartExitImage(t),
 		"--pod-selector", sidecarLabel+"="+h.id, "--leader-elect-namespace", h.ns)

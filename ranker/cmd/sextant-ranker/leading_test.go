@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr/funcr"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -81,7 +81,7 @@ func TestLeadershipFlap(t *testing.T) {
 	kube := fake.NewClientset(vk)
 	withLeaseConflicts(kube)
 	logs := &syncBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
+	log := funcr.NewJSON(func(obj string) { _, _ = logs.Write([]byte(obj + "\n")) }, funcr.Options{})
 	ctrl, err := virtualnode.New(virtualnode.Config{ExitImage: testExitImage}, kube, log)
 	if err != nil {
 		t.Fatal(err)

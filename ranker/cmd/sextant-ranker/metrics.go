@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,7 +25,7 @@ func newMetricsRegistry() *prometheus.Registry {
 // serveMetrics serves reg's /metrics over plain HTTP on addr until stop is called;
 // metrics carry no secrets, and plain HTTP lets Prometheus scrape them without a client
 // certificate or token. It returns once it listens, or the error of listening.
-func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(addr string, reg *prometheus.Registry, log logr.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on --metrics-addr %s: %w", addr, err)
@@ -37,7 +37,7 @@ func serveMetrics(addr string, reg *prometheus.Registry, log *slog.Logger) (stop
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server stopped", "addr", addr, "err", err)
+			log.Error(err, "metrics server stopped", "addr", addr)
 		}
 	}()
 	log.Info("serving metrics", "addr", ln.Addr().String())

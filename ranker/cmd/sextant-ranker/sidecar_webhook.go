@@ -4,23 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 
+	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/version"
 	"sextant.io/sextant/ranker/virtualnode"
 	"sextant.io/sextant/ranker/webhook"
@@ -44,6 +45,22 @@ type webhookOptions struct {
 	leaseDuration     time.Duration
 	renewDeadline     time.Duration
 	retryPeriod       time.Duration
+	logging           *logsapi.LoggingConfiguration
+}
+
+// addLoggingFlags adds kube-scheduler's logging flags (-v, --logging-format, …): every
+// sextant-ranker command logs through klog.
+func (o *webhookOptions) addLoggingFlags(f *pflag.FlagSet) {
+	o.logging = logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(o.logging, f)
+}
+
+// logger applies the logging flags and returns the command's logger.
+func (o *webhookOptions) logger(name string) (logr.Logger, error) {
+	if err := logsapi.ValidateAndApply(o.logging, nil); err != nil {
+		return logr.Logger{}, fmt.Errorf("logging flags: %w", err)
+	}
+	return klog.Background().WithName(name), nil
 }
 
 // addLeaderFlags adds the lease's flags, named as kube-scheduler names its own.
@@ -87,7 +104,7 @@ them in place to --exit-image.`,
 	cmd.SetUsageFunc(plain.UsageFunc())
 	cmd.SetHelpFunc(plain.HelpFunc())
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.listenAddr, "listen-addr", ":9443", "address the webhook serves HTTPS on")
 	addMetricsFlag(f, &o.metricsAddr)
 	f.StringVar(&o.certFile, "tls-cert-file", "/etc/sextant-webhook/tls.crt", "serving certificate (PEM); read again when it changes")
@@ -100,6 +117,7 @@ them in place to --exit-image.`,
 	f.BoolVar(&o.virtualNodes, "virtual-nodes", true, "run the virtual-node sidecar controller")
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the virtual-node controller looks at")
 	o.addLeaderFlags(f, "the virtual-node controller")
+	o.addLoggingFlags(f)
 	return cmd
 }
 
@@ -128,7 +146,10 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	if o.virtualNodes && o.exitImage == "" {
 		return errors.New("--exit-image is required with --virtual-nodes")
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "sidecar-webhook")
+	log, err := o.logger("sidecar-webhook")
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -142,7 +163,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	}
 	var wg sync.WaitGroup
 	if o.virtualNodes {
-		cfg, err := restConfig(o.kubeconfig)
+		cfg, err := kubeclient.Config(o.kubeconfig)
 		if err != nil {
 			return err
 		}
@@ -154,7 +175,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		ctrl, err := virtualnode.New(virtualnode.Config{
 			ExitImage: o.exitImage, ExitCommand: o.exitCommand, PodSelector: o.podSelector,
 			Metrics: virtualnode.NewMetrics(reg),
-		}, kube, log.With("component", "virtual-node-controller"))
+		}, kube, log.WithName("virtual-node-controller"))
 		if err != nil {
 			return err
 		}
@@ -171,7 +192,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		Metrics: webhook.NewMetrics(reg),
 	}
 	log.Info("sidecar webhook serving", "addr", o.listenAddr, "version", version.Version, "virtualNodes", o.virtualNodes)
-	err := webhook.Serve(ctx, o.listenAddr, o.certFile, o.keyFile, h.ServeMux(), log)
+	err = webhook.Serve(ctx, o.listenAddr, o.certFile, o.keyFile, h.ServeMux(), log)
 	stop()
 	wg.Wait()
 	return err
@@ -215,10 +236,10 @@ func (o webhookOptions) election(kube kubernetes.Interface) (*leaderelection.Lea
 // server, minutes with no replica campaigning. Each term runs the controller afresh
 // (Controller.Run starts from new informers and a new queue) and only once the last
 // term's run has returned, so two never overlap in one process.
-func runLeading(ctx context.Context, elect *leaderelection.LeaderElectionConfig, ctrl *virtualnode.Controller, log *slog.Logger) {
+func runLeading(ctx context.Context, elect *leaderelection.LeaderElectionConfig, ctrl *virtualnode.Controller, log logr.Logger) {
 	run := func(ctx context.Context) {
 		if err := ctrl.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error("virtual-node controller stopped", "err", err)
+			log.Error(err, "virtual-node controller stopped")
 		}
 	}
 	if elect == nil {
@@ -256,22 +277,7 @@ func runLeading(ctx context.Context, elect *leaderelection.LeaderElectionConfig,
 	for ctx.Err() == nil {
 		leaderelection.RunOrDie(ctx, cfg)
 		if ctx.Err() == nil {
-			log.Warn("lost the lease; campaigning again", "lease", elect.Lock.Describe(), "identity", id)
+			log.Info("lost the lease; campaigning again", "lease", elect.Lock.Describe(), "identity", id)
 		}
 	}
-}
-
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("in-cluster configuration (outside a cluster, pass --kubeconfig): %w", err)
-	}
-	return cfg, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
+	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/version"
 	"sextant.io/sextant/ranker/virtualnode"
 )
@@ -41,12 +41,13 @@ own.`,
 	cmd.SetUsageFunc(plain.UsageFunc())
 	cmd.SetHelpFunc(plain.HelpFunc())
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required)")
 	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
 	addMetricsFlag(f, &o.metricsAddr)
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the controller looks at")
 	o.addLeaderFlags(f, "the controller")
+	o.addLoggingFlags(f)
 	return cmd
 }
 
@@ -54,7 +55,10 @@ func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
 	if o.exitImage == "" {
 		return errors.New("--exit-image is required")
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("component", "virtual-node-controller")
+	log, err := o.logger("virtual-node-controller")
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	reg := newMetricsRegistry()
@@ -65,7 +69,7 @@ func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
 		}
 		defer stopMetrics()
 	}
-	cfg, err := restConfig(o.kubeconfig)
+	cfg, err := kubeclient.Config(o.kubeconfig)
 	if err != nil {
 		return err
 	}
