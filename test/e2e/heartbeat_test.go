@@ -244,8 +244,8 @@ func TestAgentHeartbeatRequests(t *testing.T) {
 // terminator off but NUMA pinning and the device plugin on, where neither the kubelet
 // nor containerd answers: their sockets are missing, or accept connections and never
 // answer (a hung daemon); the device-plugins directory and the kubelet's cgroups are not
-// there. The parts that need them wait and retry; NodeBandwidth heartbeats keep coming
-// and /healthz stays healthy.
+// there. The parts that need them wait and retry; NodeBandwidth heartbeats keep coming,
+// NodeTopology is written, and /healthz stays healthy.
 func TestAgentHeartbeatsWithoutKubeletOrContainerd(t *testing.T) {
 	requireRoot(t)
 	installCRDs(t)
@@ -325,6 +325,14 @@ func agentWithoutKubelet(t *testing.T, n int, criSocket, kubeletSocket string) {
 		return len(seen) >= 3, fmt.Sprintf("heartbeats sampled at %v, want 3; agent output:\n%s", seen, lastLines(agent.output(), 20))
 	})
 	t.Logf("heartbeats sampled at %v", seen)
+	// NodeTopology too: the device plugin and the device filter sit on its path.
+	eventually(t, 30*time.Second, func() (bool, string) {
+		nt, err := getNodeTopology(ctx, node.Name)
+		if err != nil || nt.Status.UpdateTime == nil {
+			return false, fmt.Sprintf("no NodeTopology written (%v); agent output:\n%s", err, lastLines(agent.output(), 20))
+		}
+		return true, ""
+	})
 	eventually(t, 30*time.Second, func() (bool, string) {
 		resp, err := http.Get("http://" + metricsAddr + "/healthz")
 		if err != nil {
