@@ -117,9 +117,13 @@ demo: cluster-up deploy ## Bring the cluster up, install sextant, and show what 
 bench-meter: ## iperf3 over a veth with and without the eBPF meter; ratio and ns/packet.
 	scripts/bench-meter.sh
 
+# Flags added to make bench-ranker's, e.g. the 8-NUMA-node shape beside today's at 5000
+# nodes: BENCH_RANKER_ARGS="--nodes 5000 --schedulers sextant --shape 2numa,8numa-8gpu".
+BENCH_RANKER_ARGS ?=
+
 .PHONY: bench-ranker
-bench-ranker: ## sextant-ranker against vanilla kube-scheduler on 500 and 5000 nodes.
-	scripts/bench-ranker.sh
+bench-ranker: ## sextant-ranker against vanilla kube-scheduler on 500 and 5000 nodes; flags in BENCH_RANKER_ARGS (e.g. --shape 2numa,8numa-8gpu).
+	scripts/bench-ranker.sh $(BENCH_RANKER_ARGS)
 
 .PHONY: bench-sidecar
 bench-sidecar: ## p50/p99 of main-container exit to sidecar stop over 20 Jobs.

@@ -33,6 +33,16 @@
 // each scheduler's /metrics after its run and prints where the time went (attempts,
 // extension points, costliest plugins).
 //
+// --shape picks what the bench nodes look like (nodeShape, the shapes map): 2numa, the
+// default and the only shape before there were shapes; 8numa-8gpu, 8 NUMA nodes of the
+// same size in 2 sockets with a GPU on each; or 2numa-2net, 2numa with a storage network
+// beside the pod network in every NodeBandwidth, named by a quarter of the pods that ask
+// for bandwidth. A list of shapes runs each at every size,
+// setting up its own Node objects, and prints each shape's throughput over the first's
+// per scheduler. Every sextant run prints its plugins' mean time per Score and Filter
+// call (sum/count of scheduler_plugin_execution_duration_seconds); kube-scheduler times
+// plugins in a sample of about one scheduling cycle in ten only.
+//
 // The bench nodes have no kubelet: the node lifecycle controller marks them Unknown and
 // taints them unreachable as their (only) heartbeat ages, so the pods tolerate every
 // taint. Heartbeat objects are written once and their sampleTime refreshed before each
@@ -49,6 +59,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand"
 	"net"
 	"net/http"
@@ -94,6 +105,7 @@ const (
 	annIngressExpected = "bandwidth.sextant.io/ingress-expected"
 	annEgressExpected  = "bandwidth.sextant.io/egress-expected"
 	annStrategy        = "bandwidth.sextant.io/strategy"
+	annNetwork         = "bandwidth.sextant.io/network"
 	annNUMANodes       = "numa.sextant.io/nodes"
 
 	resourceGPU = corev1.ResourceName("sextant.io/gpu")
@@ -105,12 +117,8 @@ const (
 	image = "sextant.local/busybox:dev"
 )
 
-// The shape of every bench node; NodeTopology and the Node's allocatable agree.
+// What every bench node has whatever its shape (nodeShape).
 const (
-	numaPerNode  = 2
-	cpusPerNUMA  = 16
-	memPerNUMA   = 64 << 30
-	gpusPerNode  = 4
 	linkCapacity = 10_000_000_000 // bits/s per direction
 	podsPerNode  = 110
 	schedVanilla = "vanilla"
@@ -122,6 +130,119 @@ const (
 	sextantPlugin      = "BandwidthAware"
 )
 
+// nodeShape is what every bench node of a run looks like: its NodeTopology and the
+// Node's allocatable agree, and the NUMA spread analysis places pods on it.
+type nodeShape struct {
+	name        string
+	numaNodes   int
+	cpusPerNUMA int
+	memPerNUMA  int64
+	// numaPerSocket groups the NUMA nodes into sockets for the distance matrix: local
+	// distLocal, same socket distSocket, another socket distRemote.
+	numaPerSocket                     int
+	distLocal, distSocket, distRemote int32
+	// gpuAddrs are the GPUs' PCI addresses; GPU i sits on NUMA node
+	// i*numaNodes/len(gpuAddrs). All are healthy, and the Node's allocatable advertises
+	// as many sextant.io/gpu.
+	gpuAddrs []string
+	// gpuPodMax is the most GPUs a GPU pod of the workload asks for (from 1).
+	gpuPodMax int64
+	// networks are the networks every NodeBandwidth publishes in status.networks, one
+	// interface of linkCapacity each: networks[0] is pod (eth0), networks[i] is on
+	// eth<i>. Every otherNetworkEvery-th pod that asks for bandwidth names one of the
+	// others in turn (bandwidth.sextant.io/network); 0: none does.
+	networks          []string
+	otherNetworkEvery int
+	// peakMemoryGoal, when set, is the most sextant-ranker's peak memory on this shape
+	// may be over the first shape's of a run (1.05: within 5%).
+	peakMemoryGoal float64
+	help           string
+}
+
+// defaultShape is the shape every run had before there were shapes; its workload and
+// file names are what they were then.
+const defaultShape = "2numa"
+
+// shapes are the node shapes --shape names.
+var shapes = map[string]nodeShape{
+	defaultShape: {
+		name: defaultShape, numaNodes: 2, cpusPerNUMA: 16, memPerNUMA: 64 << 30,
+		numaPerSocket: 1, distLocal: 10, distSocket: 10, distRemote: 21,
+		gpuAddrs:  []string{"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0", "0000:d8:00.0"},
+		gpuPodMax: 2,
+		networks:  []string{"pod"},
+		help:      "2 NUMA nodes (one per socket, distance 21) of 16 CPUs and 64 GiB: 32 CPUs, 128 GiB; 4 GPUs, 2 per NUMA node; GPU pods ask 1-2; one network (pod)",
+	},
+	"2numa-2net": {
+		name: "2numa-2net", numaNodes: 2, cpusPerNUMA: 16, memPerNUMA: 64 << 30,
+		numaPerSocket: 1, distLocal: 10, distSocket: 10, distRemote: 21,
+		gpuAddrs:  []string{"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0", "0000:d8:00.0"},
+		gpuPodMax: 2,
+		networks:  []string{"pod", "storage"}, otherNetworkEvery: 4,
+		peakMemoryGoal: 1.05,
+		help: "2numa's nodes and pods, with two networks in every NodeBandwidth (pod on eth0, storage on eth1, " +
+			"each its own remaining); every fourth pod that asks for bandwidth names storage",
+	},
+	"8numa-8gpu": {
+		name: "8numa-8gpu", numaNodes: 8, cpusPerNUMA: 16, memPerNUMA: 64 << 30,
+		numaPerSocket: 4, distLocal: 10, distSocket: 12, distRemote: 32,
+		// A DGX A100's GPUs.
+		gpuAddrs: []string{"0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0",
+			"0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"},
+		gpuPodMax: 4,
+		networks:  []string{"pod"},
+		help: "8 NUMA nodes (2 sockets of 4; distances 10 local, 12 same socket, 32 across), each as 2numa's (16 CPUs, 64 GiB), " +
+			"so the node scales to 128 CPUs and 512 GiB and every pod needs as many NUMA nodes as on 2numa; 8 GPUs, one per NUMA node; GPU pods ask 1-4",
+	},
+}
+
+func (s nodeShape) cpus() int     { return s.numaNodes * s.cpusPerNUMA }
+func (s nodeShape) memory() int64 { return int64(s.numaNodes) * s.memPerNUMA }
+
+// distance is the NUMA distance from NUMA node i to j.
+func (s nodeShape) distance(i, j int) int32 {
+	switch {
+	case i == j:
+		return s.distLocal
+	case i/s.numaPerSocket == j/s.numaPerSocket:
+		return s.distSocket
+	default:
+		return s.distRemote
+	}
+}
+
+// gpuNUMA is the NUMA node GPU i sits on.
+func (s nodeShape) gpuNUMA(i int) int { return i * s.numaNodes / len(s.gpuAddrs) }
+
+func shapeNames() []string {
+	return slices.Sorted(maps.Keys(shapes))
+}
+
+func shapesHelp() string {
+	var b strings.Builder
+	b.WriteString("comma-separated node shapes to run, each at every size, in order (with more than one, the throughput ratio of each to the first is printed per scheduler):")
+	for _, n := range shapeNames() {
+		fmt.Fprintf(&b, "\n    %s: %s", n, shapes[n].help)
+	}
+	return b.String()
+}
+
+func parseShapes(s string) ([]nodeShape, error) {
+	var out []nodeShape
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		sh, ok := shapes[f]
+		if !ok {
+			return nil, fmt.Errorf("--shape: unknown shape %q; want %s", f, strings.Join(shapeNames(), ", "))
+		}
+		if slices.ContainsFunc(out, func(o nodeShape) bool { return o.name == f }) {
+			return nil, fmt.Errorf("--shape: %s named twice", f)
+		}
+		out = append(out, sh)
+	}
+	return out, nil
+}
+
 type schemaGVR = schema.GroupVersionResource
 
 var (
@@ -132,6 +253,7 @@ var (
 type options struct {
 	kubeconfig    string
 	sizes         []int
+	shapes        []nodeShape
 	pods          int
 	seed          int64
 	schedulers    []string
@@ -155,9 +277,10 @@ type options struct {
 
 func main() {
 	var o options
-	var sizes, scheds string
+	var sizes, scheds, shapeList string
 	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "admin kubeconfig of the cluster (both schedulers use it too)")
 	flag.StringVar(&sizes, "nodes", "500,5000", "comma-separated cluster sizes (Node objects) to run")
+	flag.StringVar(&shapeList, "shape", defaultShape, shapesHelp())
 	flag.IntVar(&o.pods, "pods", 5000, "pending pods per run")
 	flag.Int64Var(&o.seed, "seed", 1, "seed of the node bandwidth and the pod mix")
 	// sextant first: the second run of a size shares the API server with the first
@@ -173,10 +296,10 @@ func main() {
 	flag.DurationVar(&o.settle, "settle", 15*time.Second, "a run ends when every unbound pod is unschedulable and nothing was bound for this long")
 	flag.IntVar(&o.workers, "workers", 32, "parallel API requests while setting up and tearing down")
 	flag.Float64Var(&o.qps, "qps", 2000, "client QPS (and burst) of the harness")
-	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000)")
+	flag.StringVar(&o.cleanupRun, "cleanup-run", "", "only remove what an earlier, killed run left behind: the value of its sextant.io/bench label (e.g. r1a2b3c-5000, or r1a2b3c-8numa-8gpu-5000 for a shape other than "+defaultShape+")")
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 1000, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (a run within 3% of the limiter's ceiling is marked AT-QPS-LIMIT; scheduler_perf uses 5000, which floods a small shared API server)")
 	flag.IntVar(&o.rounds, "rounds", 1, "run each scheduler this many times per size, the order reversed every other round; the goal is judged on the median of the rounds' sextant/vanilla ratios (the 2-core machine moves single runs by ±15-30%)")
-	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof (-r<round> added to these and the logs from round 2 on)")
+	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof (-<shape> added before <nodes> to these, the metrics and the logs for a shape other than "+defaultShape+", -r<round> after it from round 2 on)")
 	rankerMemoryLimit := flag.String("ranker-memory-limit", chartRankerMemoryLimit, "the memory limit of the container sextant-ranker is taken to run in, the chart's default ranker.resources.limits.memory: its runs get GOMEMLIMIT at --memory-limit-ratio's default fraction of it, the soft limit sextant-ranker sets itself in such a container (the bench's processes run in no memory-limited cgroup); 0: none")
 	flag.Parse()
 
@@ -187,6 +310,9 @@ func main() {
 		o.rankerMemoryLimit = q.Value()
 	}
 	if o.sizes, err = parseSizes(sizes); err != nil {
+		fatal(err)
+	}
+	if o.shapes, err = parseShapes(shapeList); err != nil {
 		fatal(err)
 	}
 	if o.rounds < 1 {
@@ -261,25 +387,31 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("make dynamic client: %w", err)
 	}
 	if o.cleanupRun != "" {
-		b := &bench{o: o, kube: kube, dyn: dyn, runID: o.cleanupRun, ns: "sextant-bench-" + o.cleanupRun}
+		b := &bench{o: o, kube: kube, dyn: dyn, shape: shapes[defaultShape], runID: o.cleanupRun, ns: "sextant-bench-" + o.cleanupRun}
 		return b.cleanup(ctx)
 	}
 	runID := fmt.Sprintf("r%06x", rand.New(rand.NewSource(time.Now().UnixNano())).Intn(1<<24))
-	logf("run %s: sizes %v, %d pods, schedulers %v, seed %d; logs in %s", runID, o.sizes, o.pods, o.schedulers, o.seed, o.workDir)
+	var shapeNames []string
+	for _, sh := range o.shapes {
+		shapeNames = append(shapeNames, sh.name)
+	}
+	logf("run %s: shapes %v, sizes %v, %d pods, schedulers %v, seed %d; logs in %s", runID, shapeNames, o.sizes, o.pods, o.schedulers, o.seed, o.workDir)
 	if stale, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: labelBench}); err == nil && len(stale.Items) > 0 {
 		logf("WARNING: %d Node objects of other bench runs exist (label %s, e.g. %s=%s); they are left alone (--cleanup-run removes them)",
 			len(stale.Items), labelBench, labelBench, stale.Items[0].Labels[labelBench])
 	}
 
 	var results []result
-	for _, size := range o.sizes {
-		b := &bench{o: o, cfg: cfg, kube: kube, dyn: dyn, size: size,
-			runID: fmt.Sprintf("%s-%d", runID, size)}
-		res, err := b.runSize(ctx)
-		results = append(results, res...)
-		if err != nil {
-			printResults(os.Stdout, results)
-			return fmt.Errorf("%d nodes: %w", size, err)
+	for _, shape := range o.shapes {
+		for _, size := range o.sizes {
+			b := &bench{o: o, cfg: cfg, kube: kube, dyn: dyn, size: size, shape: shape}
+			b.runID = runID + "-" + b.tag()
+			res, err := b.runSize(ctx)
+			results = append(results, res...)
+			if err != nil {
+				printResults(os.Stdout, results)
+				return fmt.Errorf("%s, %d nodes: %w", shape.name, size, err)
+			}
 		}
 	}
 	printResults(os.Stdout, results)
@@ -293,13 +425,15 @@ type bench struct {
 	kube  kubernetes.Interface
 	dyn   dynamic.Interface
 	size  int
+	shape nodeShape
 	runID string
 	ns    string
 	// round is the round being run, from 0.
 	round int
 	nodes []string
-	// remaining is each node's reported remaining bandwidth, [ingress, egress] in bits/s.
-	remaining map[string][2]int64
+	// remaining is each node's reported remaining bandwidth per network (in the
+	// shape's order), [ingress, egress] in bits/s.
+	remaining map[string][][2]int64
 	workload  []podSpec
 }
 
@@ -312,11 +446,14 @@ type podSpec struct {
 	required     [2]int64
 	expected     [2]int64
 	mostHeadroom bool
-	kind         string // small, numa, gpu
+	// network indexes the shape's networks: 0 is pod, the default.
+	network int
+	kind    string // small, numa, gpu
 }
 
 type result struct {
 	scheduler   string
+	shape       string
 	size        int
 	round       int
 	pods        int
@@ -340,7 +477,10 @@ type result struct {
 	peakRSS int64
 	// breakdown says where the scheduler spent its time, from its own metrics.
 	breakdown string
-	measured  bool
+	// pluginMeans is the sextant plugins' mean time per Score and Filter call, from
+	// the scheduler's metrics; empty for runs without them.
+	pluginMeans string
+	measured    bool
 }
 
 func (b *bench) runSize(ctx context.Context) (results []result, err error) {
@@ -356,8 +496,9 @@ func (b *bench) runSize(ctx context.Context) (results []result, err error) {
 	if err := b.setup(ctx); err != nil {
 		return nil, fmt.Errorf("set up: %w", err)
 	}
-	logf("%d nodes: set up in %s", b.size, time.Since(start).Round(time.Second))
-	b.workload = makeWorkload(b.o.seed, b.o.pods)
+	logf("%s nodes: set up in %s", b.label(), time.Since(start).Round(time.Second))
+	b.workload = makeWorkload(b.o.seed, b.o.pods, b.shape.gpuPodMax)
+	assignNetworks(b.workload, b.shape)
 
 	for b.round = 0; b.round < b.o.rounds; b.round++ {
 		// Every other round in reverse, so that no scheduler always runs first or
@@ -380,10 +521,28 @@ func (b *bench) runSize(ctx context.Context) (results []result, err error) {
 	return results, nil
 }
 
-// fileName names a file of this size's current round in the work directory:
-// <what>-<nodes>.<ext>, with -r<round> added from the second round on.
+// tag names this shape and size in run IDs and file names: <nodes>, or <shape>-<nodes>
+// for a shape other than the default (whose names are what they were before shapes).
+func (b *bench) tag() string {
+	if b.shape.name == defaultShape {
+		return strconv.Itoa(b.size)
+	}
+	return fmt.Sprintf("%s-%d", b.shape.name, b.size)
+}
+
+// label names this shape and size in the log: "5000", or "5000 8numa-8gpu" for a
+// shape other than the default.
+func (b *bench) label() string {
+	if b.shape.name == defaultShape {
+		return strconv.Itoa(b.size)
+	}
+	return fmt.Sprintf("%d %s", b.size, b.shape.name)
+}
+
+// fileName names a file of this shape's and size's current round in the work
+// directory: <what>-<tag>.<ext>, with -r<round> added from the second round on.
 func (b *bench) fileName(what, ext string) string {
-	name := fmt.Sprintf("%s-%d", what, b.size)
+	name := what + "-" + b.tag()
 	if b.round > 0 {
 		name += fmt.Sprintf("-r%d", b.round+1)
 	}
@@ -431,21 +590,28 @@ func (b *bench) setup(ctx context.Context) error {
 
 	rng := rand.New(rand.NewSource(b.o.seed*7919 + int64(b.size)))
 	b.nodes = make([]string, b.size)
-	b.remaining = make(map[string][2]int64, b.size)
+	// The other networks draw from their own source, so that the pod network's
+	// remaining is the same in every shape.
+	otherRng := rand.New(rand.NewSource(b.o.seed*7927 + int64(b.size)))
+	b.remaining = make(map[string][][2]int64, b.size)
 	for i := range b.nodes {
 		name := fmt.Sprintf("bench-%s-%05d", b.runID, i)
 		b.nodes[i] = name
 		// Remaining is spread evenly over the whole link, in 100M steps: some nodes
 		// are idle, some saturated, most in between.
-		b.remaining[name] = [2]int64{rng.Int63n(101) * 100_000_000, rng.Int63n(101) * 100_000_000}
+		rem := [][2]int64{{rng.Int63n(101) * 100_000_000, rng.Int63n(101) * 100_000_000}}
+		for range b.shape.networks[1:] {
+			rem = append(rem, [2]int64{otherRng.Int63n(101) * 100_000_000, otherRng.Int63n(101) * 100_000_000})
+		}
+		b.remaining[name] = rem
 	}
 
 	var done atomic.Int64
-	progress := startProgress(fmt.Sprintf("%d nodes: creating Nodes, NodeBandwidths, NodeTopologies", b.size), &done, b.size)
+	progress := startProgress(fmt.Sprintf("%s nodes: creating Nodes, NodeBandwidths, NodeTopologies", b.label()), &done, b.size)
 	defer progress()
 	return b.parallel(ctx, b.size, func(ctx context.Context, i int) error {
 		name := b.nodes[i]
-		node, err := b.kube.CoreV1().Nodes().Create(ctx, benchNode(name, b.runID), metav1.CreateOptions{})
+		node, err := b.kube.CoreV1().Nodes().Create(ctx, benchNode(name, b.runID, b.shape), metav1.CreateOptions{})
 		if err != nil {
 			return fmt.Errorf("create node %s: %w", name, err)
 		}
@@ -455,7 +621,7 @@ func (b *bench) setup(ctx context.Context) error {
 		nbw := &sextantv1.NodeBandwidth{
 			TypeMeta:   metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeBandwidth"},
 			ObjectMeta: meta,
-			Status:     bandwidthStatus(rem, time.Now()),
+			Status:     bandwidthStatus(rem, b.shape.networks, time.Now()),
 		}
 		if err := createWithStatus(ctx, b.dyn, nbwGVR, nbw); err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
@@ -463,7 +629,7 @@ func (b *bench) setup(ctx context.Context) error {
 		ntopo := &sextantv1.NodeTopology{
 			TypeMeta:   metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeTopology"},
 			ObjectMeta: meta,
-			Status:     topologyStatus(time.Now()),
+			Status:     topologyStatus(time.Now(), b.shape),
 		}
 		if err := createWithStatus(ctx, b.dyn, ntopoGVR, ntopo); err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
@@ -491,12 +657,12 @@ func startProgress(what string, done *atomic.Int64, total int) func() {
 	return func() { close(stop) }
 }
 
-func benchNode(name, runID string) *corev1.Node {
+func benchNode(name, runID string, shape nodeShape) *corev1.Node {
 	alloc := corev1.ResourceList{
-		corev1.ResourceCPU:    *resource.NewQuantity(numaPerNode*cpusPerNUMA, resource.DecimalSI),
-		corev1.ResourceMemory: *resource.NewQuantity(numaPerNode*memPerNUMA, resource.BinarySI),
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(shape.cpus()), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(shape.memory(), resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(podsPerNode, resource.DecimalSI),
-		resourceGPU:           *resource.NewQuantity(gpusPerNode, resource.DecimalSI),
+		resourceGPU:           *resource.NewQuantity(int64(len(shape.gpuAddrs)), resource.DecimalSI),
 	}
 	now := metav1.Now()
 	// A Node's status is taken on create (the kubelet registers this way), so one
@@ -523,7 +689,9 @@ func benchNode(name, runID string) *corev1.Node {
 
 func bitsQty(v int64) *resource.Quantity { return resource.NewQuantity(v, resource.DecimalSI) }
 
-func bandwidthStatus(rem [2]int64, at time.Time) sextantv1.NodeBandwidthStatus {
+// bandwidthStatus is a heartbeat as the agent writes it: network i on interface eth<i>
+// with remaining rem[i]; total sums the interfaces.
+func bandwidthStatus(rem [][2]int64, networks []string, at time.Time) sextantv1.NodeBandwidthStatus {
 	dir := func(remaining int64) sextantv1.DirectionBandwidth {
 		peak := linkCapacity - remaining
 		return sextantv1.DirectionBandwidth{
@@ -533,38 +701,54 @@ func bandwidthStatus(rem [2]int64, at time.Time) sextantv1.NodeBandwidthStatus {
 			Remaining: bitsQty(remaining),
 		}
 	}
-	bw := sextantv1.Bandwidth{Ingress: dir(rem[0]), Egress: dir(rem[1])}
+	var ifaces []sextantv1.InterfaceBandwidth
+	var nets []sextantv1.NetworkBandwidth
+	var total [2][4]int64 // per direction: capacity, rate, peak, remaining
+	for i, name := range networks {
+		bw := sextantv1.Bandwidth{Ingress: dir(rem[i][0]), Egress: dir(rem[i][1])}
+		iface := fmt.Sprintf("eth%d", i)
+		ifaces = append(ifaces, sextantv1.InterfaceBandwidth{Name: iface, Bandwidth: bw})
+		nets = append(nets, sextantv1.NetworkBandwidth{Name: name, Interfaces: []string{iface}, Bandwidth: *bw.DeepCopy()})
+		for d := range 2 {
+			peak := linkCapacity - rem[i][d]
+			for k, v := range [4]int64{linkCapacity, peak * 3 / 5, peak, rem[i][d]} {
+				total[d][k] += v
+			}
+		}
+	}
+	sum := func(v [4]int64) sextantv1.DirectionBandwidth {
+		return sextantv1.DirectionBandwidth{Capacity: bitsQty(v[0]), Rate: bitsQty(v[1]), Peak: bitsQty(v[2]), Remaining: bitsQty(v[3])}
+	}
 	t := metav1.NewTime(at)
 	return sextantv1.NodeBandwidthStatus{
 		SampleTime:   &t,
 		Window:       &metav1.Duration{Duration: time.Minute},
 		AgentVersion: "bench",
-		Interfaces:   []sextantv1.InterfaceBandwidth{{Name: "eth0", Bandwidth: bw}},
-		Total:        bw.DeepCopy(),
+		Interfaces:   ifaces,
+		Total:        &sextantv1.Bandwidth{Ingress: sum(total[0]), Egress: sum(total[1])},
+		Networks:     nets,
 	}
 }
 
-func topologyStatus(at time.Time) sextantv1.NodeTopologyStatus {
+func topologyStatus(at time.Time, shape nodeShape) sextantv1.NodeTopologyStatus {
 	numa := func(id int32) *int32 { return &id }
 	var nodes []sextantv1.NUMANode
-	for n := int32(0); n < numaPerNode; n++ {
+	for n := range shape.numaNodes {
 		var cpus []int32
-		for c := int32(0); c < cpusPerNUMA; c++ {
-			cpus = append(cpus, n*cpusPerNUMA+c)
+		for c := range shape.cpusPerNUMA {
+			cpus = append(cpus, int32(n*shape.cpusPerNUMA+c))
 		}
-		dist := make([]int32, numaPerNode)
+		dist := make([]int32, shape.numaNodes)
 		for m := range dist {
-			dist[m] = 21
+			dist[m] = shape.distance(n, m)
 		}
-		dist[n] = 10
-		nodes = append(nodes, sextantv1.NUMANode{ID: n, CPUs: cpus, MemoryBytes: memPerNUMA, Distances: dist})
+		nodes = append(nodes, sextantv1.NUMANode{ID: int32(n), CPUs: cpus, MemoryBytes: shape.memPerNUMA, Distances: dist})
 	}
-	gpuAddrs := []string{"0000:3b:00.0", "0000:5e:00.0", "0000:af:00.0", "0000:d8:00.0"}
 	var devs []sextantv1.PCIDevice
-	for i, a := range gpuAddrs {
+	for i, a := range shape.gpuAddrs {
 		devs = append(devs, sextantv1.PCIDevice{
 			Address: a, Class: "0x030200", Vendor: "0x10de", Device: "0x20b0", Driver: "nvidia",
-			Kind: sextantv1.KindGPU, NUMANode: numa(int32(i * numaPerNode / len(gpuAddrs))),
+			Kind: sextantv1.KindGPU, NUMANode: numa(int32(shape.gpuNUMA(i))),
 			Health: sextantv1.Healthy,
 		})
 	}
@@ -579,7 +763,7 @@ func topologyStatus(at time.Time) sextantv1.NodeTopologyStatus {
 		UpdateTime:   &t,
 		AgentVersion: "bench",
 		Summary: &sextantv1.TopologySummary{
-			NUMANodes: numaPerNode, CPUs: numaPerNode * cpusPerNUMA, Devices: int32(len(devs)),
+			NUMANodes: int32(shape.numaNodes), CPUs: int32(shape.cpus()), Devices: int32(len(devs)),
 		},
 		Topology: sextantv1.Topology{
 			NUMANodes:  nodes,
@@ -623,9 +807,30 @@ func (b *bench) refreshHeartbeats(ctx context.Context) error {
 	})
 }
 
+// assignNetworks has every shape.otherNetworkEvery-th pod that asks for bandwidth name
+// the shape's other networks in turn; it draws nothing, so the pods are otherwise the
+// same in every shape.
+func assignNetworks(pods []podSpec, shape nodeShape) {
+	if shape.otherNetworkEvery == 0 || len(shape.networks) < 2 {
+		return
+	}
+	asking, other := 0, 0
+	for i := range pods {
+		p := &pods[i]
+		if p.required == [2]int64{} && p.expected == [2]int64{} {
+			continue
+		}
+		if asking++; asking%shape.otherNetworkEvery == 0 {
+			p.network = 1 + other%(len(shape.networks)-1)
+			other++
+		}
+	}
+}
+
 // makeWorkload returns the seeded pod mix; the same seed gives every scheduler the same
-// pods in the same order.
-func makeWorkload(seed int64, n int) []podSpec {
+// pods in the same order. A GPU pod asks for 1 to gpuMax GPUs; gpuMax changes only
+// that: every other draw, and so every other pod, is the same whatever it is.
+func makeWorkload(seed int64, n int, gpuMax int64) []podSpec {
 	rng := rand.New(rand.NewSource(seed))
 	between := func(lo, hi int64) int64 { return lo + rng.Int63n(hi-lo+1) }
 	out := make([]podSpec, n)
@@ -634,7 +839,7 @@ func makeWorkload(seed int64, n int) []podSpec {
 		switch r := rng.Float64(); {
 		case r < 0.10: // accelerator jobs
 			p.kind = "gpu"
-			p.gpus = between(1, 2)
+			p.gpus = between(1, gpuMax)
 			p.milliCPU = between(1, 8) * 1000
 			p.memory = between(2, 16) << 30
 		case r < 0.40: // CPU- and memory-heavy services, where NUMA matters
@@ -682,6 +887,9 @@ func (b *bench) pod(i int, sched string) *corev1.Pod {
 	}
 	if p.mostHeadroom {
 		ann[annStrategy] = "most-headroom"
+	}
+	if p.network > 0 {
+		ann[annNetwork] = b.shape.networks[p.network]
 	}
 	req := corev1.ResourceList{
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(p.milliCPU, resource.DecimalSI),
@@ -797,8 +1005,8 @@ func (t *tracker) snapshot() (bound, unschedulable int, first, last time.Time) {
 }
 
 func (b *bench) runOnce(ctx context.Context, sched string) (res result, err error) {
-	res = result{scheduler: sched, size: b.size, round: b.round, pods: len(b.workload)}
-	logf("%d nodes, %s: refreshing heartbeats", b.size, sched)
+	res = result{scheduler: sched, shape: b.shape.name, size: b.size, round: b.round, pods: len(b.workload)}
+	logf("%s nodes, %s: refreshing heartbeats", b.label(), sched)
 	if err := b.refreshHeartbeats(ctx); err != nil {
 		return res, err
 	}
@@ -816,7 +1024,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	}()
 
 	var created atomic.Int64
-	progress := startProgress(fmt.Sprintf("%d nodes, %s: creating pods", b.size, sched), &created, len(b.workload))
+	progress := startProgress(fmt.Sprintf("%s nodes, %s: creating pods", b.label(), sched), &created, len(b.workload))
 	start := time.Now()
 	err = b.parallel(ctx, len(b.workload), func(ctx context.Context, i int) error {
 		if _, err := b.kube.CoreV1().Pods(b.ns).Create(ctx, b.pod(i, sched), metav1.CreateOptions{}); err != nil {
@@ -829,7 +1037,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	if err != nil {
 		return res, err
 	}
-	logf("%d nodes, %s: %d pods created in %s", b.size, sched, len(b.workload), time.Since(start).Round(100*time.Millisecond))
+	logf("%s nodes, %s: %d pods created in %s", b.label(), sched, len(b.workload), time.Since(start).Round(100*time.Millisecond))
 
 	t := &tracker{prefix: sched, bound: map[int]bool{}, unschedulable: map[int]bool{}}
 	ictx, stopInformer := context.WithCancel(ctx)
@@ -858,7 +1066,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	res.note = note
 	ready := proc.readyAt
 	cpuAtReady, cpuErr := processCPU(proc.cmd.Process.Pid)
-	logf("%d nodes, %s: scheduler ready; scheduling %d pods", b.size, sched, len(b.workload))
+	logf("%s nodes, %s: scheduler ready; scheduling %d pods", b.label(), sched, len(b.workload))
 	if b.o.cpuProfile > 0 {
 		path := b.fileName("cpu-"+sched, "pprof")
 		go func() {
@@ -868,10 +1076,10 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 				err = os.WriteFile(path, []byte(prof), 0o644)
 			}
 			if err != nil {
-				logf("%d nodes, %s: WARNING: no CPU profile: %v", b.size, sched, err)
+				logf("%s nodes, %s: WARNING: no CPU profile: %v", b.label(), sched, err)
 				return
 			}
-			logf("%d nodes, %s: CPU profile in %s", b.size, sched, path)
+			logf("%s nodes, %s: CPU profile in %s", b.label(), sched, path)
 		}()
 	}
 
@@ -900,12 +1108,12 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 			idle = now.Sub(c)
 		}
 		if idle >= max(4*b.o.settle, 2*time.Minute) {
-			logf("%d nodes, %s: no pod changed for %s with %d pods undecided; stopping", b.size, sched, idle.Round(time.Second), len(b.workload)-bound-unsched)
+			logf("%s nodes, %s: no pod changed for %s with %d pods undecided; stopping", b.label(), sched, idle.Round(time.Second), len(b.workload)-bound-unsched)
 			res.note = strings.TrimSpace(res.note + fmt.Sprintf(" stalled: nothing changed for %s", idle.Round(time.Second)))
 			break
 		}
 		if now.After(deadline) {
-			logf("%d nodes, %s: timed out after %s", b.size, sched, b.o.timeout)
+			logf("%s nodes, %s: timed out after %s", b.label(), sched, b.o.timeout)
 			res.note = strings.TrimSpace(res.note + " timed out")
 			break
 		}
@@ -918,7 +1126,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 		case <-time.After(200 * time.Millisecond):
 		}
 		if n, _, _, _ := t.snapshot(); n/500 != bound/500 {
-			logf("%d nodes, %s: %d bound", b.size, sched, n)
+			logf("%s nodes, %s: %d bound", b.label(), sched, n)
 		}
 	}
 	if cpuErr == nil {
@@ -928,10 +1136,10 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 		}
 	}
 	if cpuErr != nil {
-		logf("%d nodes, %s: WARNING: no CPU time: %v", b.size, sched, cpuErr)
+		logf("%s nodes, %s: WARNING: no CPU time: %v", b.label(), sched, cpuErr)
 	}
 	if rss, err := processPeakRSS(proc.cmd.Process.Pid); err != nil {
-		logf("%d nodes, %s: WARNING: no peak memory: %v", b.size, sched, err)
+		logf("%s nodes, %s: WARNING: no peak memory: %v", b.label(), sched, err)
 	} else {
 		res.peakRSS = rss
 	}
@@ -944,16 +1152,19 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 			err = os.WriteFile(path, []byte(prof), 0o644)
 		}
 		if err != nil {
-			logf("%d nodes, %s: WARNING: no heap profile: %v", b.size, sched, err)
+			logf("%s nodes, %s: WARNING: no heap profile: %v", b.label(), sched, err)
 		} else {
-			logf("%d nodes, %s: heap profile in %s", b.size, sched, path)
+			logf("%s nodes, %s: heap profile in %s", b.label(), sched, path)
 		}
 	}
 	if text, err := b.scrapeMetrics(ctx, proc.port); err != nil {
-		logf("%d nodes, %s: WARNING: no scheduler metrics: %v", b.size, sched, err)
+		logf("%s nodes, %s: WARNING: no scheduler metrics: %v", b.label(), sched, err)
 	} else {
 		_ = os.WriteFile(b.fileName("metrics-"+sched, "txt"), []byte(text), 0o644)
 		res.breakdown = summarizeMetrics(text, bound)
+		if sched == schedSextant && !strings.Contains(res.note, "PLUGINS MISSING") {
+			res.pluginMeans = formatPluginMeans(text)
+		}
 	}
 	clockStart := ready
 	if !first.IsZero() && first.Before(clockStart) {
@@ -972,11 +1183,11 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	t.mu.Unlock()
 	b.analyse(&res, bindings, sched == schedSextant && !strings.Contains(res.note, "PLUGINS MISSING"))
 	res.measured = true
-	logf("%d nodes, %s: %d bound, %d unscheduled, %.1f pods/s", b.size, sched, res.bound, res.unscheduled, res.podsPerSec)
+	logf("%s nodes, %s: %d bound, %d unscheduled, %.1f pods/s", b.label(), sched, res.bound, res.unscheduled, res.podsPerSec)
 	if ceiling := limiterCeiling(res.bound, b.o.schedulerQPS); ceiling > 0 && res.podsPerSec >= 0.97*ceiling {
 		res.note = strings.TrimSpace(res.note + " AT-QPS-LIMIT")
-		logf("%d nodes, %s: WARNING: %.1f pods/s is at its client rate limiter's ceiling (%.1f pods/s: one Binding per pod at --scheduler-qps %d after a burst of as many); this run measures the limiter, raise --scheduler-qps",
-			b.size, sched, res.podsPerSec, ceiling, b.o.schedulerQPS)
+		logf("%s nodes, %s: WARNING: %.1f pods/s is at its client rate limiter's ceiling (%.1f pods/s: one Binding per pod at --scheduler-qps %d after a burst of as many); this run measures the limiter, raise --scheduler-qps",
+			b.label(), sched, res.podsPerSec, ceiling, b.o.schedulerQPS)
 	}
 	return res, nil
 }
@@ -995,7 +1206,11 @@ func limiterCeiling(bound, qps int) float64 {
 // analyse counts bandwidth violations and NUMA spread over the run's bindings.
 func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
 	sort.Slice(bindings, func(i, j int) bool { return bindings[i].seq < bindings[j].seq })
-	left := map[string][2]int64{}
+	type nodeNet struct {
+		node    string
+		network int
+	}
+	left := map[nodeNet][2]int64{}
 	free := map[string][][2]int64{} // per node, per NUMA node: milliCPU, memory
 	res.numaSource = "simulated"
 	if useAnnotation {
@@ -1003,9 +1218,10 @@ func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
 	}
 	for _, bd := range bindings {
 		p := b.workload[bd.pod]
-		rem, ok := left[bd.node]
+		key := nodeNet{bd.node, p.network}
+		rem, ok := left[key]
 		if !ok {
-			rem = b.remaining[bd.node]
+			rem = b.remaining[bd.node][p.network]
 		}
 		asked, violated := false, false
 		for d := range 2 {
@@ -1018,7 +1234,7 @@ func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
 				violated = true
 			}
 		}
-		left[bd.node] = rem
+		left[key] = rem
 		if asked {
 			res.bwAsked++
 		}
@@ -1026,7 +1242,7 @@ func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
 			res.bwViolation++
 		}
 
-		need := numaNeeded(p)
+		need := numaNeeded(p, b.shape)
 		if need == 0 {
 			continue
 		}
@@ -1041,9 +1257,9 @@ func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
 		} else {
 			f, ok := free[bd.node]
 			if !ok {
-				f = make([][2]int64, numaPerNode)
+				f = make([][2]int64, b.shape.numaNodes)
 				for i := range f {
-					f[i] = [2]int64{cpusPerNUMA * 1000, memPerNUMA}
+					f[i] = [2]int64{int64(b.shape.cpusPerNUMA) * 1000, b.shape.memPerNUMA}
 				}
 				free[bd.node] = f
 			}
@@ -1055,17 +1271,18 @@ func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
 	}
 }
 
-// numaNeeded is how many NUMA nodes the pod's CPU and memory need on an empty bench node.
-func numaNeeded(p podSpec) int {
+// numaNeeded is how many NUMA nodes the pod's CPU and memory need on an empty node of
+// the shape.
+func numaNeeded(p podSpec, shape nodeShape) int {
 	if p.milliCPU == 0 && p.memory == 0 {
 		return 0
 	}
-	for k := 1; k <= numaPerNode; k++ {
-		if p.milliCPU <= int64(k)*cpusPerNUMA*1000 && p.memory <= int64(k)*memPerNUMA {
+	for k := 1; k <= shape.numaNodes; k++ {
+		if p.milliCPU <= int64(k*shape.cpusPerNUMA)*1000 && p.memory <= int64(k)*shape.memPerNUMA {
 			return k
 		}
 	}
-	return numaPerNode
+	return shape.numaNodes
 }
 
 // bestEffortPlace places a pod's CPU and memory on the fewest NUMA nodes of free that
@@ -1144,7 +1361,7 @@ func (b *bench) waitServiceAccount(ctx context.Context) error {
 }
 
 func (b *bench) deletePods(ctx context.Context, sched string) error {
-	logf("%d nodes, %s: deleting pods", b.size, sched)
+	logf("%s nodes, %s: deleting pods", b.label(), sched)
 	sel := metav1.ListOptions{LabelSelector: labelScheduler + "=" + sched}
 	// Grace period 0: no kubelet will ever confirm a graceful deletion of a bound pod.
 	// One by one on the harness's workers: the API server runs a DeleteCollection on a
@@ -1174,7 +1391,7 @@ func (b *bench) deletePods(ctx context.Context, sched string) error {
 // cleanup removes everything of this size's run: pods (with the namespace), Nodes, and
 // their heartbeat objects (which the garbage collector would also remove, more slowly).
 func (b *bench) cleanup(ctx context.Context) error {
-	logf("%d nodes: cleaning up", b.size)
+	logf("%s nodes: cleaning up", b.label())
 	var errs []error
 	sel := metav1.ListOptions{LabelSelector: labelBench + "=" + b.runID}
 	zero := int64(0)
@@ -1230,7 +1447,7 @@ func (b *bench) cleanup(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
-		logf("%d nodes: removed %d Nodes and heartbeat objects and namespace %s", b.size, len(victims), b.ns)
+		logf("%s nodes: removed %d Nodes and heartbeat objects and namespace %s", b.label(), len(victims), b.ns)
 	}
 	return errors.Join(errs...)
 }
@@ -1395,7 +1612,7 @@ func (b *bench) launch(ctx context.Context, name, bin string, plugins bool, env 
 	cmd.Env = append(os.Environ(), env...)
 	// Its own process group: a ^C to the bench reaches the scheduler only through stop.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logf("%d nodes: starting %s (%s, port %d, log %s) %s", b.size, name, bin, port, logPath, strings.Join(env, " "))
+	logf("%s nodes: starting %s (%s, port %d, log %s) %s", b.label(), name, bin, port, logPath, strings.Join(env, " "))
 	if err := cmd.Start(); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("start %s: %w", bin, err)
@@ -1574,6 +1791,75 @@ func summarizeMetrics(text string, bound int) string {
 	return out.String()
 }
 
+// sextantPlugins are the plugins of the sextant profile whose Score and Filter times
+// are printed per sextant run (SextantBinder only binds).
+var sextantPlugins = []string{"NUMAAware", "DeviceAware", sextantPlugin}
+
+// pluginMean is the sum and count of one plugin's scheduler_plugin_execution_duration_seconds
+// at one extension point, over every status.
+type pluginMean struct{ sum, count float64 }
+
+// pluginMeans reads the sum and count of each plugin's execution time at extension
+// point from the scheduler's /metrics text.
+func pluginMeans(text, point string) map[string]pluginMean {
+	out := map[string]pluginMean{}
+	for _, line := range strings.Split(text, "\n") {
+		name, labels, value, ok := parseSample(line)
+		if !ok || labels["extension_point"] != point {
+			continue
+		}
+		m := out[labels["plugin"]]
+		switch name {
+		case "scheduler_plugin_execution_duration_seconds_sum":
+			m.sum += value
+		case "scheduler_plugin_execution_duration_seconds_count":
+			m.count += value
+		default:
+			continue
+		}
+		out[labels["plugin"]] = m
+	}
+	return out
+}
+
+// formatPluginMeans prints the sextant plugins' mean time per Score and per Filter
+// call, with how many calls were timed: "score mean per call: NUMAAware 3.1µs (n=5200)
+// ...; filter mean per call: ...". A plugin that never ran there is "-" (DeviceAware
+// scores only pods that ask for devices).
+func formatPluginMeans(text string) string {
+	var parts []string
+	for _, point := range []string{"Score", "Filter"} {
+		means := pluginMeans(text, point)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s mean per call:", strings.ToLower(point))
+		for _, pl := range sextantPlugins {
+			m := means[pl]
+			if m.count == 0 {
+				fmt.Fprintf(&b, " %s -", pl)
+				continue
+			}
+			fmt.Fprintf(&b, " %s %s (n=%.0f)", pl, fmtMean(m.sum, m.count), m.count)
+		}
+		parts = append(parts, b.String())
+	}
+	return strings.Join(parts, "; ")
+}
+
+// fmtMean is sum/count seconds as a duration with three significant digits (at
+// least 1ns): 3.14µs, 812ns.
+func fmtMean(sum, count float64) string {
+	if count == 0 {
+		return "-"
+	}
+	d := time.Duration(sum / count * float64(time.Second))
+	for r := time.Duration(1); r < time.Millisecond; r *= 10 {
+		if d < 1000*r {
+			return d.Round(r).String()
+		}
+	}
+	return d.Round(time.Millisecond).String()
+}
+
 func meanDur(sum, count float64) string {
 	if count == 0 {
 		return "-"
@@ -1657,8 +1943,8 @@ func printResults(w io.Writer, results []result) {
 	// With several rounds, a row's scheduler is named with its round: sextant#2.
 	multiRound := slices.ContainsFunc(results, func(r result) bool { return r.round > 0 })
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "%-8s %6s %6s %6s %7s %9s %8s %8s %8s %14s %15s %s\n",
-		"sched", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "cpu/pod", "peak-rss", "bw-violations", "numa-spread", "note")
+	fmt.Fprintf(w, "%-8s %-10s %6s %6s %6s %7s %9s %8s %8s %8s %14s %15s %s\n",
+		"sched", "shape", "nodes", "pods", "bound", "unsched", "elapsed", "pods/s", "cpu/pod", "peak-rss", "bw-violations", "numa-spread", "note")
 	for _, r := range results {
 		spread := fmt.Sprintf("%d/%d %s", r.numaSpread, r.numaPods, map[string]string{"annotation": "ann", "simulated": "sim"}[r.numaSource])
 		note := r.note
@@ -1677,18 +1963,21 @@ func printResults(w io.Writer, results []result) {
 		if multiRound {
 			name = fmt.Sprintf("%s#%d", r.scheduler, r.round+1)
 		}
-		fmt.Fprintf(w, "%-8s %6d %6d %6d %7d %9s %8.1f %8s %8s %14s %15s %s\n",
-			name, r.size, r.pods, r.bound, r.unscheduled, r.elapsed.Round(100*time.Millisecond),
+		fmt.Fprintf(w, "%-8s %-10s %6d %6d %6d %7d %9s %8.1f %8s %8s %14s %15s %s\n",
+			name, r.shape, r.size, r.pods, r.bound, r.unscheduled, r.elapsed.Round(100*time.Millisecond),
 			r.podsPerSec, cpu, rss, fmt.Sprintf("%d/%d", r.bwViolation, r.bwAsked), spread, note)
 	}
 	fmt.Fprintln(w)
 	for _, r := range results {
-		switch {
-		case r.breakdown == "":
-		case multiRound:
-			fmt.Fprintf(w, "%s#%d %d nodes: %s\n", r.scheduler, r.round+1, r.size, r.breakdown)
-		default:
-			fmt.Fprintf(w, "%s %d nodes: %s\n", r.scheduler, r.size, r.breakdown)
+		name := r.scheduler
+		if multiRound {
+			name = fmt.Sprintf("%s#%d", r.scheduler, r.round+1)
+		}
+		if r.breakdown != "" {
+			fmt.Fprintf(w, "%s %d nodes %s: %s\n", name, r.size, r.shape, r.breakdown)
+		}
+		if r.pluginMeans != "" {
+			fmt.Fprintf(w, "%s %d nodes %s: sextant plugins, sampled: %s\n", name, r.size, r.shape, r.pluginMeans)
 		}
 	}
 	fmt.Fprintln(w)
@@ -1696,16 +1985,26 @@ func printResults(w io.Writer, results []result) {
 	fmt.Fprintln(w, "numa-spread: pods on more NUMA nodes than on an empty node / bound pods with CPU or memory (ann: ranker's annotation, sim: kubelet best-effort simulation)")
 	fmt.Fprintln(w, "cpu/pod: the scheduler process's CPU time (user + system) from ready to the last binding, over the bound pods")
 	fmt.Fprintln(w, "peak-rss: the scheduler process's peak resident memory (VmHWM) at the end of its run")
+	if slices.ContainsFunc(results, func(r result) bool { return r.pluginMeans != "" }) {
+		fmt.Fprintln(w, "score/filter mean per call: sum/count of scheduler_plugin_execution_duration_seconds per plugin, n the calls timed; kube-scheduler")
+		fmt.Fprintln(w, "    times plugins in only a sample of scheduling cycles (10%, pluginMetricsSamplePercent), so n is about a tenth of the calls")
+	}
+	for _, name := range shapesOf(results) {
+		if sh, ok := shapes[name]; ok {
+			fmt.Fprintf(w, "shape %s: %s\n", name, sh.help)
+		}
+	}
 
 	// Goals, per size with both schedulers: the sextant/vanilla throughput ratio >= 0.9
 	// (the median over rounds) and zero bandwidth violations for sextant (in every round).
 	fmt.Fprintln(w)
-	for _, size := range sizesOf(results) {
+	for _, ss := range sizesOf(results) {
+		size := ss.size
 		byRound := map[int]map[string]*result{}
 		var rounds []int
 		for i := range results {
 			r := &results[i]
-			if r.size != size {
+			if r.size != size || r.shape != ss.shape {
 				continue
 			}
 			if byRound[r.round] == nil {
@@ -1744,19 +2043,19 @@ func printResults(w io.Writer, results []result) {
 			}
 		}
 		if len(defaultRatios) > 0 {
-			line := fmt.Sprintf("%5d nodes: throughput ratio %s/vanilla %s", size, schedRankerDefault, ratioList(defaultRatios))
+			line := fmt.Sprintf("%5d nodes %s: throughput ratio %s/vanilla %s", size, ss.shape, schedRankerDefault, ratioList(defaultRatios))
 			if len(defaultCPURatios) > 0 {
 				line += fmt.Sprintf(", CPU per bound pod %s", ratioList(defaultCPURatios))
 			}
 			fmt.Fprintln(w, line)
 		}
 		if len(ratios) == 0 {
-			fmt.Fprintf(w, "%5d nodes: sextant and vanilla did not both run; no sextant ratio\n", size)
+			fmt.Fprintf(w, "%5d nodes %s: sextant and vanilla did not both run; no sextant ratio\n", size, ss.shape)
 			continue
 		}
 		median := medianOf(ratios)
-		line := fmt.Sprintf("%5d nodes: throughput ratio sextant/vanilla %s; sextant bandwidth violations %d, NUMA spread %d (vanilla %d, %d)",
-			size, ratioList(ratios), violations, spread, vanillaViolations, vanillaSpread)
+		line := fmt.Sprintf("%5d nodes %s: throughput ratio sextant/vanilla %s; sextant bandwidth violations %d, NUMA spread %d (vanilla %d, %d)",
+			size, ss.shape, ratioList(ratios), violations, spread, vanillaViolations, vanillaSpread)
 		if len(cpuRatios) > 0 {
 			line += fmt.Sprintf("\n             CPU per bound pod sextant/vanilla %s", ratioList(cpuRatios))
 		}
@@ -1769,17 +2068,99 @@ func printResults(w io.Writer, results []result) {
 		}
 		fmt.Fprintln(w, line)
 	}
+	printShapeRatios(w, results)
 }
 
-// sizesOf returns the cluster sizes of results, in the order they ran.
-func sizesOf(results []result) []int {
+// printShapeRatios prints, per size and scheduler run on more than one shape, the
+// throughput of each shape over the first shape's (per round, the median of several),
+// with the goal for sextant: within 10% of the first shape.
+func printShapeRatios(w io.Writer, results []result) {
+	shapeNames := shapesOf(results)
+	if len(shapeNames) < 2 {
+		return
+	}
+	base := shapeNames[0]
+	type key struct {
+		shape, sched string
+		size, round  int
+	}
+	perSec := map[key]float64{}
+	rss := map[key]float64{}
+	var scheds []string
 	var sizes []int
 	for _, r := range results {
+		perSec[key{r.shape, r.scheduler, r.size, r.round}] = r.podsPerSec
+		rss[key{r.shape, r.scheduler, r.size, r.round}] = float64(r.peakRSS)
+		if !slices.Contains(scheds, r.scheduler) {
+			scheds = append(scheds, r.scheduler)
+		}
 		if !slices.Contains(sizes, r.size) {
 			sizes = append(sizes, r.size)
 		}
 	}
-	return sizes
+	fmt.Fprintln(w)
+	for _, size := range sizes {
+		for _, sched := range scheds {
+			for _, sh := range shapeNames[1:] {
+				var ratios, rssRatios []float64
+				for round := 0; ; round++ {
+					b, okB := perSec[key{base, sched, size, round}]
+					v, okV := perSec[key{sh, sched, size, round}]
+					if !okB && !okV {
+						break
+					}
+					if okB && okV && b > 0 {
+						ratios = append(ratios, v/b)
+					}
+					if b, v := rss[key{base, sched, size, round}], rss[key{sh, sched, size, round}]; b > 0 && v > 0 {
+						rssRatios = append(rssRatios, v/b)
+					}
+				}
+				if len(ratios) == 0 {
+					continue
+				}
+				line := fmt.Sprintf("%5d nodes, %s: throughput %s/%s %s", size, sched, sh, base, ratioList(ratios))
+				if sched == schedSextant {
+					line += fmt.Sprintf("; goal >= 0.9: %s", passMiss(medianOf(ratios) >= 0.9))
+				}
+				if len(rssRatios) > 0 {
+					line += fmt.Sprintf("; peak memory %s/%s %s", sh, base, ratioList(rssRatios))
+					if g := shapes[sh].peakMemoryGoal; g > 0 && sched == schedSextant {
+						line += fmt.Sprintf("; goal <= %.2f: %s", g, passMiss(medianOf(rssRatios) <= g))
+					}
+				}
+				fmt.Fprintln(w, line)
+			}
+		}
+	}
+}
+
+// shapeSize is one shape at one cluster size.
+type shapeSize struct {
+	shape string
+	size  int
+}
+
+// sizesOf returns the shapes and cluster sizes of results, in the order they ran.
+func sizesOf(results []result) []shapeSize {
+	var out []shapeSize
+	for _, r := range results {
+		if k := (shapeSize{r.shape, r.size}); !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// shapesOf returns the shapes of results, in the order they ran.
+func shapesOf(results []result) []string {
+	var out []string
+	for _, r := range results {
+		if !slices.Contains(out, r.shape) {
+			out = append(out, r.shape)
+		}
+	}
+	return out
 }
 
 // medianOf returns the median of xs (the mean of the middle two for an even count).

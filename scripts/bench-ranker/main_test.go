@@ -3,11 +3,19 @@ package main
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/yaml"
+
+	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 )
 
 func TestNUMANeeded(t *testing.T) {
@@ -21,7 +29,7 @@ func TestNUMANeeded(t *testing.T) {
 		{16001, 1 << 30, 2},
 		{2000, 65 << 30, 2},
 	} {
-		if got := numaNeeded(podSpec{milliCPU: tc.cpu, memory: tc.mem}); got != tc.want {
+		if got := numaNeeded(podSpec{milliCPU: tc.cpu, memory: tc.mem}, shapes[defaultShape]); got != tc.want {
 			t.Errorf("numaNeeded(%d m, %d B) = %d, want %d", tc.cpu, tc.mem, got, tc.want)
 		}
 	}
@@ -51,7 +59,8 @@ func TestBestEffortPlace(t *testing.T) {
 
 func TestAnalyseCountsCumulativeBandwidth(t *testing.T) {
 	b := &bench{
-		remaining: map[string][2]int64{"n1": {1_000_000_000, 0}},
+		shape:     shapes[defaultShape],
+		remaining: map[string][][2]int64{"n1": {{1_000_000_000, 0}}},
 		workload: []podSpec{
 			{milliCPU: 100, required: [2]int64{600_000_000, 0}},
 			{milliCPU: 100, required: [2]int64{600_000_000, 0}}, // 1.2G > 1G: a violation
@@ -76,7 +85,7 @@ func TestAnalyseCountsCumulativeBandwidth(t *testing.T) {
 }
 
 func TestWorkloadIsSeeded(t *testing.T) {
-	a, b := makeWorkload(7, 1000), makeWorkload(7, 1000)
+	a, b := makeWorkload(7, 1000, 2), makeWorkload(7, 1000, 2)
 	kinds := map[string]int{}
 	withBW := 0
 	for i := range a {
@@ -242,5 +251,361 @@ func TestLimiterCeiling(t *testing.T) {
 	}
 	if got := limiterCeiling(5000, 300); got < 319 || got > 319.2 {
 		t.Errorf("limiterCeiling(5000, 300) = %.2f, want the 319.1 pods/s measured", got)
+	}
+}
+
+// decodeTopology runs the bench's NodeTopology through the ranker's own decoder, which
+// holds back any the plugins could not use.
+func decodeTopology(t *testing.T, shape nodeShape) *sextantv1.NodeTopology {
+	t.Helper()
+	obj := &sextantv1.NodeTopology{
+		TypeMeta:   metav1.TypeMeta{APIVersion: sextantv1.GroupVersion.String(), Kind: "NodeTopology"},
+		ObjectMeta: metav1.ObjectMeta{Name: "n1"},
+		Status:     topologyStatus(time.Now(), shape),
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt, err := heartbeat.DecodeTopology(&unstructured.Unstructured{Object: m})
+	if err != nil {
+		t.Fatalf("%s: the ranker rejects the bench's NodeTopology: %v", shape.name, err)
+	}
+	return nt
+}
+
+func TestShapeEightNUMAEightGPU(t *testing.T) {
+	shape, ok := shapes["8numa-8gpu"]
+	if !ok {
+		t.Fatal("no shape 8numa-8gpu")
+	}
+	nt := decodeTopology(t, shape)
+	topo := nt.Status.Topology
+	if len(topo.NUMANodes) != 8 {
+		t.Fatalf("%d NUMA nodes, want 8", len(topo.NUMANodes))
+	}
+	var cpus int
+	var mem int64
+	for i, n := range topo.NUMANodes {
+		if n.ID != int32(i) {
+			t.Errorf("NUMA node %d has ID %d", i, n.ID)
+		}
+		cpus += len(n.CPUs)
+		mem += n.MemoryBytes
+		if len(n.Distances) != 8 {
+			t.Fatalf("NUMA node %d: %d distances, want 8", i, len(n.Distances))
+		}
+		for j, d := range n.Distances {
+			if back := topo.NUMANodes[j].Distances[i]; back != d {
+				t.Errorf("distance %d→%d is %d, %d→%d is %d", i, j, d, j, i, back)
+			}
+			want := int32(32)
+			switch {
+			case i == j:
+				want = 10
+			case i/4 == j/4:
+				want = 12
+			}
+			if d != want {
+				t.Errorf("distance %d→%d is %d, want %d", i, j, d, want)
+			}
+		}
+	}
+	if s := nt.Status.Summary; s == nil || s.NUMANodes != 8 || int(s.CPUs) != cpus {
+		t.Errorf("summary %+v, want 8 NUMA nodes and %d CPUs", s, cpus)
+	}
+	gpusOn := map[int32]int{}
+	for _, d := range topo.PCIDevices {
+		if d.Kind != sextantv1.KindGPU {
+			continue
+		}
+		if d.Health != sextantv1.Healthy || d.NUMANode == nil {
+			t.Errorf("GPU %s: health %q, NUMA node %v; want healthy with a NUMA node", d.Address, d.Health, d.NUMANode)
+			continue
+		}
+		gpusOn[*d.NUMANode]++
+	}
+	if len(gpusOn) != 8 {
+		t.Errorf("GPUs on NUMA nodes %v, want one on each of 8", gpusOn)
+	}
+	for n, c := range gpusOn {
+		if c != 1 {
+			t.Errorf("%d GPUs on NUMA node %d, want 1", c, n)
+		}
+	}
+
+	// The Node advertises what the topology has.
+	if resourceGPU != sextantv1.KindGPU.ResourceName() {
+		t.Fatalf("bench GPU resource %s, the ranker's %s", resourceGPU, sextantv1.KindGPU.ResourceName())
+	}
+	alloc := benchNode("n1", "r", shape).Status.Allocatable
+	for res, want := range map[corev1.ResourceName]int64{
+		sextantv1.KindGPU.ResourceName(): 8,
+		corev1.ResourceCPU:               int64(cpus),
+		corev1.ResourceMemory:            mem,
+	} {
+		if q := alloc[res]; q.Value() != want {
+			t.Errorf("allocatable %s = %s, want %d", res, q.String(), want)
+		}
+	}
+	if cpus != 128 || mem != 512<<30 {
+		t.Errorf("%d CPUs, %d bytes; want 128 and 512 GiB (8 NUMA nodes as 2numa's)", cpus, mem)
+	}
+}
+
+// The default shape is what the bench measured before there were shapes.
+func TestShapeDefaultUnchanged(t *testing.T) {
+	shape := shapes[defaultShape]
+	topo := decodeTopology(t, shape).Status.Topology
+	if len(topo.NUMANodes) != 2 || len(topo.NUMANodes[0].CPUs) != 16 || topo.NUMANodes[1].MemoryBytes != 64<<30 {
+		t.Fatalf("NUMA nodes %+v, want 2 of 16 CPUs and 64 GiB", topo.NUMANodes)
+	}
+	if d := topo.NUMANodes[0].Distances; !slices.Equal(d, []int32{10, 21}) {
+		t.Errorf("distances of NUMA node 0: %v, want [10 21]", d)
+	}
+	var on []int32
+	for _, d := range topo.PCIDevices {
+		if d.Kind == sextantv1.KindGPU {
+			on = append(on, *d.NUMANode)
+		}
+	}
+	if !slices.Equal(on, []int32{0, 0, 1, 1}) {
+		t.Errorf("GPUs on NUMA nodes %v, want [0 0 1 1]", on)
+	}
+	alloc := benchNode("n1", "r", shape).Status.Allocatable
+	if q := alloc[resourceGPU]; q.Value() != 4 {
+		t.Errorf("allocatable GPUs %s, want 4", q.String())
+	}
+	if q := alloc[corev1.ResourceCPU]; q.Value() != 32 {
+		t.Errorf("allocatable CPU %s, want 32", q.String())
+	}
+}
+
+func TestParseShapes(t *testing.T) {
+	got, err := parseShapes("2numa, 8numa-8gpu")
+	if err != nil || len(got) != 2 || got[0].name != "2numa" || got[1].name != "8numa-8gpu" {
+		t.Errorf("parseShapes = %v, %v", got, err)
+	}
+	for _, bad := range []string{"4numa", "2numa,2numa", ""} {
+		if _, err := parseShapes(bad); err == nil {
+			t.Errorf("parseShapes(%q) did not fail", bad)
+		}
+	}
+}
+
+// In the 8-NUMA shape GPU pods ask for 1 to 4 GPUs; every other pod is the same as in
+// the 2-NUMA shape's workload.
+func TestWorkloadGPUs(t *testing.T) {
+	two, eight := makeWorkload(1, 5000, shapes["2numa"].gpuPodMax), makeWorkload(1, 5000, shapes["8numa-8gpu"].gpuPodMax)
+	counts := map[int64]int{}
+	gpuPods := 0
+	for i := range eight {
+		if eight[i].kind != two[i].kind {
+			t.Fatalf("pod %d is %s in one workload, %s in the other", i, eight[i].kind, two[i].kind)
+		}
+		if eight[i].kind != "gpu" {
+			if eight[i] != two[i] {
+				t.Fatalf("non-GPU pod %d differs between the shapes' workloads", i)
+			}
+			continue
+		}
+		gpuPods++
+		counts[eight[i].gpus]++
+		if two[i].gpus < 1 || two[i].gpus > 2 {
+			t.Errorf("2numa pod %d asks for %d GPUs", i, two[i].gpus)
+		}
+	}
+	for n := int64(1); n <= 4; n++ {
+		if counts[n] == 0 {
+			t.Errorf("no GPU pod asks for %d GPUs: %v", n, counts)
+		}
+	}
+	if len(counts) != 4 {
+		t.Errorf("GPU counts %v, want 1-4 only", counts)
+	}
+	if gpuPods < 400 || gpuPods > 600 {
+		t.Errorf("%d GPU pods of 5000, want about a tenth", gpuPods)
+	}
+}
+
+// The NUMA spread analysis places pods on the shape's NUMA nodes: eight pods of 16
+// CPUs on one node spread on 2 NUMA nodes from the third pod on, not on 8.
+func TestAnalyseUsesShape(t *testing.T) {
+	for _, tc := range []struct {
+		shape      string
+		wantSpread int
+	}{{"2numa", 6}, {"8numa-8gpu", 0}} {
+		b := &bench{shape: shapes[tc.shape], remaining: map[string][][2]int64{"n1": {{}}}}
+		var bindings []binding
+		for i := range 8 {
+			b.workload = append(b.workload, podSpec{milliCPU: 16000, memory: 1 << 30})
+			bindings = append(bindings, binding{seq: i, pod: i, node: "n1"})
+		}
+		var res result
+		b.analyse(&res, bindings, false)
+		if res.numaSpread != tc.wantSpread || res.numaPods != 8 {
+			t.Errorf("%s: spread %d of %d, want %d of 8", tc.shape, res.numaSpread, res.numaPods, tc.wantSpread)
+		}
+	}
+	if got := numaNeeded(podSpec{milliCPU: 40000, memory: 1 << 30}, shapes["8numa-8gpu"]); got != 3 {
+		t.Errorf("40 CPUs need %d NUMA nodes of 8numa-8gpu, want 3", got)
+	}
+}
+
+// A piece of a real sextant-ranker's /metrics.
+const metricsFixture = `# HELP scheduler_plugin_execution_duration_seconds [ALPHA] Duration for running a plugin at a specific extension point.
+# TYPE scheduler_plugin_execution_duration_seconds histogram
+scheduler_plugin_execution_duration_seconds_bucket{extension_point="Score",plugin="NUMAAware",status="Success",le="1e-05"} 900
+scheduler_plugin_execution_duration_seconds_bucket{extension_point="Score",plugin="NUMAAware",status="Success",le="+Inf"} 1000
+scheduler_plugin_execution_duration_seconds_sum{extension_point="Score",plugin="NUMAAware",status="Success"} 0.0031
+scheduler_plugin_execution_duration_seconds_count{extension_point="Score",plugin="NUMAAware",status="Success"} 1000
+scheduler_plugin_execution_duration_seconds_sum{extension_point="Score",plugin="DeviceAware",status="Success"} 0.00012
+scheduler_plugin_execution_duration_seconds_count{extension_point="Score",plugin="DeviceAware",status="Success"} 90
+scheduler_plugin_execution_duration_seconds_sum{extension_point="Score",plugin="DeviceAware",status="Error"} 0.00003
+scheduler_plugin_execution_duration_seconds_count{extension_point="Score",plugin="DeviceAware",status="Error"} 10
+scheduler_plugin_execution_duration_seconds_sum{extension_point="Score",plugin="BandwidthAware",status="Success"} 0.0008
+scheduler_plugin_execution_duration_seconds_count{extension_point="Score",plugin="BandwidthAware",status="Success"} 1000
+scheduler_plugin_execution_duration_seconds_sum{extension_point="Score",plugin="NodeResourcesFit",status="Success"} 0.002
+scheduler_plugin_execution_duration_seconds_count{extension_point="Score",plugin="NodeResourcesFit",status="Success"} 1000
+scheduler_plugin_execution_duration_seconds_sum{extension_point="Filter",plugin="NUMAAware",status="Success"} 0.0005
+scheduler_plugin_execution_duration_seconds_count{extension_point="Filter",plugin="NUMAAware",status="Success"} 2000
+scheduler_plugin_execution_duration_seconds_sum{extension_point="Filter",plugin="BandwidthAware",status="Unschedulable"} 0.00000081
+scheduler_plugin_execution_duration_seconds_count{extension_point="Filter",plugin="BandwidthAware",status="Unschedulable"} 3
+scheduler_plugin_execution_duration_seconds_sum{extension_point="PreScore",plugin="NUMAAware",status="Success"} 5
+scheduler_plugin_execution_duration_seconds_count{extension_point="PreScore",plugin="NUMAAware",status="Success"} 1
+scheduler_framework_extension_point_duration_seconds_sum{extension_point="Score",profile="p",status="Success"} 9
+`
+
+func TestPluginMeans(t *testing.T) {
+	score := pluginMeans(metricsFixture, "Score")
+	for pl, want := range map[string]pluginMean{
+		"NUMAAware":        {0.0031, 1000},
+		"DeviceAware":      {0.00015, 100}, // every status counts
+		"BandwidthAware":   {0.0008, 1000},
+		"NodeResourcesFit": {0.002, 1000},
+	} {
+		got := score[pl]
+		if math.Abs(got.sum-want.sum) > 1e-12 || got.count != want.count {
+			t.Errorf("Score %s = %+v, want %+v", pl, got, want)
+		}
+	}
+	if len(score) != 4 {
+		t.Errorf("Score means of %d plugins, want 4: %v", len(score), score)
+	}
+	got := formatPluginMeans(metricsFixture)
+	want := "score mean per call: NUMAAware 3.1µs (n=1000) DeviceAware 1.5µs (n=100) BandwidthAware 800ns (n=1000); " +
+		"filter mean per call: NUMAAware 250ns (n=2000) DeviceAware - BandwidthAware 270ns (n=3)"
+	if got != want {
+		t.Errorf("formatPluginMeans =\n  %s\nwant\n  %s", got, want)
+	}
+	for _, tc := range []struct {
+		sum, count float64
+		want       string
+	}{{0.0031416, 1, "3.14ms"}, {0.000031416, 1, "31.4µs"}, {81e-9, 1, "81ns"}, {2.5, 1, "2.5s"}, {1, 0, "-"}} {
+		if got := fmtMean(tc.sum, tc.count); got != tc.want {
+			t.Errorf("fmtMean(%g, %g) = %s, want %s", tc.sum, tc.count, got, tc.want)
+		}
+	}
+}
+
+// Two shapes: their throughput ratio per scheduler, the goal judged for sextant; the
+// plugins' means and the sampling note are printed.
+func TestPrintResultsShapes(t *testing.T) {
+	run := func(sched, shape string, podsPerSec float64) result {
+		return result{scheduler: sched, shape: shape, size: 5000, pods: 10, bound: 10, podsPerSec: podsPerSec, measured: true}
+	}
+	s2, s8 := run(schedSextant, "2numa", 200), run(schedSextant, "8numa-8gpu", 190)
+	s8.pluginMeans = "score mean per call: NUMAAware 3.1µs (n=1000)"
+	var out strings.Builder
+	printResults(&out, []result{s2, run(schedVanilla, "2numa", 250), s8, run(schedVanilla, "8numa-8gpu", 100)})
+	for _, w := range []string{
+		"sextant  2numa",
+		"5000 nodes, sextant: throughput 8numa-8gpu/2numa 0.950; goal >= 0.9: PASS",
+		"5000 nodes, vanilla: throughput 8numa-8gpu/2numa 0.400\n",
+		"5000 nodes 8numa-8gpu: throughput ratio sextant/vanilla 1.900",
+		"sextant 5000 nodes 8numa-8gpu: sextant plugins, sampled: score mean per call: NUMAAware 3.1µs (n=1000)",
+		"pluginMetricsSamplePercent",
+		"shape 8numa-8gpu: 8 NUMA nodes",
+	} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+// A shape with a peak-memory goal: the ratio of peak memory to the first shape's is
+// printed and judged for sextant.
+func TestPrintResultsPeakMemoryGoal(t *testing.T) {
+	run := func(shape string, rss int64) result {
+		return result{scheduler: schedSextant, shape: shape, size: 5000, pods: 10, bound: 10, podsPerSec: 100, peakRSS: rss, measured: true}
+	}
+	var out strings.Builder
+	printResults(&out, []result{run("2numa", 1000<<20), run("2numa-2net", 1100<<20)})
+	want := "5000 nodes, sextant: throughput 2numa-2net/2numa 1.000; goal >= 0.9: PASS; peak memory 2numa-2net/2numa 1.100; goal <= 1.05: MISS"
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, out.String())
+	}
+}
+
+// 2numa-2net publishes both networks on their own interfaces, names storage on every
+// fourth pod that asks for bandwidth, and counts each network's remaining apart.
+func TestTwoNetworks(t *testing.T) {
+	sh := shapes["2numa-2net"]
+	st := bandwidthStatus([][2]int64{{1_000_000_000, 0}, {0, 2_000_000_000}}, sh.networks, time.Now())
+	if len(st.Networks) != 2 || st.Networks[0].Name != "pod" || st.Networks[1].Name != "storage" {
+		t.Fatalf("networks %+v, want pod and storage", st.Networks)
+	}
+	if got := st.Networks[1].Interfaces; len(got) != 1 || got[0] != "eth1" {
+		t.Fatalf("storage interfaces %v, want [eth1]", got)
+	}
+	if got := st.Networks[1].Egress.Remaining.Value(); got != 2_000_000_000 {
+		t.Fatalf("storage egress remaining %d bits/s, want %d", got, 2_000_000_000)
+	}
+	if got := st.Total.Ingress.Capacity.Value(); got != 2*linkCapacity {
+		t.Fatalf("total ingress capacity %d bits/s, want %d", got, 2*linkCapacity)
+	}
+	if one := bandwidthStatus([][2]int64{{1, 1}}, shapes[defaultShape].networks, time.Now()); len(one.Networks) != 1 || one.Networks[0].Name != "pod" {
+		t.Fatalf("2numa networks %+v, want pod only", one.Networks)
+	}
+
+	pods := makeWorkload(1, 1000, sh.gpuPodMax)
+	assignNetworks(pods, sh)
+	asking, storage := 0, 0
+	for i, p := range pods {
+		b := &bench{shape: sh, workload: pods}
+		ann := b.pod(i, schedSextant).Annotations[annNetwork]
+		if p.required == [2]int64{} && p.expected == [2]int64{} {
+			if p.network != 0 || ann != "" {
+				t.Fatalf("pod %d asks no bandwidth but names network %q", i, ann)
+			}
+			continue
+		}
+		asking++
+		if p.network == 1 {
+			storage++
+			if ann != "storage" {
+				t.Fatalf("pod %d: annotation %q, want storage", i, ann)
+			}
+		} else if ann != "" {
+			t.Fatalf("pod %d on the pod network has annotation %q", i, ann)
+		}
+	}
+	if storage != asking/4 {
+		t.Fatalf("%d of %d pods asking bandwidth name storage, want %d", storage, asking, asking/4)
+	}
+
+	b := &bench{
+		shape:     sh,
+		remaining: map[string][][2]int64{"n1": {{1_000_000_000, 0}, {1_000_000_000, 0}}},
+		workload: []podSpec{
+			{milliCPU: 100, required: [2]int64{600_000_000, 0}},
+			{milliCPU: 100, required: [2]int64{600_000_000, 0}, network: 1}, // storage's own 1G: fine
+			{milliCPU: 100, required: [2]int64{600_000_000, 0}, network: 1}, // 1.2G on storage: a violation
+		},
+	}
+	var res result
+	b.analyse(&res, []binding{{seq: 0, pod: 0, node: "n1"}, {seq: 1, pod: 1, node: "n1"}, {seq: 2, pod: 2, node: "n1"}}, false)
+	if res.bwAsked != 3 || res.bwViolation != 1 {
+		t.Fatalf("asked %d, violations %d; want 3, 1", res.bwAsked, res.bwViolation)
 	}
 }
