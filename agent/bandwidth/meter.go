@@ -7,13 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"path"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -56,7 +57,7 @@ type Config struct {
 	// NodeIPs are the Node's InternalIPs: the interface holding one carries the pod
 	// network.
 	NodeIPs []net.IP
-	Logger  *slog.Logger
+	Logger  logr.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -69,8 +70,8 @@ func (c Config) withDefaults() Config {
 	if c.RescanInterval <= 0 {
 		c.RescanInterval = 10 * time.Second
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
+	if c.Logger.GetSink() == nil {
+		c.Logger = klog.Background()
 	}
 	return c
 }
@@ -127,7 +128,7 @@ type Meter struct {
 	src    CounterSource
 	att    Attacher
 	clock  clock.WithTicker
-	log    *slog.Logger
+	log    logr.Logger
 	mu     sync.Mutex
 	ifaces map[int]*iface
 	// networks are the networks as the last rescan grouped them.
@@ -260,7 +261,7 @@ func (m *Meter) meteredLinks(links []Link) (map[int]Link, []NetworkSample) {
 func (m *Meter) Rescan() {
 	links, err := m.links.Links()
 	if err != nil {
-		m.log.Warn("listing interfaces failed; keeping the current ones", "err", err)
+		m.log.Error(err, "listing interfaces failed; keeping the current ones")
 		return
 	}
 	metered, networks := m.meteredLinks(links)
@@ -278,7 +279,7 @@ func (m *Meter) Rescan() {
 			continue
 		}
 		if err := m.att.Attach(l.Index); err != nil {
-			m.log.Warn("attaching the meter failed; retrying at the next rescan", "interface", l.Name, "err", err)
+			m.log.Error(err, "attaching the meter failed; retrying at the next rescan", "interface", l.Name)
 			m.attachFailures++
 			continue
 		}
@@ -296,7 +297,7 @@ func (m *Meter) Rescan() {
 		}
 		m.log.Info("interface gone or deselected; no longer metering it", "interface", cur.link.Name, "ifindex", idx)
 		if err := m.att.Detach(idx); err != nil {
-			m.log.Warn("detaching the meter failed", "interface", cur.link.Name, "err", err)
+			m.log.Error(err, "detaching the meter failed", "interface", cur.link.Name)
 		}
 		delete(m.ifaces, idx)
 	}
@@ -307,7 +308,7 @@ func (m *Meter) Sample() {
 	counters, err := m.src.Read()
 	now := m.clock.Now()
 	if err != nil {
-		m.log.Warn("reading the counters failed; skipping this sample", "err", err)
+		m.log.Error(err, "reading the counters failed; skipping this sample")
 		return
 	}
 	m.mu.Lock()

@@ -2,13 +2,12 @@ package bandwidth
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -56,7 +55,7 @@ func newTestMeter(cfg Config, links []Link) (*Meter, *fakeSource, *fakeLinks, *f
 	src := &fakeSource{counters: map[int]Counters{}}
 	ll := &fakeLinks{links: links}
 	att := &fakeAttacher{attached: map[int]bool{}, fail: map[int]bool{}}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = logr.Discard()
 	return New(cfg, ll, src, att, clk), src, ll, att, clk
 }
 

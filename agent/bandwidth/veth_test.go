@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"os"
 	"os/exec"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
@@ -57,7 +56,7 @@ func testAgainstKernel(t *testing.T, mode tc.Mode) {
 		Window:         time.Minute,
 		Interfaces:     []string{"vb"},
 		Capacities:     map[string]Capacity{"vb": {Ingress: shapedRate, Egress: shapedRate}},
-		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:         logr.Discard(),
 	}, SystemLinks{SysfsRoot: t.TempDir(), NetnsPath: pathB}, b, b, nil)
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -172,7 +172,7 @@ type Auditor struct {
 	list    func(context.Context) ([]*podresourcesapi.PodResources, error)
 	pods    func() ([]*corev1.Pod, error)
 	metrics *Metrics
-	log     *slog.Logger
+	log     logr.Logger
 	now     func() time.Time
 	trigger chan struct{}
 
@@ -185,7 +185,7 @@ type Auditor struct {
 // New returns an Auditor. list is the kubelet's PodResources List; pods the node's pods
 // from the agent's shared pod cache.
 func New(cfg Config, kube kubernetes.Interface, list func(context.Context) ([]*podresourcesapi.PodResources, error),
-	pods func() ([]*corev1.Pod, error), m *Metrics, log *slog.Logger) *Auditor {
+	pods func() ([]*corev1.Pod, error), m *Metrics, log logr.Logger) *Auditor {
 	if cfg.Component == "" {
 		cfg.Component = "sextant-agent"
 	}
@@ -195,8 +195,8 @@ func New(cfg Config, kube kubernetes.Interface, list func(context.Context) ([]*p
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if log.GetSink() == nil {
+		log = logr.Discard()
 	}
 	return &Auditor{cfg: cfg, kube: kube, list: list, pods: pods, metrics: m, log: log, now: time.Now,
 		trigger: make(chan struct{}, 1), reported: map[string]bool{}, evented: map[types.UID]bool{}}
@@ -223,7 +223,7 @@ func (a *Auditor) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if _, err := a.Audit(ctx); err != nil && ctx.Err() == nil {
-			a.log.Warn("device audit failed", "err", err)
+			a.log.Error(err, "device audit failed")
 		}
 		select {
 		case <-ctx.Done():
@@ -281,7 +281,7 @@ func (a *Auditor) Audit(ctx context.Context) ([]Mismatch, error) {
 
 	for _, m := range fresh {
 		a.metrics.mismatches.WithLabelValues(string(m.Resource)).Inc()
-		a.log.Warn("devices differ from the ranker's choice", "pod", m.Pod.Namespace+"/"+m.Pod.Name,
+		a.log.Info("devices differ from the ranker's choice", "pod", m.Pod.Namespace+"/"+m.Pod.Name,
 			"resource", m.Resource, "annotated", m.Annotated, "assigned", m.Assigned)
 	}
 	// An event that could not be recorded is tried again on the next pass.
@@ -348,7 +348,7 @@ func (a *Auditor) event(ctx context.Context, pod *corev1.Pod, msg string) bool {
 		return true
 	}
 	if _, err := a.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		a.log.Warn("could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", ReasonMismatch, "err", err)
+		a.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", ReasonMismatch)
 		return false
 	}
 	return true

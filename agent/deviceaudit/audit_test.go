@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -157,7 +158,7 @@ func TestAuditor(t *testing.T) {
 	m := NewMetrics(nil)
 	a := New(Config{NodeName: "node-1", OnHolders: func(h map[string]Holder) { published = append(published, h) }}, kube,
 		func(context.Context) ([]*podresourcesapi.PodResources, error) { return list, nil },
-		func() ([]*corev1.Pod, error) { return pods, nil }, m, nil)
+		func() ([]*corev1.Pod, error) { return pods, nil }, m, logr.Discard())
 	ctx := context.Background()
 	events := func() []corev1.Event {
 		evs, err := kube.CoreV1().Events("ns").List(ctx, metav1.ListOptions{})
@@ -196,7 +197,7 @@ func TestAuditor(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := New(Config{NodeName: "node-1"}, kube, func(context.Context) ([]*podresourcesapi.PodResources, error) { return list, nil },
-		func() ([]*corev1.Pod, error) { return pods, nil }, nil, nil)
+		func() ([]*corev1.Pod, error) { return pods, nil }, nil, logr.Discard())
 	if _, err := b.Audit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestAuditor(t *testing.T) {
 func TestAuditorListFails(t *testing.T) {
 	m := NewMetrics(nil)
 	a := New(Config{}, nil, func(context.Context) ([]*podresourcesapi.PodResources, error) { return nil, errors.New("no kubelet") },
-		func() ([]*corev1.Pod, error) { return nil, nil }, m, nil)
+		func() ([]*corev1.Pod, error) { return nil, nil }, m, logr.Discard())
 	if _, err := a.Audit(context.Background()); err == nil || !strings.Contains(err.Error(), "no kubelet") {
 		t.Errorf("Audit = %v, want the kubelet's error", err)
 	}
@@ -274,7 +275,7 @@ func TestAuditorOverPodResources(t *testing.T) {
 		return resp.GetPodResources(), err
 	}
 	p := mkPod("p", true, annotations.Allocation{gpu: {devB}}, ctr("main", gpu, 1))
-	a := New(Config{}, fake.NewClientset(), list, func() ([]*corev1.Pod, error) { return []*corev1.Pod{p}, nil }, nil, nil)
+	a := New(Config{}, fake.NewClientset(), list, func() ([]*corev1.Pod, error) { return []*corev1.Pod{p}, nil }, nil, logr.Discard())
 	ms, err := a.Audit(context.Background())
 	if err != nil || len(ms) != 1 || a.Holders()[devA].UID != p.UID {
 		t.Errorf("Audit = %v, %v; holders %v", ms, err, a.Holders())

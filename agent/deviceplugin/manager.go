@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
@@ -76,7 +76,7 @@ type Config struct {
 type Manager struct {
 	cfg     Config
 	metrics *Metrics
-	log     *slog.Logger
+	log     logr.Logger
 	kick    chan struct{}
 
 	mu        sync.Mutex
@@ -86,7 +86,7 @@ type Manager struct {
 }
 
 // New returns a Manager; Update gives it devices, Run serves them.
-func New(cfg Config, metrics *Metrics, log *slog.Logger) (*Manager, error) {
+func New(cfg Config, metrics *Metrics, log logr.Logger) (*Manager, error) {
 	switch {
 	case cfg.PluginDir == "":
 		return nil, errors.New("device plugin: no kubelet device-plugins directory")
@@ -112,8 +112,8 @@ func New(cfg Config, metrics *Metrics, log *slog.Logger) (*Manager, error) {
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	if log.GetSink() == nil {
+		log = logr.Discard()
 	}
 	return &Manager{cfg: cfg, metrics: metrics, log: log, kick: make(chan struct{}, 1),
 		endpoints: map[v1alpha1.DeviceKind]*endpoint{}, excluded: map[string]string{}}, nil
@@ -266,7 +266,7 @@ func (m *Manager) watch(ctx context.Context) error {
 				m.log.Info("kubelet socket created: registering again", "socket", kubeletSock)
 				m.forceRegister()
 			case filepath.Clean(ev.Name) == filepath.Clean(m.cfg.PluginDir) && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
-				m.log.Warn("the kubelet's device-plugins directory was removed", "dir", m.cfg.PluginDir)
+				m.log.Info("the kubelet's device-plugins directory was removed", "dir", m.cfg.PluginDir)
 				return nil
 			}
 		}
@@ -322,7 +322,7 @@ func (m *Manager) reconcile(ctx context.Context) time.Duration {
 				m.log.Info("plugin socket gone: serving again", "resource", ep.resource, "socket", ep.socket)
 			}
 			if err := ep.serve(); err != nil {
-				m.log.Error("serving a device resource failed", "resource", ep.resource, "err", err)
+				m.log.Error(err, "serving a device resource failed", "resource", ep.resource)
 				next = min(next, time.Second)
 				continue
 			}
@@ -350,7 +350,7 @@ func (m *Manager) reconcile(ctx context.Context) time.Duration {
 			ep.backoff = min(max(2*ep.backoff, time.Second), 30*time.Second)
 			ep.nextTry = time.Now().Add(ep.backoff)
 			next = min(next, ep.backoff)
-			m.log.Warn("registering with the kubelet failed", "resource", ep.resource, "retry", ep.backoff, "err", err)
+			m.log.Error(err, "registering with the kubelet failed", "resource", ep.resource, "retry", ep.backoff)
 			continue
 		}
 		m.metrics.registrations.WithLabelValues(ep.resource, "ok").Inc()
@@ -402,7 +402,7 @@ func statID(p string) (fileID, error) {
 func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceRequest) Preference {
 	pods, err := m.cfg.Pods()
 	if err != nil {
-		m.log.Warn("listing the node's pods for a preferred allocation failed", "resource", ep.resource, "err", err)
+		m.log.Error(err, "listing the node's pods for a preferred allocation failed", "resource", ep.resource)
 	}
 	admitting := m.admitting(ctx, req.Resource)
 	p := Prefer(pods, req, ep.numaNodes(), admitting)
@@ -412,7 +412,7 @@ func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceReques
 		fresh, err := m.cfg.FreshPods(lctx)
 		cancel()
 		if err != nil {
-			m.log.Warn("listing the node's pods from the API server failed", "resource", ep.resource, "err", err)
+			m.log.Error(err, "listing the node's pods from the API server failed", "resource", ep.resource)
 		} else if q := Prefer(fresh, req, ep.numaNodes(), admitting); q.Outcome != OutcomeFallback {
 			p = q
 		}
@@ -447,7 +447,7 @@ func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) f
 		defer cancel()
 		list, err := m.cfg.KubeletPods(lctx)
 		if err != nil {
-			m.log.Warn("asking the kubelet's PodResources which pod it admits failed", "resource", resource, "err", err)
+			m.log.Error(err, "asking the kubelet's PodResources which pod it admits failed", "resource", resource)
 			return nil
 		}
 		return Admitting(list, cands, resource)
@@ -505,7 +505,7 @@ func (m *Manager) containerResponse(kind v1alpha1.DeviceKind, ids []string) *plu
 	for _, id := range ids {
 		n, warnings := FindDeviceNodes(m.cfg.SysfsRoot, m.cfg.DevRoot, id)
 		for _, w := range warnings {
-			m.log.Warn("reading a device's nodes", "device", id, "err", w)
+			m.log.Error(w, "reading a device's nodes", "device", id)
 		}
 		for _, rel := range n.Own {
 			own = append(own, rel)
@@ -526,7 +526,7 @@ func (m *Manager) containerResponse(kind v1alpha1.DeviceKind, ids []string) *plu
 	}
 	specs, warnings := loadCDI(m.cfg.CDISpecDirs)
 	for _, w := range warnings {
-		m.log.Warn("reading CDI specs", "err", w)
+		m.log.Error(w, "reading CDI specs")
 	}
 	if len(specs) == 0 {
 		return resp

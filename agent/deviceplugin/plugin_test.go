@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -192,7 +193,7 @@ func startManager(t *testing.T, dir string, mutate func(*Config)) *harness {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	m, err := New(cfg, NewMetrics(nil), nil)
+	m, err := New(cfg, NewMetrics(nil), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +297,7 @@ func TestReregisterOnResync(t *testing.T) {
 	dir := socketDir(t)
 	k1 := startKubelet(t, dir)
 	m, err := New(Config{PluginDir: dir, SysfsRoot: nodeTree, DevRoot: nodeTree + "/dev",
-		Pods: func() ([]*corev1.Pod, error) { return nil, nil }}, nil, nil)
+		Pods: func() ([]*corev1.Pod, error) { return nil, nil }}, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +542,7 @@ func TestNewValidates(t *testing.T) {
 		{PluginDir: "/x", SysfsRoot: "/x", Pods: pods},
 		{PluginDir: "/x", SysfsRoot: "/x", DevRoot: "/x"},
 	} {
-		if _, err := New(c, nil, nil); err == nil {
+		if _, err := New(c, nil, logr.Discard()); err == nil {
 			t.Errorf("New(%+v) = nil error", c)
 		}
 	}

@@ -22,7 +22,7 @@ func (p *Pinner) event(ctx context.Context, pod *corev1.Pod, typ, reason, suffix
 		ReportingController: "sextant.io/numa-pinning", ReportingInstance: p.cfg.Component + "-" + p.cfg.NodeName,
 	}
 	if _, err := p.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		p.log.Warn("could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
+		p.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
 	}
 }
 

@@ -2,12 +2,11 @@ package numapin
 
 import (
 	"context"
-	"log/slog"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -35,7 +34,7 @@ func TestLastAliveShowsBlockedWorkers(t *testing.T) {
 	const resync = 20 * time.Millisecond
 	p, err := New(Config{NodeName: node, CgroupRoot: tr.root, Resync: resync, Workers: 1}, kube, inf,
 		&fakeRuntime{containers: map[string][]cri.Container{}, cpusets: map[string][2]string{}}, numa, nil,
-		NewMetrics(nil), slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+		NewMetrics(nil), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +84,7 @@ func TestLastAliveWhileWaitingForTheKubelet(t *testing.T) {
 	inf := nodepods.NewInformer(kube, node)
 	p, err := New(Config{NodeName: node, CgroupRoot: t.TempDir(), Resync: 20 * time.Millisecond}, kube, inf,
 		&fakeRuntime{}, func() ([]v1alpha1.NUMANode, error) { return twoNUMA, nil }, nil,
-		NewMetrics(nil), slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+		NewMetrics(nil), logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -83,7 +83,7 @@ type Pinner struct {
 	numa    NUMANodes
 	static  StaticCPUManager
 	metrics *Metrics
-	log     *slog.Logger
+	log     logr.Logger
 	now     func() time.Time
 
 	queue   workqueue.TypedRateLimitingInterface[string]
@@ -136,7 +136,7 @@ type podState struct {
 
 // New makes a Pinner over the shared informer of the node's pods (nodepods.NewInformer),
 // which the caller runs; Run starts the pinner.
-func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt Runtime, numa NUMANodes, static StaticCPUManager, metrics *Metrics, log *slog.Logger) (*Pinner, error) {
+func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt Runtime, numa NUMANodes, static StaticCPUManager, metrics *Metrics, log logr.Logger) (*Pinner, error) {
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
 	}
@@ -328,7 +328,7 @@ func (p *Pinner) findKubepods(ctx context.Context) (*cgroups.Kubepods, error) {
 			}
 		}
 		if !logged {
-			p.log.Warn("no kubelet pod cgroups yet; NUMA pinning waits for them", "err", err)
+			p.log.Error(err, "no kubelet pod cgroups yet; NUMA pinning waits for them")
 			logged = true
 		}
 		// Waiting for the kubelet is not being stuck.
@@ -370,7 +370,7 @@ func (p *Pinner) watch(ctx context.Context, kp *cgroups.Kubepods) {
 		if ctx.Err() != nil {
 			return
 		}
-		p.log.Warn("the pod cgroup watch broke; watching again", "err", err, "after", backoff)
+		p.log.Error(err, "the pod cgroup watch broke; watching again", "after", backoff)
 		select {
 		case <-ctx.Done():
 			return
@@ -388,11 +388,11 @@ func (p *Pinner) checkStaticPolicy(ctx context.Context) {
 	static, err := p.static(cctx)
 	cancel()
 	if err != nil {
-		p.log.Warn("could not ask the kubelet for its CPU manager policy; assuming it does not set cpusets", "err", err)
+		p.log.Error(err, "could not ask the kubelet for its CPU manager policy; assuming it does not set cpusets")
 		return
 	}
 	if was := p.staticPolicy.Swap(static); was != static && static {
-		p.log.Warn("the kubelet runs the static CPU manager policy and sets containers' cpusets itself; sextant pins no pod on this node (see docs/numa.md)")
+		p.log.Info("the kubelet runs the static CPU manager policy and sets containers' cpusets itself; sextant pins no pod on this node (see docs/numa.md)")
 	}
 }
 
@@ -408,7 +408,7 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 	}
 	if err := p.reconcile(ctx, key); err != nil {
 		if ctx.Err() == nil {
-			p.log.Warn("pinning a pod to its NUMA nodes failed; retrying", "pod", key, "err", err)
+			p.log.Error(err, "pinning a pod to its NUMA nodes failed; retrying", "pod", key)
 		}
 		p.queue.AddRateLimited(key)
 		return true
@@ -550,7 +550,7 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 		st.narrowedAt = p.now()
 		if st.confirmed {
 			p.metrics.pins.WithLabelValues(pathRepair).Inc()
-			p.log.Warn("a pinned pod's cgroup had been widened; narrowed it again", "pod", pod.Namespace+"/"+pod.Name, "cpuset", st.want.String())
+			p.log.Info("a pinned pod's cgroup had been widened; narrowed it again", "pod", pod.Namespace+"/"+pod.Name, "cpuset", st.want.String())
 		}
 		// The kernel is the judge: on v2 the set in force is also bounded by the
 		// parents' (a kubepods cgroup without those CPUs, say).
@@ -573,7 +573,7 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 		// brings the pod back at that write and when the sandbox's cgroup appears.
 		if w := p.watcher.Load(); w != nil {
 			if err := w.Follow(string(pod.UID), dir); err != nil {
-				p.log.Warn("cannot follow a pod cgroup; the resync checks it instead", "dir", dir, "err", err)
+				p.log.Error(err, "cannot follow a pod cgroup; the resync checks it instead", "dir", dir)
 			}
 		}
 		return nil
@@ -612,7 +612,7 @@ func (p *Pinner) refuse(ctx context.Context, pod *corev1.Pod, st *podState, r *r
 	}
 	p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinRefused", "numa-refused",
 		fmt.Sprintf("Not confined to NUMA nodes %q: %s", pod.Annotations[annotations.NUMANodes], r.msg))
-	p.log.Warn("not pinning a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "reason", r.reason, "err", r.msg)
+	p.log.Info("not pinning a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "reason", r.reason, "detail", r.msg)
 }
 
 func keyOf(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }

@@ -3,7 +3,6 @@ package numapin
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
@@ -209,7 +209,7 @@ func (h *harness) start() {
 	p, err := New(Config{NodeName: node, CgroupRoot: h.tree.root, Resync: 200 * time.Millisecond}, h.kube, inf, h.rt,
 		func() ([]v1alpha1.NUMANode, error) { return twoNUMA, nil },
 		func(context.Context) (bool, error) { return h.static, nil },
-		NewMetrics(h.reg), slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})))
+		NewMetrics(h.reg), logr.Discard())
 	if err != nil {
 		h.t.Fatal(err)
 	}

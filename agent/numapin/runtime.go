@@ -23,7 +23,7 @@ func (p *Pinner) processRuntime(ctx context.Context) bool {
 	}
 	if err := p.syncRuntime(ctx, key); err != nil {
 		if ctx.Err() == nil {
-			p.log.Warn("recording a pod's NUMA cpuset in the container runtime failed; retrying", "pod", key, "err", err)
+			p.log.Error(err, "recording a pod's NUMA cpuset in the container runtime failed; retrying", "pod", key)
 		}
 		p.rtQueue.AddRateLimited(key)
 		return true

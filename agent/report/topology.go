@@ -3,11 +3,11 @@ package report
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -133,22 +133,22 @@ func (r *TopologyReporter) SetHolders(holders map[string]v1alpha1.DeviceHolder) 
 }
 
 // Run reads the topology every interval and offers it, until ctx ends.
-func (r *TopologyReporter) Run(ctx context.Context, source *topology.Cache, every time.Duration, log *slog.Logger) {
+func (r *TopologyReporter) Run(ctx context.Context, source *topology.Cache, every time.Duration, log logr.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		snap, err := source.Fresh()
 		switch {
 		case err != nil:
-			log.Error("reading the topology failed", "root", source.Root(), "err", err)
+			log.Error(err, "reading the topology failed", "root", source.Root())
 		default:
 			wrote, err := r.Offer(ctx, snap.Topology)
 			if err != nil && ctx.Err() == nil {
-				log.Error("publishing NodeTopology failed", "err", err)
+				log.Error(err, "publishing NodeTopology failed")
 			}
 			if wrote {
 				for _, w := range snap.Warnings {
-					log.Warn("topology item left out", "reason", w)
+					log.Info("topology item left out", "reason", w)
 				}
 			}
 		}

@@ -2,12 +2,11 @@ package sidecar
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -45,7 +44,7 @@ func TestLastAliveShowsBlockedWorkers(t *testing.T) {
 	}
 	informer := nodepods.NewInformer(kube, node)
 	const resync = 20 * time.Millisecond
-	term, err := New(Config{NodeName: node, Resync: resync, Workers: 1}, kube, informer, rt, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	term, err := New(Config{NodeName: node, Resync: resync, Workers: 1}, kube, informer, rt, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -48,7 +48,7 @@ type Terminator struct {
 	kube    kubernetes.Interface
 	rt      cri.Runtime
 	metrics *Metrics
-	log     *slog.Logger
+	log     logr.Logger
 	now     func() time.Time
 
 	informer cache.SharedIndexInformer
@@ -76,7 +76,7 @@ const exitMemory = 2 * time.Minute
 
 // New makes a Terminator over the shared informer of the node's pods
 // (nodepods.NewInformer), which the caller runs; Run starts the terminator.
-func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt cri.Runtime, metrics *Metrics, log *slog.Logger) (*Terminator, error) {
+func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt cri.Runtime, metrics *Metrics, log logr.Logger) (*Terminator, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 30 * time.Second
 	}
@@ -223,7 +223,7 @@ func (t *Terminator) watchExits(ctx context.Context) {
 			return
 		}
 		t.metrics.restarts.Inc()
-		t.log.Warn("container exit events stopped; subscribing again", "err", err, "after", backoff)
+		t.log.Error(err, "container exit events stopped; subscribing again", "after", backoff)
 		select {
 		case <-ctx.Done():
 			return
@@ -276,7 +276,7 @@ func (t *Terminator) processNext(ctx context.Context) bool {
 	}
 	if err := t.process(ctx, key); err != nil {
 		if ctx.Err() == nil {
-			t.log.Warn("sidecar terminator: will look at the pod again", "pod", key, "err", err)
+			t.log.Error(err, "sidecar terminator: will look at the pod again", "pod", key)
 		}
 		t.queue.AddRateLimited(key)
 		return true
@@ -319,7 +319,7 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		}
 		mark, err := parseStopMark(c.StopMark)
 		if err != nil {
-			t.log.Warn("ignoring a stop mark this agent cannot read", "pod", key, "container", name, "err", err)
+			t.log.Error(err, "ignoring a stop mark this agent cannot read", "pod", key, "container", name)
 			continue
 		}
 		switch {
@@ -419,7 +419,7 @@ func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Conta
 		}()
 		if err := t.stop(ctx, pod, c, mark, adopted, lastMain); err != nil && ctx.Err() == nil {
 			t.metrics.stops.WithLabelValues(resultFailed).Inc()
-			t.log.Error("stopping a sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID, "err", err)
+			t.log.Error(err, "stopping a sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID)
 			t.warn(ctx, pod, c.Name, err)
 			if key, kerr := cache.MetaNamespaceKeyFunc(pod); kerr == nil {
 				t.queue.AddRateLimited(key)
@@ -549,7 +549,7 @@ func (t *Terminator) warn(ctx context.Context, pod *corev1.Pod, container string
 		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
 	}
 	if _, err := t.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
-		t.log.Warn("could not record an event", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+		t.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name)
 	}
 }
 

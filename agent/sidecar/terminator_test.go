@@ -3,13 +3,12 @@ package sidecar
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -181,7 +180,7 @@ func start(t *testing.T, rt *fakeRuntime, pods ...*corev1.Pod) *harness {
 	h.metrics = NewMetrics(h.reg)
 	// A resync far beyond the test: stops must come from events and pod updates.
 	informer := nodepods.NewInformer(h.kube, node)
-	term, err := New(Config{NodeName: node, Resync: time.Hour}, h.kube, informer, rt, h.metrics, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	term, err := New(Config{NodeName: node, Resync: time.Hour}, h.kube, informer, rt, h.metrics, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

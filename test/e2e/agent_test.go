@@ -103,7 +103,7 @@ func TestAgentPublishesBandwidth(t *testing.T) {
 		maxInterval = 10 * time.Second
 		sample      = time.Second
 	)
-	startProcess(t, agentBinary(t), "run",
+	startProcess(t, agentBinary(t), "run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, node.Name),
 		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false", "--device-plugin=false",
 		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=200M",
@@ -227,7 +227,7 @@ func TestAgentPublishesTopologyFromFixture(t *testing.T) {
 	root := fixtureRoot(t, "32em64t-2n8c+dax+nvme+mic+dimms.tar.bz2")
 	node := fakeNode(t, "e2e-topo-")
 	pair := newVethPair(t, 2, "100mbit")
-	startProcess(t, agentBinary(t), "run",
+	startProcess(t, agentBinary(t), "run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, node.Name),
 		"--node-name", node.Name, "--metrics-addr", "", "--sysfs-root", root, "--sidecar-terminator=false", "--numa-pinning=false", "--device-plugin=false",
 		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a",
@@ -496,7 +496,7 @@ func TestAgentPublishesNetworks(t *testing.T) {
 	run(t, "ip", "-n", nsA, "route", "add", "default", "via", "10.251.1.2", "dev", "veth-p")
 
 	const window = 5 * time.Second
-	startProcess(t, agentBinary(t), "run",
+	startProcess(t, agentBinary(t), "run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, node.Name),
 		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false", "--device-plugin=false",
 		"--netns", "/var/run/netns/"+nsA, "--network", "storage=veth-s",

@@ -158,7 +158,7 @@ func TestAgentHeartbeatRequests(t *testing.T) {
 	)
 	// Steady traffic for the whole test: iperf3 stops when the test stops it.
 	startProcess(t, "ip", "netns", "exec", pair.nsA, "iperf3", "-c", pair.ipB, "-t", "3600", "-i", "0")
-	agent := startProcess(t, binary, "run",
+	agent := startProcess(t, binary, "run", "--logging-format=json",
 		"--kubeconfig", proxy.kubeconfig(t, agentKubeconfig(t, node.Name)),
 		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false", "--device-plugin=false",
 		"--netns", "/var/run/netns/"+pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=200M",
@@ -303,7 +303,7 @@ func agentWithoutKubelet(t *testing.T, n int, criSocket, kubeletSocket string) {
 	pair := newVethPair(t, n, "200mbit")
 	metricsAddr := freeLocalAddr(t)
 	const every = 3 * time.Second
-	agent := startProcess(t, agentBinary(t), "run",
+	agent := startProcess(t, agentBinary(t), "run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, node.Name),
 		"--node-name", node.Name, "--metrics-addr", metricsAddr, "--sidecar-terminator=false",
 		"--cri-endpoint", criSocket, "--pod-resources-socket", kubeletSocket,

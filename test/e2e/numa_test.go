@@ -256,7 +256,7 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 	takeOverLocalAgent(t)
 	pair := newVethPair(t, 7, "1gbit")
 	const metricsAddr = "127.0.0.1:19464"
-	h.agent = &numaAgent{t: t, metrics: "http://" + metricsAddr, args: []string{"run",
+	h.agent = &numaAgent{t: t, metrics: "http://" + metricsAddr, args: []string{"run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, local.nodeName),
 		"--node-name", local.nodeName, "--metrics-addr", metricsAddr,
 		"--sysfs-root", root, "--topology-interval", "1s", "--numa-resync", "2s",

@@ -253,7 +253,7 @@ func newSidecarHarness(t *testing.T) *sidecarHarness {
 
 func (h *sidecarHarness) startAgent() {
 	h.t.Helper()
-	h.agent = startProcess(h.t, agentBinary(h.t), "run",
+	h.agent = startProcess(h.t, agentBinary(h.t), "run", "--logging-format=json",
 		"--kubeconfig", h.agentKubeconfig, "--node-name", local.nodeName, "--heartbeats=false", "--numa-pinning=false", "--metrics-addr", "",
 		"--cri-endpoint", "unix://"+h.sock, "--sidecar-pod-selector", sidecarLabel+"="+h.id)
 	waitForOutput(h.t, h.agent, `"msg":"sextant-agent running"`, 30*time.Second)

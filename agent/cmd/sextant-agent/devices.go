@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,7 +33,7 @@ import (
 // ranker never picks an excluded device).
 func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
 	kubelet *podresources.Client, nodeIPs []net.IP, setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer,
-	log *slog.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
+	log logr.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
 	listPods := func() ([]*corev1.Pod, error) {
 		var out []*corev1.Pod
 		for _, obj := range pods.GetStore().List() {
@@ -78,7 +78,7 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 		// The host is scanned on every topology read; say what it could not see once.
 		if !slices.Equal(msgs, lastWarnings) {
 			for _, m := range msgs {
-				log.Warn("host device scan", "warning", m)
+				log.Info("host device scan", "warning", m)
 			}
 			lastWarnings = msgs
 		}
@@ -92,7 +92,7 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 // startPlugin starts the device plugin, the audit and the removal of stale capacity.
 func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface,
 	listPods func() ([]*corev1.Pod, error), freshPods func(context.Context) ([]*corev1.Pod, error), kubelet *podresources.Client,
-	setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer, log *slog.Logger) (*deviceplugin.Manager, error) {
+	setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer, log logr.Logger) (*deviceplugin.Manager, error) {
 	plugin, err := deviceplugin.New(deviceplugin.Config{
 		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
 		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
@@ -111,7 +111,7 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 		kube, kubelet.List, listPods, deviceaudit.NewMetrics(reg), log)
 	wg.Go(func() {
 		if err := plugin.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error("the device plugin stopped", "err", err)
+			log.Error(err, "the device plugin stopped")
 		}
 	})
 	wg.Go(func() { audit.Run(ctx) })
@@ -122,7 +122,7 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 // removeStaleCapacity removes the sextant.io/<kind> capacity agents before the device
 // plugin patched onto the Node, once the kubelet answers, leaving what a registered
 // device plugin serves to the kubelet.
-func removeStaleCapacity(ctx context.Context, kube kubernetes.Interface, node string, kubelet *podresources.Client, log *slog.Logger) {
+func removeStaleCapacity(ctx context.Context, kube kubernetes.Interface, node string, kubelet *podresources.Client, log logr.Logger) {
 	for delay := time.Second; ; delay = min(2*delay, time.Minute) {
 		served, err := kubelet.DeviceResources(ctx)
 		if err == nil {
@@ -135,7 +135,7 @@ func removeStaleCapacity(ctx context.Context, kube kubernetes.Interface, node st
 				return
 			}
 		}
-		log.Warn("could not check the Node for stale device capacity; retrying", "err", err, "in", delay)
+		log.Error(err, "could not check the Node for stale device capacity; retrying", "in", delay)
 		select {
 		case <-ctx.Done():
 			return

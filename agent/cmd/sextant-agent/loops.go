@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/api/v1alpha1"
@@ -24,7 +24,7 @@ type loop struct {
 	beat    *liveness.Beat
 	now     func() time.Time
 	timeout time.Duration // of each round's API calls
-	log     *slog.Logger
+	log     logr.Logger
 }
 
 func (l loop) wait(ctx context.Context, t *time.Ticker) bool {
@@ -58,7 +58,7 @@ func (l loop) publishOnce(ctx context.Context, snapshot func() bandwidth.Snapsho
 	defer cancel()
 	if _, err := offer(cctx, snap); err != nil {
 		if ctx.Err() == nil {
-			l.log.Error("publishing NodeBandwidth failed", "err", err)
+			l.log.Error(err, "publishing NodeBandwidth failed")
 		}
 		return
 	}
@@ -85,18 +85,18 @@ func (l loop) topologyOnce(ctx context.Context, read func() (*topology.Snapshot,
 	offer func(context.Context, v1alpha1.Topology) (bool, error), root string) {
 	snap, err := read()
 	if err != nil {
-		l.log.Error("reading the topology failed", "root", root, "err", err)
+		l.log.Error(err, "reading the topology failed", "root", root)
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, l.timeout)
 	defer cancel()
 	wrote, err := offer(cctx, snap.Topology)
 	if err != nil && ctx.Err() == nil {
-		l.log.Error("publishing NodeTopology failed", "err", err)
+		l.log.Error(err, "publishing NodeTopology failed")
 	}
 	if wrote {
 		for _, w := range snap.Warnings {
-			l.log.Warn("topology item left out", "reason", w)
+			l.log.Info("topology item left out", "reason", w)
 		}
 	}
 }

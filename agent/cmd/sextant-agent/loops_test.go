@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sextant.io/sextant/agent/bandwidth"
@@ -43,7 +42,7 @@ func eventuallyHealth(t *testing.T, loops *liveness.Checker, wantCode int, wantP
 	}
 }
 
-func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+func quiet() logr.Logger { return logr.Discard() }
 
 // A NodeBandwidth write that never returns (a call that ignores its deadline) stops the
 // reporter's loop: /healthz fails naming it, and recovers once the loop turns again.

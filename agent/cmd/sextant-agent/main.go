@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json, as in kube-scheduler
 
 	"sextant.io/sextant/internal/version"
 )

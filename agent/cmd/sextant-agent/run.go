@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -23,8 +23,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"sextant.io/sextant/agent/bandwidth"
@@ -37,11 +37,13 @@ import (
 	"sextant.io/sextant/agent/sidecar"
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/cri"
+	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/liveness"
 	"sextant.io/sextant/internal/version"
 )
 
 type runOptions struct {
+	logging     *logsapi.LoggingConfiguration
 	kubeconfig  string
 	nodeName    string
 	metricsAddr string
@@ -117,7 +119,11 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	// The logging flags are kube-scheduler's (-v, --logging-format, …): every sextant
+	// binary logs through klog.
+	o.logging = logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(o.logging, f)
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default: $NODE_NAME)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address serving /metrics, /healthz and /readyz; empty disables it")
 	f.StringVar(&o.sysfsRoot, "sysfs-root", "/", "directory holding sys/ and proc/ of the node (a host mount in a container)")
@@ -200,11 +206,15 @@ func runAgent(ctx context.Context, o runOptions) error {
 	if o.attachMode != "auto" {
 		mode = tc.Mode(o.attachMode)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("node", o.nodeName)
+	if err := logsapi.ValidateAndApply(o.logging, nil); err != nil {
+		return fmt.Errorf("logging flags: %w", err)
+	}
+	defer klog.Flush()
+	log := klog.Background().WithValues("node", o.nodeName)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	cfg, err := loadConfig(o.kubeconfig)
+	cfg, err := kubeclient.Config(o.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -256,7 +266,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 	if o.sidecarTerminator {
 		terminator, err = sidecar.New(sidecar.Config{
 			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync,
-		}, kube, pods, rt, sidecar.NewMetrics(reg), log.With("component", "sidecar"))
+		}, kube, pods, rt, sidecar.NewMetrics(reg), log.WithName("sidecar"))
 		if err != nil {
 			return err
 		}
@@ -271,7 +281,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 	if o.numaPinning {
 		pinner, err = numapin.New(numapin.Config{
 			NodeName: o.nodeName, CgroupRoot: o.cgroupRoot, KubepodsCgroup: o.kubepodsCgroup, Resync: o.numaResync,
-		}, kube, pods, rt, numapin.FromCache(topo), kubelet.StaticCPUManager, numapin.NewMetrics(reg), log.With("component", "numa"))
+		}, kube, pods, rt, numapin.FromCache(topo), kubelet.StaticCPUManager, numapin.NewMetrics(reg), log.WithName("numa"))
 		if err != nil {
 			return err
 		}
@@ -280,7 +290,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		loops.Add("sidecar-terminator", liveness.Bound(terminator.LivenessInterval()), terminator.LastAlive)
 		wg.Go(func() {
 			if err := terminator.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("sidecar terminator stopped", "err", err)
+				log.Error(err, "sidecar terminator stopped")
 				stop()
 			}
 		})
@@ -289,7 +299,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		loops.Add("numa-pinning", liveness.Bound(pinner.LivenessInterval()), pinner.LastAlive)
 		wg.Go(func() {
 			if err := pinner.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error("NUMA pinning stopped", "err", err)
+				log.Error(err, "NUMA pinning stopped")
 				stop()
 			}
 		})
@@ -330,7 +340,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		if err := topoReporter.Start(ctx); err != nil {
 			// Without the published list, a device that vanished while the agent was down
 			// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
-			log.Warn("could not read the previous NodeTopology to seed device health", "err", err)
+			log.Error(err, "could not read the previous NodeTopology to seed device health")
 		}
 		log.Info("sextant-agent metering", "attach", bpf.Mode(), "sysfsRoot", o.sysfsRoot)
 
@@ -340,10 +350,10 @@ func runAgent(ctx context.Context, o runOptions) error {
 		loops.Add("bandwidth-meter", liveness.Bound(o.sampleInterval), func() time.Time { return meter.Snapshot().Time })
 		wg.Go(func() {
 			if err := meter.Run(ctx); err != nil {
-				log.Error("detaching the meter", "err", err)
+				log.Error(err, "detaching the meter")
 			}
 		})
-		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, log.With("component", "devices"))
+		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, log.WithName("devices"))
 		if err != nil {
 			stop()
 			wg.Wait()
@@ -362,7 +372,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		srv := metricsServer(o.metricsAddr, reg, loops, ready)
 		go func() {
 			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "addr", o.metricsAddr, "err", err)
+				log.Error(err, "metrics server stopped", "addr", o.metricsAddr)
 				stop()
 			}
 		}()
@@ -380,7 +390,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 
 // logRuntime says which container runtime answers on endpoint, or that none does yet:
 // the runtime may come up after the agent, and the parts using it keep trying.
-func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log *slog.Logger) {
+func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log logr.Logger) {
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	version, err := rt.Version(vctx)
@@ -388,23 +398,8 @@ func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log *slog.
 	case err == nil:
 		log.Info("container runtime", "endpoint", endpoint, "runtime", version)
 	case ctx.Err() == nil:
-		log.Warn("the container runtime does not answer yet", "endpoint", endpoint, "err", err)
+		log.Error(err, "the container runtime does not answer yet", "endpoint", endpoint)
 	}
-}
-
-func loadConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("load --kubeconfig %s: %w", kubeconfig, err)
-		}
-		return cfg, nil
-	}
-	cfg, err := rest.InClusterConfig()
-	if err != nil {
-		return nil, fmt.Errorf("in-cluster configuration (outside a cluster, pass --kubeconfig): %w", err)
-	}
-	return cfg, nil
 }
 
 // metricsServer serves /metrics, /healthz (every loop comes round: the liveness probe)
@@ -426,12 +421,12 @@ func metricsServer(addr string, reg *prometheus.Registry, loops *liveness.Checke
 // nodeInternalIPs are the Node's InternalIPs: the interface holding one carries the pod
 // network. Without them (the Node unreadable for now) the default route's interface
 // does; the next agent start looks again.
-func nodeInternalIPs(ctx context.Context, kube kubernetes.Interface, nodeName string, log *slog.Logger) []net.IP {
+func nodeInternalIPs(ctx context.Context, kube kubernetes.Interface, nodeName string, log logr.Logger) []net.IP {
 	ctx, cancel := context.WithTimeout(ctx, apiCallTimeout)
 	defer cancel()
 	node, err := kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
 	if err != nil {
-		log.Warn("could not read the Node's InternalIP; the pod network is the default route's interface", "err", err)
+		log.Error(err, "could not read the Node's InternalIP; the pod network is the default route's interface")
 		return nil
 	}
 	var ips []net.IP
