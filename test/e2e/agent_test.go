@@ -114,14 +114,16 @@ func TestAgentPublishesBandwidth(t *testing.T) {
 	var first *sextantv1.NodeBandwidth
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 45*time.Second, true, func(ctx context.Context) (bool, error) {
 		nbw, err := getNodeBandwidth(ctx, node.Name)
-		if err != nil || veth(nbw.Status) == nil {
+		// The steady period starts with a full window: the report that first covers one
+		// is written at once (the window became full), which is not a heartbeat.
+		if err != nil || veth(nbw.Status) == nil || nbw.Status.Window == nil || nbw.Status.Window.Duration < 5*time.Second {
 			return false, nil
 		}
 		first = nbw
 		return true, nil
 	})
 	if err != nil {
-		t.Fatalf("no NodeBandwidth with veth-a for %s: %v", node.Name, err)
+		t.Fatalf("no NodeBandwidth with veth-a and a full window for %s: %v", node.Name, err)
 	}
 	if refs := first.OwnerReferences; len(refs) != 1 || refs[0].Kind != "Node" || refs[0].UID != node.UID {
 		t.Errorf("owner references = %+v, want Node %s", refs, node.Name)
