@@ -12,7 +12,7 @@ import (
 // EventsToRegister lists what can make a pod DeviceAware rejected schedulable: a pod
 // leaving a node or changing (frees devices, or fixes its own requests), or a new node.
 // A changed NodeTopology (a device became healthy, a topology appeared) comes from the
-// heartbeat store instead (topologyChanged): kube-scheduler does not watch NodeTopology.
+// heartbeat store instead (requeue.Waiting.ActivateAll): kube-scheduler does not watch NodeTopology.
 func (pl *DeviceAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},

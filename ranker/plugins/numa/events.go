@@ -13,7 +13,7 @@ import (
 // EventsToRegister lists what can make a pod NUMAAware rejected schedulable: a pod
 // leaving a node (frees NUMA capacity), the pod itself being updated (a fixed policy
 // annotation), or a new node. A changed NodeTopology comes from the heartbeat store
-// instead (topologyChanged): kube-scheduler does not watch NodeTopology.
+// instead (requeue.Waiting.ActivateAll): kube-scheduler does not watch NodeTopology.
 func (pl *NUMAAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},

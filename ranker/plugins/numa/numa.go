@@ -155,7 +155,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	}).WithProfile(h)
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
-	store.AddListener(heartbeat.Listener{Topology: pl.topologyChanged})
+	store.AddListener(heartbeat.Listener{Topology: pl.waiting.ActivateAll})
 	if f := h.SharedInformerFactory(); f != nil {
 		pods := f.Core().V1().Pods().Informer()
 		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {

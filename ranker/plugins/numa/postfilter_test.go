@@ -29,7 +29,7 @@ func TestTopologyChangeActivatesWaitingPods(t *testing.T) {
 			}
 		})
 		pl.snapshot = func() ([]fwk.NodeInfo, error) { return []fwk.NodeInfo{nodeInfo("n")}, nil }
-		store.AddListener(heartbeat.Listener{Topology: pl.topologyChanged})
+		store.AddListener(heartbeat.Listener{Topology: pl.waiting.ActivateAll})
 
 		p := pod("big", "6", gi, map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)})
 		state := framework.NewCycleState()

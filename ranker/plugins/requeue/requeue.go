@@ -136,3 +136,24 @@ func (w *Waiting) PodHandler() cache.ResourceEventHandler {
 		},
 	}
 }
+
+// ActivateAll activates every waiting pod: the heartbeat store's listener for a plugin
+// that any NodeTopology change may help (NUMAAware, DeviceAware).
+func (w *Waiting) ActivateAll(string) {
+	w.Activate(klog.Background(), func(*v1.Pod) bool { return true })
+}
+
+// PostFilterOnVersion is PostFilter for such a plugin: the heartbeats changed during the
+// attempt when version differs from seen, the version its PreFilter read (known false:
+// the attempt did not read one, so any time may have passed).
+func (w *Waiting) PostFilterOnVersion(ctx context.Context, pod *v1.Pod, statuses fwk.NodeToStatusReader,
+	snapshot func() ([]fwk.NodeInfo, error), seen uint64, known bool, version func() uint64) (*fwk.PostFilterResult, *fwk.Status) {
+	if snapshot == nil {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	nodes, err := snapshot()
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	return w.PostFilter(ctx, pod, statuses, nodes, func() bool { return !known || version() != seen })
+}
