@@ -530,13 +530,13 @@ func (b *bench) tag() string {
 	return fmt.Sprintf("%s-%d", b.shape.name, b.size)
 }
 
-// label names this shape and size in the log: "5000", or "5000 8numa-8gpu" for a
-// shape other than the default.
+// label names this shape and size in the log before " nodes": "5000", or
+// "8numa-8gpu, 5000" for a shape other than the default.
 func (b *bench) label() string {
 	if b.shape.name == defaultShape {
 		return strconv.Itoa(b.size)
 	}
-	return fmt.Sprintf("%d %s", b.size, b.shape.name)
+	return fmt.Sprintf("%s, %d", b.shape.name, b.size)
 }
 
 // fileName names a file of this shape's and size's current round in the work
@@ -1271,14 +1271,17 @@ func (b *bench) analyse(res *result, bindings []binding, useAnnotation bool) {
 	}
 }
 
-// numaNeeded is how many NUMA nodes the pod's CPU and memory need on an empty node of
-// the shape.
+// numaNeeded is how many NUMA nodes the pod's CPU, memory and GPUs need on an empty
+// node of the shape: a pod with more GPUs than one NUMA node has spans as many NUMA
+// nodes as hold them, and the ranker aligns its CPUs with them.
 func numaNeeded(p podSpec, shape nodeShape) int {
 	if p.milliCPU == 0 && p.memory == 0 {
 		return 0
 	}
+	gpusPerNUMA := int64(len(shape.gpuAddrs) / shape.numaNodes)
 	for k := 1; k <= shape.numaNodes; k++ {
-		if p.milliCPU <= int64(k*shape.cpusPerNUMA)*1000 && p.memory <= int64(k)*shape.memPerNUMA {
+		if p.milliCPU <= int64(k*shape.cpusPerNUMA)*1000 && p.memory <= int64(k)*shape.memPerNUMA &&
+			(gpusPerNUMA == 0 || p.gpus <= int64(k)*gpusPerNUMA) {
 			return k
 		}
 	}
@@ -1822,6 +1825,25 @@ func pluginMeans(text, point string) map[string]pluginMean {
 	return out
 }
 
+// extensionPointMean is the sum and count of scheduler_framework_extension_point_duration_seconds
+// at point, over every profile and status.
+func extensionPointMean(text, point string) pluginMean {
+	var m pluginMean
+	for _, line := range strings.Split(text, "\n") {
+		name, labels, value, ok := parseSample(line)
+		if !ok || labels["extension_point"] != point {
+			continue
+		}
+		switch name {
+		case "scheduler_framework_extension_point_duration_seconds_sum":
+			m.sum += value
+		case "scheduler_framework_extension_point_duration_seconds_count":
+			m.count += value
+		}
+	}
+	return m
+}
+
 // formatPluginMeans prints the sextant plugins' mean time per Score and per Filter
 // call, with how many calls were timed: "score mean per call: NUMAAware 3.1µs (n=5200)
 // ...; filter mean per call: ...". A plugin that never ran there is "-" (DeviceAware
@@ -1831,6 +1853,11 @@ func formatPluginMeans(text string) string {
 	for _, point := range []string{"Score", "Filter"} {
 		means := pluginMeans(text, point)
 		var b strings.Builder
+		// The extension point's own duration is timed in every cycle, not a sample: all
+		// plugins over all the nodes of one cycle.
+		if m := extensionPointMean(text, point); m.count > 0 {
+			fmt.Fprintf(&b, "%s per cycle (every plugin and node) %s (n=%.0f); ", strings.ToLower(point), fmtMean(m.sum, m.count), m.count)
+		}
 		fmt.Fprintf(&b, "%s mean per call:", strings.ToLower(point))
 		for _, pl := range sextantPlugins {
 			m := means[pl]

@@ -450,9 +450,20 @@ func TestAnalyseUsesShape(t *testing.T) {
 	if got := numaNeeded(podSpec{milliCPU: 40000, memory: 1 << 30}, shapes["8numa-8gpu"]); got != 3 {
 		t.Errorf("40 CPUs need %d NUMA nodes of 8numa-8gpu, want 3", got)
 	}
+	// One GPU per NUMA node on 8numa-8gpu, two on 2numa.
+	for _, tc := range []struct {
+		shape string
+		gpus  int64
+		want  int
+	}{{"8numa-8gpu", 1, 1}, {"8numa-8gpu", 3, 3}, {"8numa-8gpu", 4, 4}, {"2numa", 2, 1}} {
+		if got := numaNeeded(podSpec{milliCPU: 1000, memory: 1 << 30, gpus: tc.gpus}, shapes[tc.shape]); got != tc.want {
+			t.Errorf("%d GPUs need %d NUMA nodes of %s, want %d", tc.gpus, got, tc.shape, tc.want)
+		}
+	}
 }
 
-// A piece of a real sextant-ranker's /metrics.
+// A piece of a real sextant-ranker's /metrics (with the Score extension point's own
+// duration, timed every cycle).
 const metricsFixture = `# HELP scheduler_plugin_execution_duration_seconds [ALPHA] Duration for running a plugin at a specific extension point.
 # TYPE scheduler_plugin_execution_duration_seconds histogram
 scheduler_plugin_execution_duration_seconds_bucket{extension_point="Score",plugin="NUMAAware",status="Success",le="1e-05"} 900
@@ -474,6 +485,7 @@ scheduler_plugin_execution_duration_seconds_count{extension_point="Filter",plugi
 scheduler_plugin_execution_duration_seconds_sum{extension_point="PreScore",plugin="NUMAAware",status="Success"} 5
 scheduler_plugin_execution_duration_seconds_count{extension_point="PreScore",plugin="NUMAAware",status="Success"} 1
 scheduler_framework_extension_point_duration_seconds_sum{extension_point="Score",profile="p",status="Success"} 9
+scheduler_framework_extension_point_duration_seconds_count{extension_point="Score",profile="p",status="Success"} 7500
 `
 
 func TestPluginMeans(t *testing.T) {
@@ -493,7 +505,7 @@ func TestPluginMeans(t *testing.T) {
 		t.Errorf("Score means of %d plugins, want 4: %v", len(score), score)
 	}
 	got := formatPluginMeans(metricsFixture)
-	want := "score mean per call: NUMAAware 3.1µs (n=1000) DeviceAware 1.5µs (n=100) BandwidthAware 800ns (n=1000); " +
+	want := "score per cycle (every plugin and node) 1.2ms (n=7500); score mean per call: NUMAAware 3.1µs (n=1000) DeviceAware 1.5µs (n=100) BandwidthAware 800ns (n=1000); " +
 		"filter mean per call: NUMAAware 250ns (n=2000) DeviceAware - BandwidthAware 270ns (n=3)"
 	if got != want {
 		t.Errorf("formatPluginMeans =\n  %s\nwant\n  %s", got, want)
