@@ -621,3 +621,20 @@ func TestTwoNetworks(t *testing.T) {
 		t.Fatalf("asked %d, violations %d; want 3, 1", res.bwAsked, res.bwViolation)
 	}
 }
+
+// The pod mix's shares cover every draw, and each class asks for CPU and memory.
+func TestPodClasses(t *testing.T) {
+	var sum float64
+	for _, c := range podClasses(4) {
+		sum += c.share
+		if c.milliCPU.unit == 0 || c.memory.unit == 0 {
+			t.Errorf("class %s asks for no CPU or memory", c.kind)
+		}
+	}
+	if math.Abs(sum-1) > 1e-9 {
+		t.Errorf("shares sum to %g, want 1", sum)
+	}
+	if g := podClasses(4)[0]; g.kind != "gpu" || g.gpus != (span{1, 4, 1}) {
+		t.Errorf("first class %+v, want gpu pods asking 1-4 GPUs", g)
+	}
+}
