@@ -229,15 +229,24 @@ func (l *certLoader) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	return l.cert, nil
 }
 
-// Serve serves h on addr with TLS until ctx ends.
-func Serve(ctx context.Context, addr, certFile, keyFile string, h http.Handler, log logr.Logger) error {
+// GetCertificate is tls.Config.GetCertificate.
+type GetCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+
+// FileCertificate serves the certificate in certFile and keyFile (PEM), read again when
+// they change; it fails when they cannot be read now.
+func FileCertificate(certFile, keyFile string) (GetCertificate, error) {
 	loader := &certLoader{certFile: certFile, keyFile: keyFile}
 	if _, err := loader.get(nil); err != nil {
-		return err
+		return nil, err
 	}
+	return loader.get, nil
+}
+
+// Serve serves h on addr with TLS, with the certificate of cert, until ctx ends.
+func Serve(ctx context.Context, addr string, cert GetCertificate, h http.Handler, log logr.Logger) error {
 	srv := &http.Server{
 		Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: loader.get},
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert},
 		ErrorLog:  stdlog.New(serverErrors{log}, "", 0),
 	}
 	errc := make(chan error, 1)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -401,6 +402,26 @@ func grant(t *testing.T, ns, user string, rule rbacv1.PolicyRule) {
 	}
 }
 
+// mayDoNamed asks the API server's authorizer whether a service account may do the verb
+// on the named object (all of them with name ""), with the groups its token gives it.
+func mayDoNamed(t *testing.T, user, namespace, group, resource, name, verb string) bool {
+	t.Helper()
+	ns := strings.Split(user, ":")[2]
+	sar, err := local.kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: namespace, Verb: verb, Group: group, Resource: resource, Name: name,
+			},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sar.Status.Allowed
+}
+
 // mayDo asks the API server's authorizer whether a service account may do the verb
 // on pods in some namespace (or on nodes), with the groups its token gives it.
 func mayDo(t *testing.T, user, verb, resource, subresource string) bool {
@@ -427,7 +448,7 @@ func mayDo(t *testing.T, user, verb, resource, subresource string) bool {
 
 // TestSecurityChartHardening: what the chart deployed runs confined. Every workload
 // under the RuntimeDefault seccomp profile; the agent with containerd's socket alone
-// (not its directory); the webhook without an API token, reachable on its serving port
+// (not its directory); the webhook with a token for its certificate only, reachable on its serving port
 // only; the virtual-node controller in a Deployment of its own with its own account,
 // holding the lease. That these workloads are Ready (deployChart waits for it) shows
 // they work so: the agent loads and attaches eBPF under the profile and reaches
@@ -481,21 +502,58 @@ func TestSecurityChartHardening(t *testing.T) {
 		}
 	}
 
-	// The webhook: no token, and a NetworkPolicy that admits its serving port only and
-	// lets nothing out.
+	// The webhook (builtin TLS): a token that may get and update its certificate's
+	// Secret and the caBundle of its two webhook configurations, by name, and nothing
+	// else; a NetworkPolicy that admits its serving and metrics ports and lets out only
+	// connections to the API server's ports.
 	web := deployments["sextant-webhook"].Spec.Template.Spec
-	if web.ServiceAccountName != "sextant-webhook" || web.AutomountServiceAccountToken == nil || *web.AutomountServiceAccountToken {
-		t.Errorf("the webhook's pods: account %q, token mounted %v; want sextant-webhook without a token", web.ServiceAccountName, web.AutomountServiceAccountToken)
+	if web.ServiceAccountName != "sextant-webhook" || web.AutomountServiceAccountToken == nil || !*web.AutomountServiceAccountToken {
+		t.Errorf("the webhook's pods: account %q, token mounted %v; want sextant-webhook with a token", web.ServiceAccountName, web.AutomountServiceAccountToken)
+	}
+	for _, c := range []struct {
+		namespace, group, resource, name, verb string
+		want                                   bool
+	}{
+		{releaseNamespace, "", "secrets", "sextant-webhook-cert", "update", true},
+		{releaseNamespace, "", "secrets", "sextant-webhook-cert", "get", true},
+		{releaseNamespace, "", "secrets", "sextant-webhook-cert", "delete", false},
+		{releaseNamespace, "", "secrets", "other", "get", false},
+		{releaseNamespace, "", "secrets", "", "list", false},
+		{"", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "sextant-sidecar", "update", true},
+		{"", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "sextant-annotations", "update", true},
+		{"", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "other", "update", false},
+		{"", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "create", false},
+	} {
+		if got := mayDoNamed(t, webhookUser, c.namespace, c.group, c.resource, c.name, c.verb); got != c.want {
+			t.Errorf("the webhook may %s %s %q: %v, want %v", c.verb, c.resource, c.name, got, c.want)
+		}
 	}
 	np, err := local.kube.NetworkingV1().NetworkPolicies(releaseNamespace).Get(ctx, "sextant-webhook", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the webhook's NetworkPolicy: %v", err)
 	}
-	port := web.Containers[0].Ports[0].ContainerPort
-	if sel := np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"]; sel != "webhook" ||
-		len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port.IntVal != port ||
-		len(np.Spec.Egress) != 0 || len(np.Spec.PolicyTypes) != 2 {
-		t.Errorf("the webhook's NetworkPolicy: %+v; want ingress to port %d only, no egress, for the webhook's pods", np.Spec, port)
+	var in, out []int32
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.Ports {
+			in = append(in, p.Port.IntVal)
+		}
+	}
+	egressAnywhere := false
+	for _, r := range np.Spec.Egress {
+		if len(r.Ports) == 0 {
+			egressAnywhere = true
+		}
+		for _, p := range r.Ports {
+			out = append(out, p.Port.IntVal)
+		}
+	}
+	var ports []int32
+	for _, p := range web.Containers[0].Ports {
+		ports = append(ports, p.ContainerPort)
+	}
+	if sel := np.Spec.PodSelector.MatchLabels["app.kubernetes.io/component"]; sel != "webhook" || len(np.Spec.PolicyTypes) != 2 ||
+		!slices.Equal(in, ports) || egressAnywhere || !slices.Contains(out, 443) || len(out) > 3 {
+		t.Errorf("the webhook's NetworkPolicy: %+v; want ingress to ports %v only, egress to the API server's ports only, for the webhook's pods", np.Spec, ports)
 	}
 
 	// The virtual-node controller: its own account, and one replica leads.

@@ -58,25 +58,10 @@ priorityClassName: {{ . }}
 {{- end }}
 {{- end -}}
 
-{{/*
-The webhook's CA and serving certificate, base64-encoded, as YAML (ca, cert, key): those
-of the existing Secret when there is one (so upgrades keep them), else new ones. Helm
-renders each inclusion anew and genCA is random, so it is included once, in
-webhook-admission.yaml, which holds the Secret and both webhook configurations.
-*/}}
-{{- define "sextant.webhookTLS" -}}
-{{- $secret := lookup "v1" "Secret" .Release.Namespace "sextant-webhook-tls" -}}
-{{- if and $secret $secret.data (index $secret.data "ca.crt") (index $secret.data "tls.crt") (index $secret.data "tls.key") -}}
-ca: {{ index $secret.data "ca.crt" }}
-cert: {{ index $secret.data "tls.crt" }}
-key: {{ index $secret.data "tls.key" }}
-{{- else -}}
-{{- $svc := printf "sextant-webhook.%s.svc" .Release.Namespace -}}
-{{- $days := int .Values.webhook.certValidityDays -}}
-{{- $ca := genCA "sextant-webhook-ca" $days -}}
-{{- $cert := genSignedCert $svc nil (list "sextant-webhook" (printf "sextant-webhook.%s" .Release.Namespace) $svc (printf "%s.cluster.local" $svc)) $days $ca -}}
-ca: {{ $ca.Cert | b64enc }}
-cert: {{ $cert.Cert | b64enc }}
-key: {{ $cert.Key | b64enc }}
-{{- end -}}
+{{/* cert-manager's CA injection annotation of the webhook configurations (certManager TLS). */}}
+{{- define "sextant.webhookCAInjection" -}}
+{{- if eq .Values.webhook.tls.mode "certManager" }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/sextant-webhook
+{{- end }}
 {{- end -}}

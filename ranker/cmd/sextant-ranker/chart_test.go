@@ -286,3 +286,50 @@ func TestChartImagesPullSecretsAndPriority(t *testing.T) {
 		t.Error("priorityClasses.create=false: the chart still creates or uses its PriorityClasses")
 	}
 }
+
+// The chart renders the same manifests every time (Argo CD renders with helm template,
+// without a cluster to look anything up in): with builtin TLS the webhook makes its own
+// certificate, so nothing random is rendered. With cert-manager, a Certificate writes the
+// Secret the webhook mounts and the CA injector fills the caBundles; the webhook then has
+// no token.
+func TestChartWebhookTLS(t *testing.T) {
+	first, second := renderChart(t, nil), renderChart(t, nil)
+	if !reflect.DeepEqual(first, second) {
+		for name := range first {
+			if first[name] != second[name] {
+				t.Errorf("%s differs between two renders", name)
+			}
+		}
+	}
+	admission := first["sextant/templates/webhook-admission.yaml"]
+	if strings.Contains(admission, "caBundle:") || strings.Contains(admission, "tls.crt:") {
+		t.Errorf("builtin TLS renders a certificate or caBundle:\n%s", admission)
+	}
+	if !strings.Contains(first["sextant/templates/webhook-deployment.yaml"], "--cert-secret=sextant-webhook-cert") {
+		t.Error("builtin TLS: the webhook does not keep its certificate in sextant-webhook-cert")
+	}
+	cm := renderChart(t, map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager"}}})
+	admission = cm["sextant/templates/webhook-admission.yaml"]
+	for _, want := range []string{"kind: Certificate", "secretName: sextant-webhook-cert", "kind: Issuer", "selfSigned: {}",
+		"cert-manager.io/inject-ca-from: sextant-system/sextant-webhook"} {
+		if !strings.Contains(admission, want) {
+			t.Errorf("certManager TLS: no %q in\n%s", want, admission)
+		}
+	}
+	if strings.Count(admission, "cert-manager.io/inject-ca-from") != 2 {
+		t.Error("certManager TLS: not both webhook configurations get cert-manager's CA")
+	}
+	deploy := cm["sextant/templates/webhook-deployment.yaml"]
+	if !strings.Contains(deploy, "automountServiceAccountToken: false") || strings.Contains(deploy, "--cert-secret") ||
+		!strings.Contains(deploy, "secretName: sextant-webhook-cert") {
+		t.Errorf("certManager TLS: the webhook should mount the Secret and have no token:\n%s", deploy)
+	}
+	if strings.Contains(cm["sextant/templates/webhook-rbac.yaml"], "kind: Role") {
+		t.Error("certManager TLS: the webhook still gets a role")
+	}
+	issuer := renderChart(t, map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager",
+		"certManager": map[string]any{"issuerRef": map[string]any{"kind": "ClusterIssuer", "name": "corp-ca"}}}}})
+	if a := issuer["sextant/templates/webhook-admission.yaml"]; strings.Contains(a, "kind: Issuer") || !strings.Contains(a, "name: corp-ca") {
+		t.Errorf("certManager TLS with an issuerRef:\n%s", a)
+	}
+}

@@ -32,6 +32,7 @@ type webhookOptions struct {
 	listenAddr        string
 	metricsAddr       string
 	certFile, keyFile string
+	cert              selfCertOptions
 	wrapperImage      string
 	wrapperPullPolicy string
 	imagePullSecrets  []string
@@ -109,6 +110,7 @@ them in place to --exit-image.`,
 	addMetricsFlag(f, &o.metricsAddr)
 	f.StringVar(&o.certFile, "tls-cert-file", "/etc/sextant-webhook/tls.crt", "serving certificate (PEM); read again when it changes")
 	f.StringVar(&o.keyFile, "tls-key-file", "/etc/sextant-webhook/tls.key", "serving certificate's key (PEM)")
+	o.cert.addFlags(f)
 	f.StringVar(&o.wrapperImage, "wrapper-image", "", "image holding /sextant-sidecar-wrapper, which the injected init container copies into the pod (required)")
 	f.StringVar(&o.wrapperPullPolicy, "wrapper-pull-policy", string(corev1.PullIfNotPresent), "imagePullPolicy of the injected init container")
 	f.StringSliceVar(&o.imagePullSecrets, "image-pull-secrets", nil, "names of Secrets added to the imagePullSecrets of each pod given the init container, where absent (those that pull --wrapper-image)")
@@ -191,8 +193,14 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		Log:     log,
 		Metrics: webhook.NewMetrics(reg),
 	}
-	log.Info("sidecar webhook serving", "addr", o.listenAddr, "version", version.Version, "virtualNodes", o.virtualNodes)
-	err = webhook.Serve(ctx, o.listenAddr, o.certFile, o.keyFile, h.ServeMux(), log)
+	cert, err := o.servingCertificate(ctx, &wg, log)
+	if err != nil {
+		stop()
+		wg.Wait()
+		return err
+	}
+	log.Info("sidecar webhook serving", "addr", o.listenAddr, "version", version.Version, "virtualNodes", o.virtualNodes, "certSecret", o.cert.secret)
+	err = webhook.Serve(ctx, o.listenAddr, cert, h.ServeMux(), log)
 	stop()
 	wg.Wait()
 	return err
