@@ -123,12 +123,13 @@ func TestPoisonHeartbeatsKeepRankerUp(t *testing.T) {
 		t.Errorf("FailedScheduling %q, want it to name the partial NodeBandwidth", msg)
 	}
 
-	// Each rejection was logged by the restarted pods, naming the kind, node and reason.
+	// Each rejection was logged by the restarted pods, naming the kind, node and reason
+	// (the chart's logFormat is json).
 	eventually(t, time.Minute, func() (bool, string) {
 		logs := rankerLogs(t)
 		for _, want := range [][]string{
-			{`kind="NodeBandwidth"`, `node="` + nodes["poisoned"] + `"`, `reason="out_of_range"`},
-			{`kind="NodeTopology"`, `node="` + nodes["bad-topology"] + `"`, `reason="inconsistent"`},
+			{`"kind":"NodeBandwidth"`, `"node":"` + nodes["poisoned"] + `"`, `"reason":"out_of_range"`},
+			{`"kind":"NodeTopology"`, `"node":"` + nodes["bad-topology"] + `"`, `"reason":"inconsistent"`},
 		} {
 			if !hasLineWith(logs, want...) {
 				return false, fmt.Sprintf("no ranker log line with %q; the last lines:\n%s", want, lastLines(logs, 20))
@@ -137,7 +138,7 @@ func TestPoisonHeartbeatsKeepRankerUp(t *testing.T) {
 		return true, ""
 	})
 	// What the real node's agent publishes is never rejected.
-	if logs := rankerLogs(t); hasLineWith(logs, "Ignoring a heartbeat object", `node="`+local.nodeName+`"`) {
+	if logs := rankerLogs(t); hasLineWith(logs, "Ignoring a heartbeat object", `"node":"`+local.nodeName+`"`) {
 		t.Errorf("the ranker rejected a heartbeat of the real node %s, which its agent wrote:\n%s", local.nodeName, lastLines(logs, 20))
 	}
 	// And nothing restarted meanwhile.
