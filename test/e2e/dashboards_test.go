@@ -51,6 +51,22 @@ func TestDashboardsReturnData(t *testing.T) {
 	demoNet := filepath.Join(repoRoot(t), "scripts", "demo-net.sh")
 	run(t, demoNet, "up")
 	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
+	// The chart's agent meters the demo veth as the network "demo" (scripts/deploy.sh),
+	// from its next rescan when the veth is younger than the agent.
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		nbw, err := getNodeBandwidth(context.Background(), local.nodeName)
+		if err != nil {
+			return false, err.Error()
+		}
+		var names []string
+		for _, n := range nbw.Status.Networks {
+			if n.Name == "demo" && n.Ingress.Capacity != nil {
+				return true, ""
+			}
+			names = append(names, n.Name)
+		}
+		return false, fmt.Sprintf("the real node's NodeBandwidth has networks %v, not demo with a capacity", names)
+	})
 	ns := testNamespace(t)
 
 	prom := startPrometheus(t, promBin, ns)
