@@ -52,20 +52,21 @@ func TestDashboardsReturnData(t *testing.T) {
 	run(t, demoNet, "up")
 	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
 	// The chart's agent meters the demo veth as the network "demo" (scripts/deploy.sh),
-	// from its next rescan when the veth is younger than the agent.
-	eventually(t, 2*time.Minute, func() (bool, string) {
+	// from its next rescan when the veth is younger than the agent; its reports are
+	// partial until the new veth has been metered for a whole window (the chart's 60s).
+	eventually(t, 3*time.Minute, func() (bool, string) {
 		nbw, err := getNodeBandwidth(context.Background(), local.nodeName)
 		if err != nil {
 			return false, err.Error()
 		}
 		var names []string
 		for _, n := range nbw.Status.Networks {
-			if n.Name == "demo" && n.Ingress.Capacity != nil {
+			if n.Name == "demo" && n.Ingress.Capacity != nil && nbw.Status.Window != nil && nbw.Status.Window.Duration >= time.Minute {
 				return true, ""
 			}
 			names = append(names, n.Name)
 		}
-		return false, fmt.Sprintf("the real node's NodeBandwidth has networks %v, not demo with a capacity", names)
+		return false, fmt.Sprintf("the real node's NodeBandwidth has networks %v and window %v, not demo with a capacity over a full window", names, nbw.Status.Window)
 	})
 	ns := testNamespace(t)
 
