@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +57,24 @@ func TestWebhookServesItsOwnCertificate(t *testing.T) {
 	_, err := local.kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "annotations.sextant.io") || !strings.Contains(err.Error(), "bandwidth.sextant.io/ingress-required") {
 		t.Fatalf("a pod with a malformed bandwidth annotation: %v; want the webhook annotations.sextant.io to refuse it", err)
+	}
+}
+
+// TestChartHelmTest: `helm test` of the release passes on the local cluster: the real
+// node's agent reports and the ranker binds the check's pod (the check's failures are
+// TestCheck's, in ranker/cmd/sextant-ranker).
+func TestChartHelmTest(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	helmTest := func() ([]byte, error) {
+		cmd := exec.Command("go", "tool", "helm", "test", "sextant", "--namespace", releaseNamespace,
+			"--kubeconfig", os.Getenv("KUBECONFIG"), "--timeout", "4m", "--logs")
+		cmd.Dir = repoRoot(t)
+		return cmd.CombinedOutput()
+	}
+	if out, err := helmTest(); err != nil {
+		t.Fatalf("helm test: %v\n%s", err, out)
+	} else if !strings.Contains(string(out), "the ranker placed pod") {
+		t.Errorf("helm test passed without the check's own report:\n%s", out)
 	}
 }

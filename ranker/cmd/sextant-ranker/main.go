@@ -44,6 +44,7 @@ func main() {
 	// `sextant-ranker virtual-node-controller`.
 	command.AddCommand(newSidecarWebhookCommand())
 	command.AddCommand(newVirtualNodeControllerCommand())
+	command.AddCommand(newCheckCommand())
 	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)
 	bandwidth.RegisterFlags(sextantFlags)
 	gc.AddFlags(sextantFlags)

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func agentPod(name, node string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "sextant-system",
+		Labels: map[string]string{"app.kubernetes.io/name": "sextant", "app.kubernetes.io/component": "agent"}},
+		Spec: corev1.PodSpec{NodeName: node}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+}
+
+func nodeBandwidth(node string, sampled time.Time) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "sextant.io/v1alpha1", "kind": "NodeBandwidth",
+		"metadata": map[string]any{"name": node},
+		"status":   map[string]any{"sampleTime": sampled.UTC().Format(time.RFC3339)},
+	}}
+}
+
+// The helm test passes only when every running agent's node has a fresh report and the
+// ranker binds the test pod; otherwise it names the node or the pod.
+func TestCheck(t *testing.T) {
+	o := checkOptions{namespace: "sextant-system", agentSelector: "app.kubernetes.io/name=sextant,app.kubernetes.io/component=agent",
+		freshWithin: time.Minute, schedulerName: "sextant", image: "sextant.local/sextant-ranker:dev", command: []string{"true"}}
+	run := func(bind bool, reports ...runtime.Object) error {
+		kube := fake.NewClientset(agentPod("a1", "n1"), agentPod("a2", "n2"))
+		var created *corev1.Pod
+		kube.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+			p := a.(k8stesting.CreateAction).GetObject().(*corev1.Pod)
+			p.Name = p.GenerateName + "x"
+			if bind && p.Spec.SchedulerName == "sextant" {
+				p.Spec.NodeName = "n1"
+			}
+			created = p
+			return false, nil, nil
+		})
+		dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{nodeBandwidths: "NodeBandwidthList"}, reports...)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		err := runCheck(ctx, kube, dyn, o, io.Discard)
+		if created != nil {
+			if _, gerr := kube.CoreV1().Pods(o.namespace).Get(context.Background(), created.Name, metav1.GetOptions{}); gerr == nil {
+				t.Errorf("the test pod %s was not deleted", created.Name)
+			}
+		}
+		return err
+	}
+	now := time.Now()
+	if err := run(true, nodeBandwidth("n1", now), nodeBandwidth("n2", now)); err != nil {
+		t.Errorf("a working installation: %v", err)
+	}
+	if err := run(true, nodeBandwidth("n1", now), nodeBandwidth("n2", now.Add(-5*time.Minute))); err == nil || !strings.Contains(err.Error(), "n2: NodeBandwidth sampled") {
+		t.Errorf("a stale report: %v, want an error naming n2", err)
+	}
+	if err := run(true, nodeBandwidth("n1", now)); err == nil || !strings.Contains(err.Error(), "n2: no NodeBandwidth") {
+		t.Errorf("a node without a report: %v, want an error naming n2", err)
+	}
+	if err := run(false, nodeBandwidth("n1", now), nodeBandwidth("n2", now)); err == nil || !strings.Contains(err.Error(), "did not place") {
+		t.Errorf("a ranker that places nothing: %v", err)
+	}
+}
