@@ -28,7 +28,7 @@ default to image.registry and image.tag, the tag to the chart's appVersion.
 
 {{/* The pod spec's imagePullSecrets, from the value imagePullSecrets. */}}
 {{- define "sextant.imagePullSecrets" -}}
-{{- with .Values.imagePullSecrets }}
+{{- with .Values.imagePullSecrets -}}
 imagePullSecrets:
 {{- toYaml . | nindent 0 }}
 {{- end }}
@@ -43,7 +43,7 @@ PriorityClasses, else none.
 {{- $root := index . 0 -}}
 {{- $name := index . 1 -}}
 {{- if and (not $name) $root.Values.priorityClasses.create }}{{ $name = printf "sextant-%s-critical" (index . 2) }}{{ end -}}
-{{- with $name }}
+{{- with $name -}}
 priorityClassName: {{ . }}
 {{- end }}
 {{- end -}}
