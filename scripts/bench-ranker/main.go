@@ -80,9 +80,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/kubeclient"
 )
 
 // The annotations and resource names of DESIGN.md. They are spelled out here rather than
@@ -249,9 +249,9 @@ func parseSizes(s string) ([]int, error) {
 }
 
 func run(ctx context.Context, o options) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	cfg, err := kubeclient.Config(o.kubeconfig)
 	if err != nil {
-		return fmt.Errorf("load kubeconfig %s: %w", o.kubeconfig, err)
+		return err
 	}
 	cfg.QPS, cfg.Burst = float32(o.qps), int(o.qps)
 	kube, err := kubernetes.NewForConfig(cfg)
