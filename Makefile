@@ -93,9 +93,28 @@ test-e2e: ## Integration tests against the real local cluster (root; brings it u
 	E2E_TIMEOUT=$(E2E_TIMEOUT) scripts/test-e2e.sh
 
 .PHONY: images
-images: ## Build the pause, busybox, exit0, sextant-agent, sextant-ranker and sextant-sidecar-wrapper images; import them if the cluster runs.
+images: images-oci ## Build the images: for IMAGE_PLATFORMS in bin/images/, and for this machine as tarballs, imported if the cluster runs.
 	@if scripts/cluster.sh status >/dev/null 2>&1; then scripts/images.sh import; \
 	  else scripts/images.sh base >/dev/null && scripts/images.sh project; fi
+
+# The platforms of the images `make images` builds and `make push` pushes.
+IMAGE_PLATFORMS ?= linux/amd64,linux/arm64
+IMAGE_ARCHES = $(subst linux/,,$(subst $(comma), ,$(IMAGE_PLATFORMS)))
+comma := ,
+
+.PHONY: images-oci
+images-oci: ## Build the exit0, sextant-agent, sextant-ranker and sextant-sidecar-wrapper images for IMAGE_PLATFORMS as OCI layouts in bin/images/.
+	for arch in $(IMAGE_ARCHES); do \
+	  GOOS=linux GOARCH=$$arch $(GO_BUILD) -o bin/linux_$$arch/ ./agent/cmd/sextant-agent ./ranker/cmd/sextant-ranker ./agent/cmd/sextant-sidecar-wrapper; \
+	  GOOS=linux GOARCH=$$arch go build -trimpath -ldflags "-s -w" -o bin/linux_$$arch/exit0 ./scripts/images/exit0; \
+	done
+	IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) scripts/images.sh oci >/dev/null
+
+TAG ?= $(VERSION)
+.PHONY: push
+push: images-oci ## Push the images to REGISTRY/NAME:TAG (TAG default: git describe) and the chart to oci://REGISTRY; prints their digests.
+	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/sextant [TAG=v0.1.0]" >&2; exit 1; }
+	scripts/images.sh push $(REGISTRY) $(TAG)
 
 .PHONY: cluster-up
 cluster-up: ## Start the local real cluster (root; idempotent).

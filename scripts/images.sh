@@ -7,6 +7,14 @@
 #   scripts/images.sh project   sextant-agent, sextant-ranker and sextant-sidecar-wrapper,
 #                               from fresh static builds
 #   scripts/images.sh import    both sets, imported into the running local cluster
+#   scripts/images.sh oci       exit0, sextant-agent, sextant-ranker and sextant-sidecar-wrapper
+#                               as OCI image layouts under bin/images/, each an image index
+#                               of $IMAGE_PLATFORMS (default linux/amd64,linux/arm64), from
+#                               bin/linux_ARCH/ (`make images` builds those)
+#   scripts/images.sh push REGISTRY TAG
+#                               push bin/images/* to REGISTRY/NAME:TAG and the chart, as an
+#                               OCI artifact, to oci://REGISTRY; PLAIN_HTTP=1 for a plain
+#                               HTTP registry (localhost and 127.0.0.1 always are)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -18,11 +26,13 @@ out=$SEXTANT_CACHE/images
 tools=$SEXTANT_CACHE/bin
 mkdir -p "$out" "$tools"
 
-mkimage() {
-  [ -x "$tools/mkimage" ] && [ "$tools/mkimage" -nt "$here/images/mkimage/main.go" ] ||
-    (cd "$repo" && go build -o "$tools/mkimage" ./scripts/images/mkimage) || die "images: building mkimage failed"
-  "$tools/mkimage" "$@"
+tool() { # name args...
+  local name=$1; shift
+  [ -x "$tools/$name" ] && [ "$tools/$name" -nt "$here/images/$name/main.go" ] ||
+    (cd "$repo" && go build -o "$tools/$name" "./scripts/images/$name") || die "images: building $name failed"
+  "$tools/$name" "$@"
 }
+mkimage() { tool mkimage "$@"; }
 
 base() {
   (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tools/pause" ./scripts/images/pause) ||
@@ -56,11 +66,56 @@ project() {
   echo "$out/sextant-agent.tar $out/sextant-ranker.tar $out/sextant-sidecar-wrapper.tar"
 }
 
+# oci and push: the platforms, the binaries' directory (one linux_ARCH/ per platform),
+# the layouts' directory and the images (e2e tests take a few, from a directory of their own).
+PLATFORMS=${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}
+bins=${IMAGE_BIN_DIR:-$repo/bin}
+layouts=${IMAGE_LAYOUT_DIR:-$repo/bin/images}
+read -r -a names <<<"${IMAGE_NAMES:-exit0 sextant-agent sextant-ranker sextant-sidecar-wrapper}"
+
+oci() {
+  local name entry
+  mkdir -p "$layouts"
+  for name in "${names[@]}"; do
+    case $name in
+      exit0 | sextant-sidecar-wrapper) entry=/$name ;;
+      *) entry=/usr/local/bin/$name ;;
+    esac
+    mkimage --ref "sextant.local/$name:$TAG" --layout "$layouts/$name" --platforms "$PLATFORMS" \
+      --file "$entry=$bins/linux_{arch}/$name" --entrypoint "$entry"
+    echo "$layouts/$name"
+  done
+}
+
+push() { # registry tag
+  local registry=${1:-} tag=${2:-} flags=() name chart out
+  [ -n "$registry" ] && [ -n "$tag" ] || die "images: push needs REGISTRY and TAG, e.g. push registry.example.com/sextant v0.1.0"
+  for name in "${names[@]}"; do
+    [ -f "$layouts/$name/index.json" ] || die "images: $layouts/$name is missing: run 'make images' first"
+  done
+  case ${registry%%/*} in localhost | localhost:* | 127.0.0.1 | 127.0.0.1:*) PLAIN_HTTP=1 ;; esac
+  [ "${PLAIN_HTTP:-}" = 1 ] && flags=(--plain-http)
+  tool pushimage --registry "$registry" --tag "$tag" "${flags[@]}" "${names[@]/#/$layouts/}" ||
+    die "images: pushing the images to $registry failed"
+  # The chart's appVersion is its images' default tag: the one just pushed.
+  chartdir=$(mktemp -d)
+  trap 'rm -rf "$chartdir"' EXIT
+  (cd "$repo" && go tool helm package charts/sextant --app-version "$tag" -d "$chartdir" >/dev/null) ||
+    die "images: helm package failed"
+  chart=$(echo "$chartdir"/*.tgz)
+  out=$(cd "$repo" && go tool helm push "$chart" "oci://$registry" "${flags[@]}" 2>&1) ||
+    die "images: pushing the chart to oci://$registry failed: $out"
+  # helm says "Pushed: REF" and "Digest: sha256:..."; print the chart as the images are.
+  printf '%s@%s\n' "$(sed -n 's/^Pushed: //p' <<<"$out")" "$(sed -n 's/^Digest: //p' <<<"$out")"
+}
+
 case "${1:-}" in
   base) base ;;
+  oci) oci ;;
+  push) push "${2:-}" "${3:-}" ;;
   project) project ;;
   import)
     for tarball in $(base) $(project); do "$here/cluster.sh" import "$tarball"; done
     log "images: imported into the local cluster (tag $TAG)" ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
