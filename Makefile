@@ -112,9 +112,13 @@ images-oci: ## Build the exit0, sextant-agent, sextant-ranker and sextant-sideca
 
 TAG ?= $(VERSION)
 .PHONY: push
-push: images-oci ## Push the images to REGISTRY/NAME:TAG (TAG default: git describe) and the chart to oci://REGISTRY; prints their digests.
-	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/sextant [TAG=v0.1.0]" >&2; exit 1; }
+push: push-registry images-oci ## Push the images to REGISTRY/NAME:TAG (TAG default: git describe) and the chart to oci://REGISTRY; prints their digests.
 	scripts/images.sh push $(REGISTRY) $(TAG)
+
+# Refuses a push without REGISTRY before anything is built.
+.PHONY: push-registry
+push-registry:
+	@[ -n "$(REGISTRY)" ] || { echo "push: set REGISTRY, e.g. make push REGISTRY=registry.example.com/sextant [TAG=v0.1.0]" >&2; exit 1; }
 
 .PHONY: cluster-up
 cluster-up: ## Start the local real cluster (root; idempotent).
