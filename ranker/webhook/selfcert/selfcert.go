@@ -250,53 +250,67 @@ func serial() *big.Int {
 // injectCABundle sets ca as the caBundle of the configurations' webhooks that call the
 // Service, updating only configurations where one differs.
 func (m *Manager) injectCABundle(ctx context.Context, ca []byte) error {
-	var errs []error
-	ours := func(svc *admissionregistrationv1.ServiceReference) bool {
-		return svc != nil && svc.Namespace == m.cfg.Namespace && svc.Name == m.cfg.Service
-	}
 	mutating := m.kube.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	for _, name := range m.cfg.MutatingWebhooks {
-		c, err := mutating.Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("get mutatingwebhookconfiguration %s: %w", name, err))
-			continue
-		}
-		changed := false
-		for i := range c.Webhooks {
-			cc := &c.Webhooks[i].ClientConfig
-			if ours(cc.Service) && !bytes.Equal(cc.CABundle, ca) {
-				cc.CABundle, changed = ca, true
-			}
-		}
-		if changed {
-			if _, err := mutating.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("set the caBundle of mutatingwebhookconfiguration %s: %w", name, err))
-				continue
-			}
-			m.log.Info("caBundle set", "mutatingwebhookconfiguration", name)
-		}
-	}
 	validating := m.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	for _, name := range m.cfg.ValidatingWebhooks {
-		c, err := validating.Get(ctx, name, metav1.GetOptions{})
+	return errors.Join(
+		setCABundle(m, ca, "mutatingwebhookconfiguration", m.cfg.MutatingWebhooks,
+			func(name string) (*admissionregistrationv1.MutatingWebhookConfiguration, error) {
+				return mutating.Get(ctx, name, metav1.GetOptions{})
+			},
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
+				for i := range c.Webhooks {
+					out[i] = &c.Webhooks[i].ClientConfig
+				}
+				return out
+			},
+			func(c *admissionregistrationv1.MutatingWebhookConfiguration) error {
+				_, err := mutating.Update(ctx, c, metav1.UpdateOptions{})
+				return err
+			}),
+		setCABundle(m, ca, "validatingwebhookconfiguration", m.cfg.ValidatingWebhooks,
+			func(name string) (*admissionregistrationv1.ValidatingWebhookConfiguration, error) {
+				return validating.Get(ctx, name, metav1.GetOptions{})
+			},
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) []*admissionregistrationv1.WebhookClientConfig {
+				out := make([]*admissionregistrationv1.WebhookClientConfig, len(c.Webhooks))
+				for i := range c.Webhooks {
+					out[i] = &c.Webhooks[i].ClientConfig
+				}
+				return out
+			},
+			func(c *admissionregistrationv1.ValidatingWebhookConfiguration) error {
+				_, err := validating.Update(ctx, c, metav1.UpdateOptions{})
+				return err
+			}),
+	)
+}
+
+// setCABundle gets each named configuration of kind, sets ca on the client configs of
+// its webhooks that call the Service, and updates the configuration where one differed.
+func setCABundle[C any](m *Manager, ca []byte, kind string, names []string,
+	get func(name string) (C, error), clientConfigs func(C) []*admissionregistrationv1.WebhookClientConfig, update func(C) error) error {
+	var errs []error
+	for _, name := range names {
+		c, err := get(name)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("get validatingwebhookconfiguration %s: %w", name, err))
+			errs = append(errs, fmt.Errorf("get %s %s: %w", kind, name, err))
 			continue
 		}
 		changed := false
-		for i := range c.Webhooks {
-			cc := &c.Webhooks[i].ClientConfig
-			if ours(cc.Service) && !bytes.Equal(cc.CABundle, ca) {
+		for _, cc := range clientConfigs(c) {
+			if svc := cc.Service; svc != nil && svc.Namespace == m.cfg.Namespace && svc.Name == m.cfg.Service && !bytes.Equal(cc.CABundle, ca) {
 				cc.CABundle, changed = ca, true
 			}
 		}
-		if changed {
-			if _, err := validating.Update(ctx, c, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("set the caBundle of validatingwebhookconfiguration %s: %w", name, err))
-				continue
-			}
-			m.log.Info("caBundle set", "validatingwebhookconfiguration", name)
+		if !changed {
+			continue
 		}
+		if err := update(c); err != nil {
+			errs = append(errs, fmt.Errorf("set the caBundle of %s %s: %w", kind, name, err))
+			continue
+		}
+		m.log.Info("caBundle set", kind, name)
 	}
 	return errors.Join(errs...)
 }
