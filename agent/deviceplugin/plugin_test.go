@@ -561,9 +561,10 @@ func TestPluginDirRecreated(t *testing.T) {
 	h.m.Update(gpus(v1alpha1.Healthy), nil)
 	eventually(t, "registration", func() bool { return k1.registered("sextant.io/gpu") == 1 })
 	k1.stop()
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	// The plugin may still be re-creating its socket in dir as it is removed ("directory
+	// not empty"), as it may when a node's kubelet directory is wiped: retry as rm -rf
+	// would be retried.
+	eventually(t, "removing the plugin directory", func() bool { return os.RemoveAll(dir) == nil })
 	time.Sleep(100 * time.Millisecond)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
