@@ -226,7 +226,15 @@ func TestStoreSyncsDespitePoison(t *testing.T) {
 		before[p.kind+"/"+p.reason], _ = testutil.GetCounterMetricValue(rejectedTotal.WithLabelValues(p.kind, p.reason))
 	}
 
-	s := New(client, 0)
+	// The fake client's lists, as the API server would send them.
+	list := func(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) ([]byte, error) {
+		l, err := client.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return l.MarshalJSON()
+	}
+	s := New(client, list, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s.Start(ctx)

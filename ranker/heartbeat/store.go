@@ -34,7 +34,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -45,7 +44,6 @@ import (
 // Store holds the latest NodeBandwidth and NodeTopology of every node, as one Node
 // record per node.
 type Store struct {
-	factory   dynamicinformer.DynamicSharedInformerFactory
 	bandwidth cache.SharedIndexInformer
 	topology  cache.SharedIndexInformer
 	nodes     *index
@@ -114,21 +112,28 @@ func (s *Store) tellTopology(node string) {
 
 type rejectKey struct{ kind, name string }
 
-// New returns a Store fed by watches through client. Call Start, then WaitForSync.
-func New(client dynamic.Interface, resync time.Duration) *Store {
-	f := dynamicinformer.NewDynamicSharedInformerFactory(client, resync)
+// New returns a Store fed by watches through client, listing through list. Call Start,
+// then WaitForSync.
+func New(client dynamic.Interface, list RawLister, resync time.Duration) *Store {
 	registerMetrics()
+	// Decode once, when the object arrives, not on every lookup: the transforms run on
+	// each watched object, and listWatch runs them on each listed one as it decodes it.
+	informer := func(resource string, transform cache.TransformFunc) cache.SharedIndexInformer {
+		gvr := v1alpha1.GroupVersion.WithResource(resource)
+		// As the dynamic informers do: a client that cannot stream a list (the fake
+		// ones of unit tests) is listed the old way.
+		lw := cache.ToListWatcherWithWatchListSemantics(listWatch(client, list, gvr, transform), client)
+		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, resync, cache.Indexers{})
+		_ = inf.SetTransform(transform)
+		return inf
+	}
 	s := &Store{
-		factory:   f,
-		bandwidth: f.ForResource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Informer(),
-		topology:  f.ForResource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Informer(),
+		bandwidth: informer("nodebandwidths", storeBandwidth),
+		topology:  informer("nodetopologies", storeTopology),
 		nodes:     newIndex(),
 		now:       time.Now,
 		rejected:  map[rejectKey]string{},
 	}
-	// Decode once, when the object arrives, not on every lookup.
-	_ = s.bandwidth.SetTransform(storeBandwidth)
-	_ = s.topology.SetTransform(storeTopology)
 	for _, inf := range []cache.SharedIndexInformer{s.bandwidth, s.topology} {
 		// The handlers are registered before the informers start, which cannot fail.
 		reg, _ := inf.AddEventHandler(s.recordHandler())
@@ -256,14 +261,48 @@ func storeBandwidth(in any) (any, error) {
 	// The informer hands the transform its own copy, decoded from the watch.
 	written := lastStatusWrite(u)
 	u.SetManagedFields(nil)
-	out, err := DecodeBandwidth(u)
+	full, err := DecodeBandwidth(u)
 	if err != nil {
 		return newRejected(kindBandwidth, u, err), nil
 	}
+	out := trimBandwidth(full)
 	if !written.IsZero() {
 		out.ManagedFields = []metav1.ManagedFieldsEntry{{Subresource: "status", Time: &metav1.Time{Time: written}}}
 	}
 	return out, nil
+}
+
+// trimBandwidth is the part of a checked NodeBandwidth that the ranker reads: its
+// identity, sampleTime, window and each network's remaining (ParseBandwidth) with the
+// capacity that bounds it (so the held object still passes ValidateBandwidth), the
+// total's only for a report without networks. The rest (per-interface figures, rates,
+// peaks) would be held for every node and never read, and would make the heap grow
+// with each interface an agent reports.
+func trimBandwidth(nbw *v1alpha1.NodeBandwidth) *v1alpha1.NodeBandwidth {
+	out := &v1alpha1.NodeBandwidth{
+		TypeMeta: nbw.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: nbw.Name, Namespace: nbw.Namespace, UID: nbw.UID, ResourceVersion: nbw.ResourceVersion,
+		},
+	}
+	st := &nbw.Status
+	out.Status.SampleTime, out.Status.Window = st.SampleTime, st.Window
+	remaining := func(b *v1alpha1.Bandwidth) v1alpha1.Bandwidth {
+		return v1alpha1.Bandwidth{
+			Ingress: v1alpha1.DirectionBandwidth{Capacity: b.Ingress.Capacity, Remaining: b.Ingress.Remaining},
+			Egress:  v1alpha1.DirectionBandwidth{Capacity: b.Egress.Capacity, Remaining: b.Egress.Remaining},
+		}
+	}
+	if len(st.Networks) > 0 {
+		out.Status.Networks = make([]v1alpha1.NetworkBandwidth, len(st.Networks))
+		for i := range st.Networks {
+			out.Status.Networks[i] = v1alpha1.NetworkBandwidth{Name: st.Networks[i].Name, Bandwidth: remaining(&st.Networks[i].Bandwidth)}
+		}
+	} else if st.Total != nil {
+		total := remaining(st.Total)
+		out.Status.Total = &total
+	}
+	return out
 }
 
 func storeTopology(in any) (any, error) {
@@ -290,7 +329,10 @@ func statusWritten(nbw *v1alpha1.NodeBandwidth) time.Time {
 }
 
 // Start starts the watches; they stop when ctx ends.
-func (s *Store) Start(ctx context.Context) { s.factory.Start(ctx.Done()) }
+func (s *Store) Start(ctx context.Context) {
+	go s.bandwidth.RunWithContext(ctx)
+	go s.topology.RunWithContext(ctx)
+}
 
 // WaitForSync waits until both watches have listed what exists and the records hold
 // it.
@@ -328,12 +370,10 @@ func (s *Store) Len() int { return s.nodes.len() }
 
 // EachBandwidth calls f with every node's current NodeBandwidth, in no order.
 func (s *Store) EachBandwidth(f func(node string, b *Bandwidth)) {
-	s.nodes.records.Range(func(_, v any) bool {
-		n := v.(*Node)
+	s.nodes.each(func(n *Node) {
 		if b := n.Bandwidth(); b != nil {
 			f(n.name, b)
 		}
-		return true
 	})
 }
 
@@ -354,7 +394,11 @@ func Shared(ctx context.Context, cfg *rest.Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat client: %w", err)
 	}
-	s := New(client, 0)
+	list, err := RESTRawLister(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := New(client, list, 0)
 	// The store lives as long as the process: plugin contexts end with their profile.
 	s.Start(context.WithoutCancel(ctx))
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
