@@ -11,7 +11,9 @@
 #                           (all flags: --help; make bench-ranker passes BENCH_RANKER_ARGS)
 #
 # --rounds N runs each scheduler N times per size, in reverse order every other round,
-# and judges the ratio goal on the median of the rounds' ratios.
+# and judges the ratio goal on the median of the rounds' ratios. With several shapes,
+# each round sets every shape up in turn (reversed every other round), so that the
+# shapes compared in a round ran minutes, not rounds, apart.
 #
 # --shape picks the bench nodes' shape: 2numa (the default: 2 NUMA nodes of 16 CPUs and
 # 64 GiB, 4 GPUs, one network), 8numa-8gpu (8 NUMA nodes as 2numa's in 2 sockets, one GPU

@@ -36,8 +36,10 @@ type bench struct {
 	shape nodeShape
 	runID string
 	ns    string
-	// round is the round being run, from 0.
-	round int
+	// rounds are the rounds this setup runs (from 0: all of --rounds, or one when
+	// shapes are interleaved); round is the one being run.
+	rounds []int
+	round  int
 	nodes []string
 	// remaining is each node's reported remaining bandwidth per network (in the
 	// shape's order), [ingress, egress] in bits/s.
@@ -83,6 +85,10 @@ type result struct {
 	// peakRSS is the scheduler process's peak resident memory (VmHWM), in bytes: the
 	// price of its GC settings and caches. 0 when unknown.
 	peakRSS int64
+	// liveHeap is the scheduler's live heap after the run (go_gc_heap_live_bytes after a
+	// forced garbage collection), in bytes: what it keeps, whatever its GC settings let
+	// the heap grow to. 0 when unknown.
+	liveHeap int64
 	// breakdown says where the scheduler spent its time, from its own metrics.
 	breakdown string
 	// pluginMeans is the sextant plugins' mean time per Score and Filter call, from
@@ -108,7 +114,7 @@ func (b *bench) runSize(ctx context.Context) (results []result, err error) {
 	b.workload = makeWorkload(b.o.seed, b.o.pods, b.shape.gpuPodMax)
 	assignNetworks(b.workload, b.shape)
 
-	for b.round = 0; b.round < b.o.rounds; b.round++ {
+	for _, b.round = range b.rounds {
 		// Every other round in reverse, so that no scheduler always runs first or
 		// always after the same one.
 		order := slices.Clone(b.o.schedulers)

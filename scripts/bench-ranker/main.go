@@ -69,13 +69,13 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
@@ -146,9 +146,9 @@ type options struct {
 	// rounds is how many times each scheduler runs per size; rounds after the first
 	// run the schedulers in reverse order, alternating (see runSize).
 	rounds int
-	// rankerMemoryLimit is the memory limit, in bytes, of the container sextant-ranker
-	// is taken to run in; 0: none.
-	rankerMemoryLimit int64
+	// rankerEnv is added to sextant-ranker's environment: the chart's GC settings, then
+	// --ranker-env.
+	rankerEnv []string
 }
 
 func main() {
@@ -176,15 +176,19 @@ func main() {
 	flag.IntVar(&o.schedulerQPS, "scheduler-qps", 1000, "clientConnection qps and burst of both schedulers: high enough that neither waits on its rate limiter (a run within 3% of the limiter's ceiling is marked AT-QPS-LIMIT; scheduler_perf uses 5000, which floods a small shared API server)")
 	flag.IntVar(&o.rounds, "rounds", 1, "run each scheduler this many times per size, the order reversed every other round; the goal is judged on the median of the rounds' sextant/vanilla ratios (the 2-core machine moves single runs by ±15-30%)")
 	flag.DurationVar(&o.cpuProfile, "cpu-profile", 0, "if set, fetch a CPU profile of this length from each scheduler's /debug/pprof once it is scheduling, into cpu-<scheduler>-<nodes>.pprof in the work dir, and a heap profile after the run into heap-<scheduler>-<nodes>.pprof (-<shape> added before <nodes> to these, the metrics and the logs for a shape other than "+defaultShape+", -r<round> after it from round 2 on)")
-	rankerMemoryLimit := flag.String("ranker-memory-limit", chartRankerMemoryLimit, "the memory limit of the container sextant-ranker is taken to run in, the chart's default ranker.resources.limits.memory: its runs get GOMEMLIMIT at --memory-limit-ratio's default fraction of it, the soft limit sextant-ranker sets itself in such a container (the bench's processes run in no memory-limited cgroup); 0: none")
+	chartDir := flag.String("chart", "charts/sextant", "the chart whose ranker Deployment's Go GC environment (GOGC, GOMEMLIMIT, from ranker.gc) sextant-ranker runs with, as deployed by the chart's default values (the bench's processes run in no memory-limited cgroup)")
+	rankerEnv := flag.String("ranker-env", "", "comma-separated NAME=VALUE added to sextant-ranker's environment after the chart's, e.g. GOGC=200 to measure another GC percent")
 	flag.Parse()
 
 	var err error
-	if q, err := resource.ParseQuantity(*rankerMemoryLimit); err != nil || q.Sign() < 0 {
-		fatal(fmt.Errorf("--ranker-memory-limit %q: want a quantity of bytes such as 512Mi, or 0", *rankerMemoryLimit))
-	} else {
-		o.rankerMemoryLimit = q.Value()
+	if o.rankerEnv, err = chartRankerGCEnv(*chartDir); err != nil {
+		fatal(fmt.Errorf("--chart %s: %w", *chartDir, err))
 	}
+	extra, err := parseEnv(*rankerEnv)
+	if err != nil {
+		fatal(err)
+	}
+	o.rankerEnv = append(o.rankerEnv, extra...)
 	if o.sizes, err = parseSizes(sizes); err != nil {
 		fatal(err)
 	}
@@ -222,10 +226,6 @@ func main() {
 		fatal(err)
 	}
 }
-
-// chartRankerMemoryLimit is ranker.resources.limits.memory in the chart's values
-// (TestChartRankerMemoryLimit keeps them equal).
-const chartRankerMemoryLimit = "1Gi"
 
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench-ranker:", err)
@@ -278,15 +278,45 @@ func run(ctx context.Context, o options) error {
 	}
 
 	var results []result
+	run := func(shape nodeShape, size int, rounds []int) error {
+		b := &bench{o: o, cfg: cfg, kube: kube, dyn: dyn, size: size, shape: shape, rounds: rounds}
+		b.runID = runID + "-" + b.tag()
+		res, err := b.runSize(ctx)
+		results = append(results, res...)
+		if err != nil {
+			printResults(os.Stdout, results)
+			return fmt.Errorf("%s, %d nodes: %w", shape.name, size, err)
+		}
+		return nil
+	}
+	if len(o.shapes) > 1 && o.rounds > 1 {
+		// Shapes are compared round by round: each round sets every shape up in turn
+		// (in reverse every other round), so that the runs a ratio compares are close
+		// in time, not minutes apart, on a machine whose speed drifts.
+		for round := range o.rounds {
+			order := slices.Clone(o.shapes)
+			if round%2 == 1 {
+				slices.Reverse(order)
+			}
+			for _, shape := range order {
+				for _, size := range o.sizes {
+					if err := run(shape, size, []int{round}); err != nil {
+						return err
+					}
+				}
+			}
+		}
+		printResults(os.Stdout, results)
+		return nil
+	}
+	all := make([]int, o.rounds)
+	for i := range all {
+		all[i] = i
+	}
 	for _, shape := range o.shapes {
 		for _, size := range o.sizes {
-			b := &bench{o: o, cfg: cfg, kube: kube, dyn: dyn, size: size, shape: shape}
-			b.runID = runID + "-" + b.tag()
-			res, err := b.runSize(ctx)
-			results = append(results, res...)
-			if err != nil {
-				printResults(os.Stdout, results)
-				return fmt.Errorf("%s, %d nodes: %w", shape.name, size, err)
+			if err := run(shape, size, all); err != nil {
+				return err
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -175,34 +176,48 @@ func TestParseStatusPeakRSS(t *testing.T) {
 	}
 }
 
-// The bench runs sextant-ranker with the soft memory limit it would set in the chart's
-// container; the default must follow the chart.
-func TestChartRankerMemoryLimit(t *testing.T) {
+// The bench runs sextant-ranker with the GC environment the chart gives its container.
+func TestChartRankerGCEnv(t *testing.T) {
+	env, err := chartRankerGCEnv("../../charts/sextant")
+	if err != nil {
+		t.Fatal(err)
+	}
 	raw, err := os.ReadFile("../../charts/sextant/values.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var values struct {
 		Ranker struct {
-			Resources struct {
-				Limits map[string]string `json:"limits"`
-			} `json:"resources"`
+			GC struct {
+				Percent int `json:"percent"`
+			} `json:"gc"`
 		} `json:"ranker"`
 	}
 	if err := yaml.Unmarshal(raw, &values); err != nil {
 		t.Fatal(err)
 	}
-	if got := values.Ranker.Resources.Limits["memory"]; got != chartRankerMemoryLimit {
-		t.Errorf("chart's ranker.resources.limits.memory = %q, bench default --ranker-memory-limit = %q", got, chartRankerMemoryLimit)
+	if want := fmt.Sprintf("GOGC=%d", values.Ranker.GC.Percent); !slices.Contains(env, want) {
+		t.Errorf("chart env %v, want %s", env, want)
+	}
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GOMEMLIMIT=") }) {
+		t.Errorf("chart env %v, want a GOMEMLIMIT", env)
+	}
+	if _, err := parseEnv("GOGC=200,=3"); err == nil || !strings.Contains(err.Error(), "NAME=VALUE") {
+		t.Errorf("parseEnv of a nameless entry: %v, want an error naming the accepted form", err)
 	}
 }
 
 // The goal is judged on the median of the rounds' ratios, violations on their sum; one
 // round prints as before.
 func TestPrintResultsRounds(t *testing.T) {
+	// sextant's peak memory is 1.2x vanilla's, its live heap 1.5x.
 	run := func(sched string, round int, podsPerSec float64, violations int) result {
+		rss, live := int64(250<<20), int64(100<<20)
+		if sched == schedSextant {
+			rss, live = 300<<20, 150<<20
+		}
 		return result{scheduler: sched, size: 5000, round: round, pods: 10, bound: 10, podsPerSec: podsPerSec,
-			cpuPerPod: time.Duration(float64(time.Second) / podsPerSec), bwViolation: violations, measured: true}
+			cpuPerPod: time.Duration(float64(time.Second) / podsPerSec), bwViolation: violations, peakRSS: rss, liveHeap: live, measured: true}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -210,18 +225,24 @@ func TestPrintResultsRounds(t *testing.T) {
 		want    []string
 	}{
 		{"one round", []result{run(schedSextant, 0, 270, 0), run(schedVanilla, 0, 300, 7)},
-			[]string{"throughput ratio sextant/vanilla 0.900;", "violations 0, NUMA spread 0 (vanilla 7, 0)", "goal ratio >= 0.9: PASS; goal zero sextant violations: PASS", "\nsextant "}},
+			[]string{"throughput ratio sextant/vanilla 0.900;", "violations 0, NUMA spread 0 (vanilla 7, 0)", "peak memory sextant/vanilla 1.200; live heap sextant/vanilla 1.500",
+				"goal ratio >= 0.95: MISS; goal peak memory <= 1.5x: PASS; goal zero sextant violations: PASS", "\nsextant ", "300MiB    150MiB"}},
 		{"median of three rounds passes", []result{
 			run(schedSextant, 0, 200, 0), run(schedVanilla, 0, 300, 1),
-			run(schedVanilla, 1, 300, 1), run(schedSextant, 1, 285, 0),
-			run(schedSextant, 2, 279, 0), run(schedVanilla, 2, 300, 1)},
-			[]string{"sextant/vanilla median 0.930 (rounds 0.667 0.950 0.930)", "(vanilla 3, 0)", "goal ratio >= 0.9: PASS", "sextant#2 ", "vanilla#3 "}},
+			run(schedVanilla, 1, 300, 1), run(schedSextant, 1, 291, 0),
+			run(schedSextant, 2, 288, 0), run(schedVanilla, 2, 300, 1)},
+			[]string{"sextant/vanilla median 0.960 (rounds 0.667 0.970 0.960)", "(vanilla 3, 0)", "goal ratio >= 0.95: PASS", "sextant#2 ", "vanilla#3 "}},
+		{"peak memory over the goal", func() []result {
+			s, v := run(schedSextant, 0, 300, 0), run(schedVanilla, 0, 300, 0)
+			s.peakRSS = 2 * v.peakRSS
+			return []result{s, v}
+		}(), []string{"peak memory sextant/vanilla 2.000", "goal ratio >= 0.95: PASS; goal peak memory <= 1.5x: MISS"}},
 		{"ranker-default too", []result{run(schedSextant, 0, 270, 0), run(schedVanilla, 0, 300, 7), run(schedRankerDefault, 0, 330, 7)},
 			[]string{"throughput ratio ranker-default/vanilla 1.100, CPU per bound pod 0.909"}},
 		{"median of two rounds misses", []result{
 			run(schedSextant, 0, 200, 0), run(schedVanilla, 0, 300, 0),
 			run(schedVanilla, 1, 300, 0), run(schedSextant, 1, 285, 1)},
-			[]string{"median 0.808 (rounds 0.667 0.950)", "goal ratio >= 0.9: MISS; goal zero sextant violations: MISS"}},
+			[]string{"median 0.808 (rounds 0.667 0.950)", "goal ratio >= 0.95: MISS; goal peak memory <= 1.5x: PASS; goal zero sextant violations: MISS"}},
 	} {
 		var out strings.Builder
 		printResults(&out, tc.results)
@@ -548,12 +569,12 @@ func TestPrintResultsShapes(t *testing.T) {
 // A shape with a peak-memory goal: the ratio of peak memory to the first shape's is
 // printed and judged for sextant.
 func TestPrintResultsPeakMemoryGoal(t *testing.T) {
-	run := func(shape string, rss int64) result {
-		return result{scheduler: schedSextant, shape: shape, size: 5000, pods: 10, bound: 10, podsPerSec: 100, peakRSS: rss, measured: true}
+	run := func(shape string, rss, live int64) result {
+		return result{scheduler: schedSextant, shape: shape, size: 5000, pods: 10, bound: 10, podsPerSec: 100, peakRSS: rss, liveHeap: live, measured: true}
 	}
 	var out strings.Builder
-	printResults(&out, []result{run("2numa", 1000<<20), run("2numa-2net", 1100<<20)})
-	want := "5000 nodes, sextant: throughput 2numa-2net/2numa 1.000; goal >= 0.9: PASS; peak memory 2numa-2net/2numa 1.100; goal <= 1.05: MISS"
+	printResults(&out, []result{run("2numa", 1000<<20, 100<<20), run("2numa-2net", 1000<<20, 110<<20)})
+	want := "5000 nodes, sextant: throughput 2numa-2net/2numa 1.000; goal >= 0.9: PASS; peak memory 2numa-2net/2numa 1.000; live heap 2numa-2net/2numa 1.100; goal <= 1.05: MISS"
 	if !strings.Contains(out.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, out.String())
 	}

@@ -97,6 +97,16 @@ type pluginMean struct{ sum, count float64 }
 
 // pluginMeans reads the sum and count of each plugin's execution time at extension
 // point from the scheduler's /metrics text.
+// liveHeapBytes is go_gc_heap_live_bytes in a scrape, 0 if absent.
+func liveHeapBytes(text string) int64 {
+	for _, line := range strings.Split(text, "\n") {
+		if name, _, v, ok := parseSample(line); ok && name == "go_gc_heap_live_bytes" {
+			return int64(v)
+		}
+	}
+	return 0
+}
+
 func pluginMeans(text, point string) map[string]pluginMean {
 	out := map[string]pluginMean{}
 	for _, line := range strings.Split(text, "\n") {

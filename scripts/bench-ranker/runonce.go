@@ -153,7 +153,12 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	res.note = note
 	ready := proc.readyAt
 	cpuAtReady, cpuErr := processCPU(proc.cmd.Process.Pid)
-	logf("%s nodes, %s: scheduler ready; scheduling %d pods", b.label(), sched, len(b.workload))
+	// What listing the cluster cost, before any pod: the startup part of the peak.
+	readyRSS := ""
+	if rss, err := processPeakRSS(proc.cmd.Process.Pid); err == nil {
+		readyRSS = fmt.Sprintf(", peak memory so far %d MiB", rss>>20)
+	}
+	logf("%s nodes, %s: scheduler ready%s; scheduling %d pods", b.label(), sched, readyRSS, len(b.workload))
 	if b.o.cpuProfile > 0 {
 		path := b.fileName("cpu-"+sched, "pprof")
 		go func() {
@@ -230,15 +235,16 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	} else {
 		res.peakRSS = rss
 	}
-	if b.o.cpuProfile > 0 {
-		// The live heap after the run: what the scheduler keeps per node and pod. After
-		// the CPU time is read: the profile forces a garbage collection.
+	// The live heap after the run, what the scheduler keeps per node and pod, is read
+	// from the metrics below after a forced garbage collection (the heap profile's
+	// gc=1): the last natural one may have run while pods were still queued. After the
+	// CPU time is read: the collection costs CPU.
+	prof, err := b.getSecure(ctx, proc.port, "/debug/pprof/heap?gc=1", time.Minute)
+	if err != nil {
+		logf("%s nodes, %s: WARNING: no forced garbage collection, the live heap is the last natural one's: %v", b.label(), sched, err)
+	} else if b.o.cpuProfile > 0 {
 		path := b.fileName("heap-"+sched, "pprof")
-		prof, err := b.getSecure(ctx, proc.port, "/debug/pprof/heap?gc=1", time.Minute)
-		if err == nil {
-			err = os.WriteFile(path, []byte(prof), 0o644)
-		}
-		if err != nil {
+		if err := os.WriteFile(path, []byte(prof), 0o644); err != nil {
 			logf("%s nodes, %s: WARNING: no heap profile: %v", b.label(), sched, err)
 		} else {
 			logf("%s nodes, %s: heap profile in %s", b.label(), sched, path)
@@ -249,6 +255,7 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	} else {
 		_ = os.WriteFile(b.fileName("metrics-"+sched, "txt"), []byte(text), 0o644)
 		res.breakdown = summarizeMetrics(text, bound)
+		res.liveHeap = liveHeapBytes(text)
 		if sched == schedSextant && !strings.Contains(res.note, "PLUGINS MISSING") {
 			res.pluginMeans = formatPluginMeans(text)
 		}

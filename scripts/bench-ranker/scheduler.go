@@ -17,7 +17,6 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/profile"
 )
 
@@ -133,8 +132,8 @@ func (b *bench) startScheduler(ctx context.Context, sched string) (*schedProc, s
 	case schedRankerDefault:
 		bin = b.o.sextantRanker
 	}
-	if bin == b.o.sextantRanker && b.o.rankerMemoryLimit > 0 {
-		env = []string{fmt.Sprintf("GOMEMLIMIT=%d", gcsettings.SoftLimit(b.o.rankerMemoryLimit, gcsettings.DefaultMemoryLimitRatio))}
+	if bin == b.o.sextantRanker {
+		env = b.o.rankerEnv
 	}
 	p, err := b.launch(ctx, sched, bin, plugins, env)
 	if err == nil || !plugins {

@@ -206,33 +206,13 @@ type prometheus struct {
 // bound to the chart's ClusterRole sextant-metrics-reader.
 func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 	t.Helper()
-	ctx := context.Background()
 	dir := t.TempDir()
-	sa, err := local.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "prometheus"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	crb, err := local.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-prometheus-sextant-metrics-"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "sextant-metrics-reader"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: ns}},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = local.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
-	})
-	tok, err := local.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := metricsReaderToken(t, ns, "prometheus")
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(tok.Status.Token), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte(tok), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	checkRankerMetricsAuth(t, ns, tok.Status.Token)
+	checkRankerMetricsAuth(t, ns, tok)
 	// Debian's Prometheus is built without Kubernetes service discovery: the targets are
 	// the ready endpoints of the chart's metrics Services, as the ServiceMonitors select
 	// them, listed once (the release is deployed and ready).
@@ -290,6 +270,34 @@ func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 		return len(up) == 4, fmt.Sprintf("jobs with a target up: %v; targets:\n%s", up, prom.targets())
 	})
 	return prom
+}
+
+// metricsReaderToken is a token of a new service account name in ns, bound to the
+// chart's ClusterRole sextant-metrics-reader.
+func metricsReaderToken(t *testing.T, ns, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	sa, err := local.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	crb, err := local.kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-" + name + "-sextant-metrics-"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "sextant-metrics-reader"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa.Name, Namespace: ns}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = local.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), crb.Name, metav1.DeleteOptions{})
+	})
+	tok, err := local.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Status.Token
 }
 
 // checkRankerMetricsAuth asks a ranker's /metrics with the bound token (200), a token

@@ -4,13 +4,17 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +33,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
-	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/profile"
 )
 
@@ -748,38 +751,56 @@ func TestRankerChartPlacesPod(t *testing.T) {
 		t.Errorf("no numa.sextant.io/nodes on the pod (annotations %v)", got.Annotations)
 	}
 	waitPodPhase(t, ns, "chart", corev1.PodSucceeded, 2*time.Minute)
-	checkRankerGCSettings(t)
+	checkRankerGCSettings(t, ns)
 }
 
-// checkRankerGCSettings: every ranker replica of the chart found its container's memory
-// limit (the chart's 1Gi) in the real cgroup and set 0.9 of it as Go's soft limit.
-func checkRankerGCSettings(t *testing.T) {
+// checkRankerGCSettings: every ranker replica of the chart runs with the chart's GC
+// settings (ranker.gc: GOGC 100, GOMEMLIMIT 90% of the 1Gi memory limit), as its Go
+// runtime reports them on /metrics.
+func checkRankerGCSettings(t *testing.T, ns string) {
 	t.Helper()
-	ctx := context.Background()
-	pods, err := local.kube.CoreV1().Pods(releaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=ranker"})
+	tok := metricsReaderToken(t, ns, "gc-check")
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	want := map[string]float64{"go_gc_gogc_percent": 100, "go_gc_gomemlimit_bytes": float64(int64(1<<30) * 90 / 100)}
+	deploy, err := local.kube.AppsV1().Deployments(releaseNamespace).Get(context.Background(), "sextant-ranker", metav1.GetOptions{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the chart's ranker Deployment: %v", err)
 	}
-	if len(pods.Items) == 0 {
-		t.Fatal("no ranker pods of the chart")
-	}
-	limit := int64(1 << 30)
-	want := fmt.Sprintf(`memoryLimitBytes=%d memoryLimitFrom="cgroup" cgroupMemoryLimitBytes=%d`, gcsettings.SoftLimit(limit, gcsettings.DefaultMemoryLimitRatio), limit)
-	for _, p := range pods.Items {
-		logs, err := local.kube.CoreV1().Pods(releaseNamespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: "ranker"}).DoRaw(ctx)
-		if err != nil {
-			t.Fatalf("logs of %s: %v", p.Name, err)
+	replicas := int(ptr.Deref(deploy.Spec.Replicas, 1))
+	// Every replica, the leader and the standbys, once ready; the binding takes effect
+	// once the API server's authorizer has seen it.
+	eventually(t, time.Minute, func() (bool, string) {
+		targets := serviceTargets(t, "sextant-ranker-metrics", "https-metrics", false)
+		if len(targets) < replicas {
+			return false, fmt.Sprintf("the ranker's metrics Service has %d ready endpoints, want %d", len(targets), replicas)
 		}
-		var line string
-		for _, l := range strings.Split(string(logs), "\n") {
-			if strings.Contains(l, `"Go GC settings"`) {
-				line = l
+		for _, target := range targets {
+			addr := strings.TrimSuffix(strings.TrimPrefix(strings.TrimSpace(target), `- targets: ["`), `"]`)
+			req, _ := http.NewRequest(http.MethodGet, "https://"+addr+"/metrics", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := client.Do(req)
+			if err != nil {
+				return false, err.Error()
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				return false, fmt.Sprintf("ranker %s /metrics: HTTP %d, %v", addr, resp.StatusCode, err)
+			}
+			for name, value := range want {
+				var got string
+				for _, line := range strings.Split(string(body), "\n") {
+					if v, ok := strings.CutPrefix(line, name+" "); ok {
+						got = v
+					}
+				}
+				if f, err := strconv.ParseFloat(got, 64); err != nil || f != value {
+					return false, fmt.Sprintf("ranker %s: %s %q, want %v", addr, name, got, value)
+				}
 			}
 		}
-		if !strings.Contains(line, `gcPercent=400 gcPercentFrom="--gc-percent"`) || !strings.Contains(line, want) {
-			t.Errorf("ranker %s logged GC settings %q, want GC percent 400 and %s", p.Name, line, want)
-		}
-	}
+		return true, ""
+	})
 }
 
 // TestRankerMalformedAnnotationStaysPending: a pod that slipped past the webhook (its

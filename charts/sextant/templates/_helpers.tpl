@@ -65,3 +65,25 @@ annotations:
   cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/sextant-webhook
 {{- end }}
 {{- end -}}
+
+{{/*
+The ranker's Go GC environment: GOGC from ranker.gc.percent, and GOMEMLIMIT in bytes,
+ranker.gc.memoryLimitPercent of ranker.resources.limits.memory (none when either is
+unset or 0). A memory limit this cannot read fails the install, naming it.
+*/}}
+{{- define "sextant.rankerGCEnv" -}}
+- name: GOGC
+  value: {{ .Values.ranker.gc.percent | int | toString | quote }}
+{{- $limit := "" }}
+{{- with .Values.ranker.resources }}{{ with .limits }}{{ with .memory }}{{ $limit = toString . }}{{ end }}{{ end }}{{ end }}
+{{- $percent := .Values.ranker.gc.memoryLimitPercent | int }}
+{{- if and $limit (gt $percent 0) }}
+{{- if not (regexMatch "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$" $limit) }}
+{{- fail (printf "ranker.resources.limits.memory %q: want an integer of bytes with an optional suffix Ki, Mi, Gi, Ti, k, M, G or T (e.g. 1Gi or 1500Mi), from which ranker.gc.memoryLimitPercent sets GOMEMLIMIT" $limit) }}
+{{- end }}
+{{- $digits := regexFind "^[0-9]+" $limit }}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 }}
+- name: GOMEMLIMIT
+  value: {{ div (mul (atoi $digits) (get $units (trimPrefix $digits $limit)) $percent) 100 | toString | quote }}
+{{- end }}
+{{- end -}}

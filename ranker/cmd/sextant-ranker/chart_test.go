@@ -189,6 +189,9 @@ func TestChartValuesSchema(t *testing.T) {
 		{"unknown image field", map[string]any{"image": map[string]any{"agent": map[string]any{"name": "x"}}}, "/image/agent"},
 		{"pull secret without name", map[string]any{"imagePullSecrets": []any{"regcred"}}, "/imagePullSecrets/0"},
 		{"priority above the user range", map[string]any{"priorityClasses": map[string]any{"nodeCriticalValue": 2000000000}}, "/priorityClasses/nodeCriticalValue"},
+		{"GOGC in extraEnv", map[string]any{"ranker": map[string]any{"extraEnv": []any{map[string]any{"name": "GOGC", "value": "400"}}}}, "/ranker/extraEnv/0"},
+		{"GC percent 0", map[string]any{"ranker": map[string]any{"gc": map[string]any{"percent": 0}}}, "/ranker/gc/percent"},
+		{"memory limit percent above 100", map[string]any{"ranker": map[string]any{"gc": map[string]any{"memoryLimitPercent": 120}}}, "/ranker/gc/memoryLimitPercent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := render(tc.overrides)
@@ -202,6 +205,15 @@ func TestChartValuesSchema(t *testing.T) {
 // renderChart renders the chart with overrides, as helm template would.
 func renderChart(t *testing.T, overrides map[string]any) map[string]string {
 	t.Helper()
+	rendered, err := tryRenderChart(t, overrides)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rendered
+}
+
+func tryRenderChart(t *testing.T, overrides map[string]any) (map[string]string, error) {
+	t.Helper()
 	chart, err := loader.Load(filepath.Join("..", "..", "..", "charts", "sextant"))
 	if err != nil {
 		t.Fatal(err)
@@ -210,11 +222,52 @@ func renderChart(t *testing.T, overrides map[string]any) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := engine.Render(chart, values)
-	if err != nil {
-		t.Fatal(err)
+	return engine.Render(chart, values)
+}
+
+// The chart sets the ranker's Go GC through GOGC and GOMEMLIMIT, the latter a percentage
+// of the container's memory limit in bytes; a limit it cannot read fails the install
+// with a message naming it.
+func TestChartRankerGCEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		ranker   map[string]any
+		gogc     string
+		memLimit string // "" : no GOMEMLIMIT
+	}{
+		{"defaults: 90% of 1Gi", nil, "100", "966367641"},
+		{"decimal suffix", map[string]any{"gc": map[string]any{"percent": 250, "memoryLimitPercent": 50}, "resources": map[string]any{"limits": map[string]any{"memory": "3G"}}}, "250", "1500000000"},
+		{"bytes", map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1000"}}}, "100", "900"},
+		{"no limit", map[string]any{"resources": map[string]any{"limits": nil}}, "100", ""},
+		{"percent 0", map[string]any{"gc": map[string]any{"memoryLimitPercent": 0}}, "100", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var overrides map[string]any
+			if tc.ranker != nil {
+				overrides = map[string]any{"ranker": tc.ranker}
+			}
+			var dep struct {
+				Spec struct{ Template struct{ Spec corev1.PodSpec } }
+			}
+			if err := yaml.Unmarshal([]byte(renderChart(t, overrides)["sextant/templates/ranker-deployment.yaml"]), &dep); err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{}
+			for _, e := range dep.Spec.Template.Spec.Containers[0].Env {
+				env[e.Name] = e.Value
+			}
+			if got := env["GOGC"]; got != tc.gogc {
+				t.Errorf("GOGC = %q, want %q", got, tc.gogc)
+			}
+			if got, ok := env["GOMEMLIMIT"]; got != tc.memLimit || ok != (tc.memLimit != "") {
+				t.Errorf("GOMEMLIMIT = %q (set: %v), want %q", got, ok, tc.memLimit)
+			}
+		})
 	}
-	return rendered
+	_, err := tryRenderChart(t, map[string]any{"ranker": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}}})
+	if err == nil || !strings.Contains(err.Error(), `ranker.resources.limits.memory "1.5Gi"`) || !strings.Contains(err.Error(), "1500Mi") {
+		t.Errorf("limits.memory 1.5Gi: error %v, want one naming the value and the accepted form", err)
+	}
 }
 
 // Every pod the chart runs takes its image from the image values (per component, by

@@ -4,8 +4,8 @@
 // flag; a KubeSchedulerConfiguration (--config) enables the plugins in a profile, usually
 // "sextant" (see charts/sextant/templates/ranker-config.yaml); without --config it serves
 // the profile "sextant" with every sextant plugin. The --bandwidth-* flags set
-// BandwidthAware's defaults; args in the configuration override them. --gc-percent and
-// --memory-limit-ratio set Go's garbage collector (package gcsettings).
+// BandwidthAware's defaults; args in the configuration override them. Go's garbage
+// collector takes GOGC and GOMEMLIMIT from the environment (the chart's ranker.gc).
 //
 // `sextant-ranker sidecar-webhook` serves sextant's admission webhook for pods instead
 // (sidecar preparation, annotation validation) and the virtual-node sidecar controller;
@@ -24,7 +24,6 @@ import (
 	_ "k8s.io/component-base/metrics/prometheus/version"
 	"k8s.io/kubernetes/cmd/kube-scheduler/app"
 
-	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/plugins/bandwidth"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
@@ -32,8 +31,7 @@ import (
 )
 
 func main() {
-	gc := gcsettings.NewOptions()
-	command := newSchedulerCommand(gc,
+	command := newSchedulerCommand(
 		app.WithPlugin(bandwidth.Name, bandwidth.New),
 		app.WithPlugin(numa.Name, numa.New),
 		app.WithPlugin(devices.Name, devices.New),
@@ -47,7 +45,6 @@ func main() {
 	command.AddCommand(newCheckCommand())
 	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)
 	bandwidth.RegisterFlags(sextantFlags)
-	gc.AddFlags(sextantFlags)
 	command.Flags().AddFlagSet(sextantFlags)
 	// kube-scheduler prints its flags by section; add sextant's as one more.
 	usage := command.UsageFunc()

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,7 +14,6 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 
 	"sextant.io/sextant/internal/version"
-	"sextant.io/sextant/ranker/gcsettings"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
@@ -23,9 +21,10 @@ import (
 
 // newSchedulerCommand is kube-scheduler's own command (app.NewSchedulerCommand) with
 // sextant's steps run before it: --version naming sextant's release, the sextant profile
-// when there is no --config, checkBinder on the profiles of --config, and the GC
-// settings of gc (nil: none). Every kube-scheduler flag is its own.
-func newSchedulerCommand(gc *gcsettings.Options, registryOptions ...app.Option) *cobra.Command {
+// when there is no --config, and checkBinder on the profiles of --config. Every
+// kube-scheduler flag is its own. Go's garbage collector is set by the environment
+// (GOGC, GOMEMLIMIT), as the chart does.
+func newSchedulerCommand(registryOptions ...app.Option) *cobra.Command {
 	cmd := app.NewSchedulerCommand(registryOptions...)
 	cmd.Use = "sextant-ranker"
 	cmd.Long = `sextant-ranker is kube-scheduler with sextant's plugins registered: BandwidthAware,
@@ -46,11 +45,6 @@ DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag appli
 		if err := prepareConfig(cmd.Flags().Lookup("config").Value.String()); err != nil {
 			return err
 		}
-		if gc != nil {
-			if err := applyGCSettings(gc); err != nil {
-				return err
-			}
-		}
 		return run(cmd, args)
 	}
 	return cmd
@@ -68,19 +62,6 @@ func prepareConfig(file string) error {
 		return fmt.Errorf("--config %s: %w", file, err)
 	}
 	return checkBinder(cfg.Profiles)
-}
-
-func applyGCSettings(gc *gcsettings.Options) error {
-	a, err := gc.Apply(os.Getenv)
-	if err != nil {
-		return err
-	}
-	if a.CgroupErr != nil {
-		klog.ErrorS(a.CgroupErr, "No soft memory limit: the container's cgroup memory limit could not be read")
-	}
-	klog.InfoS("Go GC settings", "gcPercent", a.GCPercent, "gcPercentFrom", a.GCPercentFrom,
-		"memoryLimitBytes", a.MemoryLimitBytes, "memoryLimitFrom", a.MemoryLimitFrom, "cgroupMemoryLimitBytes", a.CgroupLimitBytes)
-	return nil
 }
 
 // checkBinder refuses profiles that enable NUMAAware or DeviceAware without SextantBinder

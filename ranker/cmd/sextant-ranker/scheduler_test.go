@@ -213,7 +213,7 @@ func (deciderStandIn) Unreserve(context.Context, fwk.CycleState, *corev1.Pod, st
 // --version names sextant's release and the Kubernetes one, and exits before it sets
 // anything up.
 func TestVersionFlag(t *testing.T) {
-	cmd := newSchedulerCommand(nil)
+	cmd := newSchedulerCommand()
 	var out strings.Builder
 	cmd.SetOut(&out)
 	cmd.SetArgs([]string{"--version"})
@@ -248,7 +248,7 @@ profiles:
 		{bad, `profile "numa-only" enables NUMAAware without SextantBinder`},
 		{dir + "/missing.yaml", "missing.yaml"},
 	} {
-		cmd := newSchedulerCommand(nil)
+		cmd := newSchedulerCommand()
 		cmd.SetArgs([]string{"--config", tc.file})
 		cmd.SilenceUsage, cmd.SilenceErrors = true, true
 		err := cmd.Execute()
