@@ -281,6 +281,11 @@ func run(ctx context.Context, o options) error {
 	run := func(shape nodeShape, size int, rounds []int) error {
 		b := &bench{o: o, cfg: cfg, kube: kube, dyn: dyn, size: size, shape: shape, rounds: rounds}
 		b.runID = runID + "-" + b.tag()
+		if len(rounds) == 1 && rounds[0] > 0 {
+			// Its own objects: the last round's namespace of this shape may still be
+			// terminating.
+			b.runID += fmt.Sprintf("-r%d", rounds[0]+1)
+		}
 		res, err := b.runSize(ctx)
 		results = append(results, res...)
 		if err != nil {
