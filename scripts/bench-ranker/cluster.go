@@ -40,7 +40,7 @@ type bench struct {
 	// shapes are interleaved); round is the one being run.
 	rounds []int
 	round  int
-	nodes []string
+	nodes  []string
 	// remaining is each node's reported remaining bandwidth per network (in the
 	// shape's order), [ingress, egress] in bits/s.
 	remaining map[string][][2]int64
