@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"sextant.io/sextant/api/v1alpha1"
 )
 
 // RawLister returns one page of a resource's list as the API server sends it (JSON).
@@ -62,14 +64,14 @@ func (unstructuredNegotiator) DecoderToVersion(d runtime.Decoder, _ runtime.Grou
 // has them all. Listing 5000 NodeBandwidths and 5000 NodeTopologies that way allocated
 // 541 MB and made the ranker's startup its peak of memory: 450 MiB, against 246-277 MiB
 // for vanilla kube-scheduler in the same run (docs/design/0061-lean-heartbeat-lists.md).
-func listWatch(client dynamic.Interface, list RawLister, gvr schema.GroupVersionResource, transform func(any) (any, error)) *cache.ListWatch {
+func listWatch(client dynamic.Interface, list RawLister, gvr schema.GroupVersionResource, kind string, transform func(any) (any, error)) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
 			raw, err := list(ctx, gvr, opts)
 			if err != nil {
 				return nil, err
 			}
-			return decodeList(raw, transform)
+			return decodeList(raw, kind, transform)
 		},
 		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 			return client.Resource(gvr).Watch(ctx, opts)
@@ -77,10 +79,10 @@ func listWatch(client dynamic.Interface, list RawLister, gvr schema.GroupVersion
 	}
 }
 
-// decodeList decodes a list page item by item into the store's objects. An item that
-// does not decode even as an object becomes a Rejected with what can be read of its
-// metadata, as a watched one would.
-func decodeList(raw []byte, transform func(any) (any, error)) (*objectList, error) {
+// decodeList decodes a list page of kind's objects item by item into the store's
+// objects. An item that does not decode even as an object becomes a Rejected with what
+// can be read of its metadata, as a watched one would.
+func decodeList(raw []byte, kind string, transform func(any) (any, error)) (*objectList, error) {
 	var page struct {
 		metav1.TypeMeta `json:",inline"`
 		Metadata        metav1.ListMeta   `json:"metadata"`
@@ -90,10 +92,6 @@ func decodeList(raw []byte, transform func(any) (any, error)) (*objectList, erro
 		return nil, fmt.Errorf("decode list: %w", err)
 	}
 	out := &objectList{TypeMeta: page.TypeMeta, ListMeta: page.Metadata, Items: make([]runtime.Object, 0, len(page.Items))}
-	kind := page.Kind
-	if len(kind) > len("List") {
-		kind = kind[:len(kind)-len("List")]
-	}
 	for i, item := range page.Items {
 		// As the watch decodes: numbers as int64 where they are integers.
 		var m map[string]any
@@ -119,7 +117,7 @@ func decodeList(raw []byte, transform func(any) (any, error)) (*objectList, erro
 			u.SetKind(kind)
 		}
 		if u.GetAPIVersion() == "" {
-			u.SetAPIVersion(page.APIVersion)
+			u.SetAPIVersion(v1alpha1.GroupVersion.String())
 		}
 		obj, err := transform(u)
 		if err != nil {

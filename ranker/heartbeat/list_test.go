@@ -24,7 +24,7 @@ func TestDecodeList(t *testing.T) {
 		goodBandwidth + `,` + string(noKindJSON) + `,` +
 		string(withStatus(t, goodBandwidth, "window", `"soon"`)) + `,` +
 		`"a string",` + `{"metadata":{"name":"broken","resourceVersion":"9"},"status":[1,2]}]}`
-	list, err := decodeList([]byte(page), storeBandwidth)
+	list, err := decodeList([]byte(page), kindBandwidth, storeBandwidth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestDecodeList(t *testing.T) {
 	if r, ok := list.Items[4].(*Rejected); ok && (r.Name != "broken" || r.ResourceVersion != "9") {
 		t.Errorf("rejected item's identity %s/%s, want broken/9", r.Name, r.ResourceVersion)
 	}
-	if _, err := decodeList([]byte(`{"items":`), storeBandwidth); err == nil {
+	if _, err := decodeList([]byte(`{"items":`), kindBandwidth, storeBandwidth); err == nil {
 		t.Error("a cut list decoded without error")
 	}
 }

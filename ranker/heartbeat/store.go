@@ -118,18 +118,18 @@ func New(client dynamic.Interface, list RawLister, resync time.Duration) *Store 
 	registerMetrics()
 	// Decode once, when the object arrives, not on every lookup: the transforms run on
 	// each watched object, and listWatch runs them on each listed one as it decodes it.
-	informer := func(resource string, transform cache.TransformFunc) cache.SharedIndexInformer {
+	informer := func(resource, kind string, transform cache.TransformFunc) cache.SharedIndexInformer {
 		gvr := v1alpha1.GroupVersion.WithResource(resource)
 		// As the dynamic informers do: a client that cannot stream a list (the fake
 		// ones of unit tests) is listed the old way.
-		lw := cache.ToListWatcherWithWatchListSemantics(listWatch(client, list, gvr, transform), client)
+		lw := cache.ToListWatcherWithWatchListSemantics(listWatch(client, list, gvr, kind, transform), client)
 		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, resync, cache.Indexers{})
 		_ = inf.SetTransform(transform)
 		return inf
 	}
 	s := &Store{
-		bandwidth: informer("nodebandwidths", storeBandwidth),
-		topology:  informer("nodetopologies", storeTopology),
+		bandwidth: informer("nodebandwidths", kindBandwidth, storeBandwidth),
+		topology:  informer("nodetopologies", kindTopology, storeTopology),
 		nodes:     newIndex(),
 		now:       time.Now,
 		rejected:  map[rejectKey]string{},
