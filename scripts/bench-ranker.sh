@@ -3,8 +3,9 @@
 # kube-scheduler's scheduler_perf, on the real API server of the local cluster. For each
 # size (default 500 and 5000 Node objects, no kubelets) with a NodeBandwidth and a
 # NodeTopology each, schedules the same 5000 pending pods once with each scheduler and
-# prints pods/s, their ratio, bandwidth violations and NUMA spread. Goals at 5000 nodes:
-# ratio >= 0.9, zero bandwidth violations for sextant. See scripts/bench-ranker/main.go.
+# prints pods/s, their ratio, memory, bandwidth violations and NUMA spread. Goals at 5000 nodes:
+# ratio >= 0.95, peak memory <= 1.5x vanilla's, zero bandwidth violations for sextant.
+# See scripts/bench-ranker/main.go.
 #
 #   scripts/bench-ranker.sh [--nodes 500,5000] [--pods 5000] [--schedulers sextant,vanilla]
 #                           [--shape 2numa] [--rounds 1] [--seed 1] [--timeout 10m] ...
