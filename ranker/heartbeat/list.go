@@ -13,6 +13,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -28,7 +29,8 @@ func RESTRawLister(cfg *rest.Config) (RawLister, error) {
 	c.APIPath = "/apis"
 	c.GroupVersion = &schema.GroupVersion{}
 	c.ContentType, c.AcceptContentTypes = runtime.ContentTypeJSON, runtime.ContentTypeJSON
-	c.NegotiatedSerializer = unstructuredNegotiator{}
+	// DoRaw decodes nothing; the client only asks for a serializer to exist.
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
 	client, err := rest.UnversionedRESTClientFor(c)
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat list client: %w", err)
@@ -38,22 +40,6 @@ func RESTRawLister(cfg *rest.Config) (RawLister, error) {
 			SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
 			DoRaw(ctx)
 	}, nil
-}
-
-// unstructuredNegotiator is what rest.UnversionedRESTClientFor asks for; DoRaw decodes
-// nothing with it.
-type unstructuredNegotiator struct{}
-
-func (unstructuredNegotiator) SupportedMediaTypes() []runtime.SerializerInfo {
-	return []runtime.SerializerInfo{{MediaType: runtime.ContentTypeJSON, EncodesAsText: true, Serializer: unstructured.UnstructuredJSONScheme}}
-}
-
-func (unstructuredNegotiator) EncoderForVersion(e runtime.Encoder, _ runtime.GroupVersioner) runtime.Encoder {
-	return e
-}
-
-func (unstructuredNegotiator) DecoderToVersion(d runtime.Decoder, _ runtime.GroupVersioner) runtime.Decoder {
-	return d
 }
 
 // listWatch lists gvr a page at a time through list, turning each item into what the

@@ -1,9 +1,15 @@
 package heartbeat
 
 import (
+	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -59,5 +65,33 @@ func TestDecodeList(t *testing.T) {
 	}
 	if _, err := decodeList([]byte(`{"items":`), kindBandwidth, storeBandwidth); err == nil {
 		t.Error("a cut list decoded without error")
+	}
+}
+
+// RESTRawLister asks the API server for the resource's list as JSON, with the list
+// options as query parameters, and returns the body as sent.
+func TestRESTRawLister(t *testing.T) {
+	body := `{"kind":"NodeBandwidthList","items":[]}`
+	var gotPath, gotQuery, gotAccept string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gotPath, gotQuery, gotAccept = r.URL.Path, r.URL.RawQuery, r.Header.Get("Accept")
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	list, err := RESTRawLister(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := list(context.Background(), v1alpha1.GroupVersion.WithResource("nodebandwidths"), metav1.ListOptions{Limit: 500, ResourceVersion: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(raw) != body {
+		t.Errorf("body %q, want %q", raw, body)
+	}
+	if gotPath != "/apis/sextant.io/v1alpha1/nodebandwidths" || !strings.Contains(gotQuery, "limit=500") ||
+		!strings.Contains(gotQuery, "resourceVersion=0") || !strings.Contains(gotAccept, "application/json") {
+		t.Errorf("asked %s?%s (Accept %q)", gotPath, gotQuery, gotAccept)
 	}
 }
