@@ -311,11 +311,79 @@ func storeTopology(in any) (any, error) {
 		return in, nil
 	}
 	u.SetManagedFields(nil)
-	out, err := DecodeTopology(u)
+	full, err := DecodeTopology(u)
 	if err != nil {
 		return newRejected(kindTopology, u, err), nil
 	}
-	return out, nil
+	return trimTopology(full), nil
+}
+
+// trimTopology is the part of a checked NodeTopology that NUMAAware and DeviceAware
+// read: identity, NUMA nodes, and per PCI device what decides whether it can be handed
+// out (address, kind, NUMA node, health, holder, exclusion). Kinds, health values and
+// NUMA node numbers are shared between all nodes instead of one copy per device: the
+// garbage collector marks each held object in every cycle, and a device's descriptive
+// strings (class, vendor, driver, PCIe root) and the NICs were never read
+// (docs/design/0062-lean-topology-records.md).
+func trimTopology(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
+	out := &v1alpha1.NodeTopology{
+		TypeMeta: nt.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: nt.Name, Namespace: nt.Namespace, UID: nt.UID, ResourceVersion: nt.ResourceVersion, Generation: nt.Generation,
+		},
+	}
+	in := &nt.Status.Topology
+	out.Status.NUMANodes = in.NUMANodes
+	if len(in.PCIDevices) > 0 {
+		out.Status.PCIDevices = make([]v1alpha1.PCIDevice, len(in.PCIDevices))
+		for i := range in.PCIDevices {
+			d := &in.PCIDevices[i]
+			out.Status.PCIDevices[i] = v1alpha1.PCIDevice{
+				Address:  d.Address,
+				Kind:     internKind(d.Kind),
+				NUMANode: sharedNUMAID(d.NUMANode),
+				Health:   internHealth(d.Health),
+				Holder:   d.Holder,
+				Excluded: d.Excluded,
+			}
+		}
+	}
+	return out
+}
+
+// numaIDs are the NUMA node numbers a device can name (ValidateTopology's bound), one
+// shared pointer each: the plugins only read through them.
+var numaIDs = func() (ids [MaxNUMANodes]int32) {
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	return ids
+}()
+
+func sharedNUMAID(id *int32) *int32 {
+	if id == nil || *id < 0 || *id >= MaxNUMANodes {
+		return id
+	}
+	return &numaIDs[*id]
+}
+
+func internKind(k v1alpha1.DeviceKind) v1alpha1.DeviceKind {
+	for _, known := range [...]v1alpha1.DeviceKind{v1alpha1.KindGPU, v1alpha1.KindNIC, v1alpha1.KindNVMe, v1alpha1.KindAccelerator, v1alpha1.KindOther} {
+		if k == known {
+			return known
+		}
+	}
+	return k
+}
+
+func internHealth(h v1alpha1.DeviceHealth) v1alpha1.DeviceHealth {
+	switch h {
+	case v1alpha1.Healthy:
+		return v1alpha1.Healthy
+	case v1alpha1.Unhealthy:
+		return v1alpha1.Unhealthy
+	}
+	return h
 }
 
 // statusWritten is the time of the status write storeBandwidth kept, zero if none.

@@ -136,18 +136,24 @@ func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(
 			}
 		}
 	}
-	free := &Free{}
+	var byKind [len(Kinds)][]v1alpha1.PCIDevice
 	for _, d := range topo.Status.PCIDevices {
 		i := slices.Index(Kinds[:], d.Kind)
 		if i < 0 || d.Health != v1alpha1.Healthy || taken[d.Address] || d.Holder != nil || d.Excluded != "" {
 			continue
 		}
-		free.devices[i] = append(free.devices[i], d)
+		byKind[i] = append(byKind[i], d)
 	}
-	for i, devs := range free.devices {
+	free := &Free{}
+	for i, devs := range byKind {
+		if len(devs) == 0 {
+			continue
+		}
 		slices.SortFunc(devs, func(a, b v1alpha1.PCIDevice) int { return cmp.Compare(a.Address, b.Address) })
+		free.addresses[i] = make([]string, len(devs))
 		free.numa[i] = make([]int32, len(devs))
 		for j, d := range devs {
+			free.addresses[i][j] = d.Address
 			free.numa[i][j] = -1
 			if d.NUMANode != nil {
 				free.numa[i][j] = *d.NUMANode
@@ -157,12 +163,15 @@ func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(
 	return free
 }
 
-// Free is a node's healthy devices that no pod holds, per kind (indexed as Kinds) in
-// address order; and, beside them, each one's NUMA node (-1 when unknown), which Score
-// reads on every node without chasing a pointer per device.
+// Free is a node's healthy devices that no pod holds, per kind (indexed as Kinds): their
+// addresses in address order and, beside them, each one's NUMA node (-1 when unknown),
+// which Score reads on every node without chasing a pointer per device. It is kept per
+// node between cycles, so it holds no copy of the devices themselves: every pointer in
+// it is one more for each garbage collection to follow
+// (docs/design/0062-lean-topology-records.md).
 type Free struct {
-	devices [len(Kinds)][]v1alpha1.PCIDevice
-	numa    [len(Kinds)][]int32
+	addresses [len(Kinds)][]string
+	numa      [len(Kinds)][]int32
 }
 
 // Shortfall returns the first requested kind the free devices cannot cover.
@@ -223,27 +232,27 @@ func FromPreferred(free *Free, want Want, preferred []int32) int64 {
 func Pick(free *Free, want Want, preferred []int32) (annotations.Allocation, bool) {
 	out := annotations.Allocation{}
 	for _, w := range want {
-		need, devices := int(w.N), free.devices[w.Kind]
-		if len(devices) < need {
+		need, addresses, numa := int(w.N), free.addresses[w.Kind], free.numa[w.Kind]
+		if len(addresses) < need {
 			return nil, false
 		}
 		var chosen []string
 		groups := map[int32][]string{}
 		var unknown []string
-		for _, d := range devices { // already in address order
-			switch {
-			case d.NUMANode != nil && slices.Contains(preferred, *d.NUMANode):
+		for j, addr := range addresses { // already in address order
+			switch n := numa[j]; {
+			case n >= 0 && slices.Contains(preferred, n):
 				// Taken below, in the order of preferred.
-			case d.NUMANode != nil:
-				groups[*d.NUMANode] = append(groups[*d.NUMANode], d.Address)
+			case n >= 0:
+				groups[n] = append(groups[n], addr)
 			default:
-				unknown = append(unknown, d.Address)
+				unknown = append(unknown, addr)
 			}
 		}
 		for _, n := range preferred {
-			for _, d := range devices {
-				if len(chosen) < need && d.NUMANode != nil && *d.NUMANode == n {
-					chosen = append(chosen, d.Address)
+			for j, addr := range addresses {
+				if len(chosen) < need && numa[j] == n {
+					chosen = append(chosen, addr)
 				}
 			}
 		}
