@@ -42,8 +42,9 @@ func (n *Node) Bandwidth() *Bandwidth {
 	return n.bandwidth.Load()
 }
 
-// Topology is the node's latest NodeTopology, nil if it has none. Shared: do not modify
-// it. A new object replaces it on every update, so its identity tells versions apart.
+// Topology is the node's latest NodeTopology, nil if it has none, as the store holds it:
+// the parts the plugins read (trimTopology). Shared: do not modify it. A new object
+// replaces it on every update, so its identity tells versions apart.
 func (n *Node) Topology() *v1alpha1.NodeTopology {
 	if n == nil {
 		return nil

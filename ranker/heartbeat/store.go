@@ -427,8 +427,8 @@ func (s *Store) Bandwidth(node string) *v1alpha1.NodeBandwidth {
 	return nil
 }
 
-// Topology returns the node's NodeTopology, or nil if it has none. The result is
-// shared: do not modify it.
+// Topology returns the node's NodeTopology as the store holds it (Node.Topology), or
+// nil if it has none. The result is shared: do not modify it.
 func (s *Store) Topology(node string) *v1alpha1.NodeTopology {
 	return s.Node(node).Topology()
 }
