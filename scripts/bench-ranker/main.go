@@ -160,10 +160,8 @@ func main() {
 	flag.IntVar(&o.pods, "pods", 5000, "pending pods per run")
 	flag.Int64Var(&o.seed, "seed", 1, "seed of the node bandwidth and the pod mix")
 	// sextant first: the second run of a size shares the API server with the first
-	// one's 5000 pod deletions and their aftermath. Measured on the 2-core machine at
-	// QPS 100 (commit f492455), vanilla (held to its client QPS) bound 101.7-101.8 pods/s
-	// at 5000 nodes first or second, while sextant-ranker (bound by CPU) bound 90.0 first
-	// and 76.9 second. Running it first costs neither scheduler anything.
+	// one's 5000 pod deletions and their aftermath, which slowed sextant-ranker (bound by
+	// CPU) and not vanilla (docs/design/0018-how-bench-ranker-measures.md).
 	flag.StringVar(&scheds, "schedulers", "sextant,vanilla", "which schedulers to run, in order: vanilla, sextant, "+schedRankerDefault+" (sextant-ranker without the sextant plugins; default sextant first: see the comment in main)")
 	flag.StringVar(&o.kubeScheduler, "kube-scheduler", "", "the cluster's kube-scheduler binary (default: kube-bin/kube-scheduler beside the kubeconfig's directory)")
 	flag.StringVar(&o.sextantRanker, "sextant-ranker", "bin/sextant-ranker", "the sextant-ranker binary built from this tree")

@@ -23,12 +23,9 @@ const scoreKey fwk.StateKey = Name + "/scores"
 // Score reads its node's report and returns what the node has available per direction,
 // encoded in the raw score (encodeAvail); NormalizeScore turns those into scores,
 // because a node's score depends on the other nodes (each direction is scaled by the
-// worst or best node). Why not score every node in PreScore: PreScore runs on the
-// scheduling goroutine, and reading 500 nodes' reports there one after another (each a
-// cache miss at 5000 nodes) took ~0.3 ms of serial time per pod with bandwidth
-// annotations in a CPU profile of make bench-ranker; Score runs 16 goroutines wide. Why
-// the raw score rather than a per-cycle table of the nodes: building that table (a map
-// from Node to entry) in PreScore was itself serial work and ~18 KB per pod.
+// worst or best node). Reading the reports in Score rather than PreScore keeps them off
+// the serial scheduling loop, and the raw score needs no per-pod table of nodes
+// (docs/design/0008-bandwidth-scores-in-score.md).
 type scoreState struct {
 	req annotations.BandwidthRequest
 	now time.Time

@@ -106,8 +106,8 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 // reason, or "" and whether the pod needs more than one NUMA node there. It needs only
 // whether one NUMA node holds req and, if none does, whether all together do
 // (BestChoice's ok): which set is best is Score's and Reserve's question, and searching
-// it for every node was about a fifth of this Filter's time in a profile of make
-// bench-ranker at 5000 nodes.
+// it for every node was about a fifth of this Filter's time
+// (docs/design/0011-numa-filter-asks-only-whether-it-fits.md).
 func fit(free []Free, req Request, policy annotations.NUMAPolicyValue) (reason string, uneven bool) {
 	if _, one := singleChoice(free, req); one {
 		return "", false

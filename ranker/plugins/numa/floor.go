@@ -31,8 +31,9 @@ import (
 // before.
 //
 // Why: most pods are small next to a NUMA node, and Filter otherwise reads each node's
-// record and free capacity for them, two or three cache misses per node, about 0.15 ms
-// of CPU per pod at 5000 nodes in make bench-ranker, to find what the floor says at once.
+// record and free capacity for them, two or three cache misses per node, to find what
+// the floor says at once (docs/design/0012-numa-floor.md,
+// docs/design/0013-numa-together-floor.md).
 //
 // The floor is computed over every node of the snapshot, then lowered by each
 // reservation this plugin makes. Anything else that may take NUMA capacity voids it: a
