@@ -93,6 +93,14 @@ func (tr *tree) mkdir(dir, cpus, mems string) {
 	tr.write(dir, "cpuset.effective_mems", mems)
 }
 
+// holds reports whether the cgroup requests exactly these CPUs and memory nodes. The
+// pinner writes the CPUs, then the memory nodes: a test that waits on the CPUs alone
+// reads the memory nodes before their write (on v2 still empty) or during it (a fixture
+// file is truncated, then written).
+func (tr *tree) holds(dir, cpus, mems string) bool {
+	return tr.read(dir, "cpuset.cpus") == cpus && tr.read(dir, "cpuset.mems") == mems
+}
+
 // settle plays the kernel's part after writes: effective = requested (or the parent's
 // where a v2 cgroup requests nothing).
 func (tr *tree) settle(dir string) {
@@ -306,10 +314,8 @@ func TestPodCgroupPath(t *testing.T) {
 			h.start()
 			dir := tr.podDir(uidA)
 			tr.mkdir(dir, "0-3", "0") // the kubelet
-			h.eventually("pod cgroup narrowed", func() bool { return tr.read(dir, "cpuset.cpus") == "2-3" })
-			if got := tr.read(dir, "cpuset.mems"); got != "0" {
-				t.Errorf("mems %q, want 0 (node 1 has no memory; node 0 is the nearest with memory)", got)
-			}
+			// Memory node 0: node 1 has no memory, and node 0 is the nearest with memory.
+			h.eventually("pod cgroup narrowed to cpus 2-3, mems 0", func() bool { return tr.holds(dir, "2-3", "0") })
 			tr.settle(dir)
 			// runc makes the sandbox's cgroup, copying the (narrowed) parent.
 			tr.mkdir(filepath.Join(dir, "sandbox"), "2-3", "0")
@@ -341,9 +347,9 @@ func TestKubeletCopyAfterNarrowing(t *testing.T) {
 	h.start()
 	dir := tr.podDir(uidA)
 	tr.mkdir(dir, "0-3", "0")
-	h.eventually("pod cgroup narrowed", func() bool { return tr.read(dir, "cpuset.cpus") == "0-1" })
+	h.eventually("pod cgroup narrowed", func() bool { return tr.holds(dir, "0-1", "0") })
 	tr.write(dir, "cpuset.cpus", "0-3") // the late copy
-	h.eventually("narrowed again", func() bool { return tr.read(dir, "cpuset.cpus") == "0-1" })
+	h.eventually("narrowed again", func() bool { return tr.holds(dir, "0-1", "0") })
 	tr.settle(dir)
 	tr.mkdir(filepath.Join(dir, "sandbox"), "0-1", "0")
 	h.eventually("pin confirmed", func() bool { return h.counter("sextant_numa_pins_total", pathPodCgroup) == 1 })
@@ -438,7 +444,7 @@ func TestAnnotationChangedAfterPin(t *testing.T) {
 	h := newHarness(t, tr, pod("p", uidA, "0"))
 	h.start()
 	tr.mkdir(dir, "0-3", "0")
-	h.eventually("narrowed", func() bool { return tr.read(dir, "cpuset.cpus") == "0-1" })
+	h.eventually("narrowed", func() bool { return tr.holds(dir, "0-1", "0") })
 	tr.settle(dir)
 	tr.mkdir(filepath.Join(dir, "c"), "0-1", "0")
 	h.eventually("confirmed", func() bool { return h.counter("sextant_numa_pins_total", pathPodCgroup) == 1 })
