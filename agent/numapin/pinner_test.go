@@ -101,6 +101,27 @@ func (tr *tree) holds(dir, cpus, mems string) bool {
 	return tr.read(dir, "cpuset.cpus") == cpus && tr.read(dir, "cpuset.mems") == mems
 }
 
+// dump lists every cgroup of the tree with its cpuset files, for a failed wait's
+// message: a wait that times out is rare, and its cause is in these files.
+func (tr *tree) dump() string {
+	var b strings.Builder
+	_ = filepath.WalkDir(tr.dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		rel, _ := filepath.Rel(tr.dir, path)
+		fmt.Fprintf(&b, "  %s:", rel)
+		files, _ := filepath.Glob(filepath.Join(path, "cpuset.*"))
+		for _, f := range files {
+			v, _ := os.ReadFile(f)
+			fmt.Fprintf(&b, " %s=%q", strings.TrimPrefix(filepath.Base(f), "cpuset."), strings.TrimSpace(string(v)))
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	return b.String()
+}
+
 // settle plays the kernel's part after writes: effective = requested (or the parent's
 // where a v2 cgroup requests nothing).
 func (tr *tree) settle(dir string) {
@@ -243,8 +264,31 @@ func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true,
 		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		h.t.Fatalf("%s: not within 5s", what)
+		h.t.Fatalf("%s: not within 5s; the cgroups then:\n%s the pinner's counters: %s", what, h.tree.dump(), h.counters())
 	}
+}
+
+// counters lists the pinner's non-zero counters with their labels, for a failed wait's
+// message.
+func (h *harness) counters() string {
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if m.GetCounter().GetValue() == 0 {
+				continue
+			}
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetValue())
+			}
+			out = append(out, fmt.Sprintf("%s{%s}=%v", mf.GetName(), strings.Join(labels, ","), m.GetCounter().GetValue()))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 func (h *harness) counter(name, label string) float64 {
