@@ -6,7 +6,7 @@
 # sextant-agent per node meters that eth0 inside the namespace (run --netns) and
 # publishes the node's NodeBandwidth. iperf3 keeps the links busy:
 #   sextant-demo-1  ingress ~150 Mbit/s              (little left to receive)
-#   sextant-demo-2  ingress ~60 Mbit/s, egress ~120 Mbit/s
+#   sextant-demo-2  ingress ~70 Mbit/s, egress ~120 Mbit/s
 #   sextant-demo-3  ingress ~20 Mbit/s, egress ~40 Mbit/s (light)
 # No traffic leaves the machine.
 #
@@ -19,7 +19,7 @@ repo=$(cd "$here/.." && pwd)
 . "$here/lib.sh"
 
 nodes=(1 2 3)
-ingress_mbit=(150 60 20)
+ingress_mbit=(150 70 20)
 egress_mbit=(0 120 40)
 
 state_dir() { dirname "$(dirname "$("$here/cluster.sh" kubeconfig)")"; }
@@ -53,6 +53,8 @@ up() {
   (cd "$repo" && go build -o bin/sextant-agent ./agent/cmd/sextant-agent &&
     go build -o bin/fakenodes ./scripts/fakenodes) || die "demo-nodes: build failed"
 
+  local window
+  window=$(chart_agent_window "$state" "$kubeconfig") || die "demo-nodes: no sextant-agent DaemonSet (make deploy first)"
   local names=()
   for n in "${nodes[@]}"; do names+=("sextant-demo-$n"); done
   spawn demo-fakenodes "$repo/bin/fakenodes" --kubeconfig "$kubeconfig" --cpu 16 --memory 64Gi \
@@ -81,7 +83,7 @@ up() {
       die "demo-nodes: no sextant-agent ServiceAccount (make deploy first)"
     spawn "demo-agent-$n" "$repo/bin/sextant-agent" run --kubeconfig "$agent_kubeconfig" \
       --node-name "sextant-demo-$n" --netns "/var/run/netns/$ns" --interfaces eth0 \
-      --nic-capacity eth0=200M --metrics-addr "" --window 30s \
+      --nic-capacity eth0=200M --network pod=eth0 --metrics-addr "" --window "$window" \
       `# No kubelet behind these Node objects: nothing to stop, pin or serve devices to.` \
       --sidecar-terminator=false --numa-pinning=false --device-plugin=false
     for port in 5201 5202; do

@@ -61,19 +61,41 @@ kubectl get nbw
 section "Placing pods by measured bandwidth: three more nodes, each NIC with its own real traffic"
 "$here/demo-nodes.sh" up
 echo "Each agent meters its node's eth0 in its own network namespace; iperf3 loads them:"
-echo "  sextant-demo-1 receives ~150 Mbit/s of 200, sextant-demo-2 receives ~60 and sends ~120, sextant-demo-3 receives ~20 and sends ~40."
+echo "  sextant-demo-1 receives ~150 Mbit/s of 200, sextant-demo-2 receives ~70 and sends ~120, sextant-demo-3 receives ~20 and sends ~40."
 printf 'Waiting for their NodeBandwidth to show the traffic'
 for _ in $(seq 1 60); do
   ready=$(kubectl get nbw -o json | jq '[.items[] | select(.metadata.name | startswith("sextant-demo-"))] | length')
   [ "$ready" = 3 ] && break
   printf .; sleep 2
 done
-sleep 6 # a few samples of the traffic into each agent's peak
 echo
+# Until an agent has measured a whole window its report is partial (its peak has not
+# seen the bursts a whole window would), and the ranker places no bandwidth pod by it.
+window=$(chart_agent_window "$state" "$kubeconfig") || die "demo: no sextant-agent DaemonSet (make deploy first)"
+printf 'Waiting until each of them has measured a whole window (%s): before that its report is partial\nand the ranker places no bandwidth pod there' "$window"
+# secs turns a Go duration ("1m0s", "90s") into seconds.
+jq_secs='def secs: [scan("([0-9.]+)(h|ms|m|s|us|µs|ns)")]
+  | map((.[0] | tonumber) * {"h": 3600, "m": 60, "s": 1, "ms": 0.001, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}[.[1]])
+  | add // 0;'
+full_reports() {
+  kubectl get nbw -o json | jq --arg w "$window" "$jq_secs"'
+    [.items[] | select((.metadata.name | startswith("sextant-demo-")) and ((.status.window // "0s") | secs) >= ($w | secs))]
+    | length'
+}
+deadline=$((SECONDS + $(jq -rn --arg w "$window" "$jq_secs"' $w | secs | ceil') + 90))
+until [ "$(full_reports)" = 3 ]; do
+  [ "$SECONDS" -lt "$deadline" ] || { echo; kubectl get nbw; die "demo: the demo nodes' NodeBandwidth did not cover a whole window ($window); their agents log to $state/logs/demo-agent-N.log"; }
+  printf .; sleep 2
+done
+echo
+# Pods a run before this one left bound on the demo nodes never end: no kubelet there
+# confirms their deletion.
+kubectl -n sextant-demo-pods delete pods --all --force --grace-period=0 --ignore-not-found >/dev/null 2>&1 || true
 kubectl delete namespace sextant-demo-pods --ignore-not-found --wait=true >/dev/null
 kubectl create namespace sextant-demo-pods >/dev/null
-echo "Six pods, schedulerName: sextant, each requiring 60M and expecting 80M of ingress, best-fit:"
-for i in $(seq 1 6); do
+echo "Four pods, schedulerName: sextant, each requiring 60M and expecting 80M of ingress, best-fit,"
+echo "on the three demo nodes (nodeSelector sextant.io/demo=true), one at a time:"
+for i in $(seq 1 4); do
   kubectl apply -f - >/dev/null <<POD
 apiVersion: v1
 kind: Pod
@@ -86,6 +108,7 @@ metadata:
     bandwidth.sextant.io/strategy: best-fit
 spec:
   schedulerName: sextant
+  nodeSelector: {sextant.io/demo: "true"}
   terminationGracePeriodSeconds: 1
   containers:
   - name: app
@@ -95,33 +118,44 @@ spec:
     resources:
       requests: {cpu: 50m, memory: 16Mi}
 POD
-  sleep 1 # one at a time, so each decision sees the reservations of the ones before
-done
-for _ in $(seq 1 30); do
-  [ "$(kubectl -n sextant-demo-pods get pods -o json | jq '[.items[] | select(.spec.nodeName)] | length')" = 6 ] && break
-  sleep 1
+  # Each decision sees the reservations of the ones before: wait for this one's.
+  for _ in $(seq 1 30); do
+    [ -n "$(kubectl -n sextant-demo-pods get pod "receiver-$i" -o jsonpath='{.spec.nodeName}')" ] && break
+    [ -n "$(kubectl -n sextant-demo-pods get events --field-selector "involvedObject.name=receiver-$i,reason=FailedScheduling" -o name)" ] && break
+    sleep 0.5
+  done
 done
 kubectl get nbw
 echo
-echo "Each node's remaining bandwidth and the pods the ranker placed there:"
+echo "Each node's remaining bandwidth on the pod network, as last reported, and the pods the ranker placed there:"
 pods_json=$(kubectl -n sextant-demo-pods get pods -o json)
 kubectl get nbw -o json | jq -r --argjson pods "$pods_json" '
-  (["NODE", "INGRESS REMAINING", "EGRESS REMAINING", "PODS (NUMA nodes)"] | @tsv),
-  (.items[] | .metadata.name as $n
-   | [$n, (.status.total.ingress.remaining // "unknown"), (.status.total.egress.remaining // "unknown"),
-      ([$pods.items[] | select(.spec.nodeName == $n)
-        | "\(.metadata.name)(\(.metadata.annotations["numa.sextant.io/nodes"] // "-"))"] | join(" ") | if . == "" then "-" else . end)]
+  (["NODE", "INGRESS REMAINING", "EGRESS REMAINING", "PODS"] | @tsv),
+  (.items[] | .metadata.name as $n | ((.status.networks // []) | map(select(.name == "pod"))[0]) as $pod
+   | [$n, ($pod.ingress.remaining // "unknown"), ($pod.egress.remaining // "unknown"),
+      ([$pods.items[] | select(.spec.nodeName == $n) | .metadata.name] | join(" ") | if . == "" then "-" else . end)]
    | @tsv)' | column -t -s $'\t'
+placed=$(jq -r '[.items[] | select(.spec.nodeName) | .metadata.name] | join(" ")' <<<"$pods_json")
 unplaced=$(jq -r '[.items[] | select(.spec.nodeName == null or .spec.nodeName == "") | .metadata.name] | join(" ")' <<<"$pods_json")
-[ -z "$unplaced" ] || echo "Not placed: $unplaced"
+if [ -n "$unplaced" ]; then
+  echo
+  echo "Pending, with the reason the ranker gave:"
+  kubectl -n sextant-demo-pods get events --field-selector reason=FailedScheduling \
+    -o custom-columns=POD:.involvedObject.name,MESSAGE:.message | sort -u
+fi
 cat <<'EOT'
 
 sextant-demo-1 has less than the required 60M left to receive, so no pod goes there.
-Best-fit sends the first pods to the node whose remaining ingress is closest to the
-expected 80M (sextant-demo-2); each bound pod reserves its 80M there until a report
-taken after it started covers it, so later pods move on to the nodes with more room.
-Pods on the sextant-demo-* nodes are bound but not run: those nodes have no kubelet.
+Best-fit sends the first pod to the node whose remaining ingress is closest to the
+expected 80M (sextant-demo-2). Each bound pod reserves its 80M on its node until a report
+measured while it ran covers it; pods on these nodes never run (no kubelet), so theirs
+stay, and the next pods go where enough is left (sextant-demo-3). The last pod finds no
+node with 60M left after those reservations and stays Pending.
 EOT
+[ -n "$placed" ] || die "demo: the ranker placed none of the pods (their FailedScheduling events above); its log: kubectl -n sextant-system logs deploy/sextant-ranker"
+on_full=$(jq -r '[.items[] | select(.spec.nodeName == "sextant-demo-1") | .metadata.name] | join(" ")' <<<"$pods_json")
+[ -z "$on_full" ] || die "demo: $on_full placed on sextant-demo-1, which has less than the required 60M left"
+
 section "Sidecars: a Job with a sidecar runs to completion"
 "$here/demo-sidecar.sh"
 

@@ -32,3 +32,12 @@ demo_agent_kubeconfig() {
   $k config set-context "$($k config current-context)" --user demo-agent >/dev/null
   echo "$out"
 }
+
+# chart_agent_window STATE ADMIN_KUBECONFIG: prints the deployed chart's agent window
+# (agent.window, a Go duration such as 60s). The chart makes it the ranker's minWindow
+# too, so an agent the demo runs must measure over at least that long: the ranker takes
+# reports over a shorter window as partial and places no bandwidth pod by them.
+chart_agent_window() {
+  "$1/kube-bin/kubectl" --kubeconfig "$2" -n sextant-system get daemonset sextant-agent -o json |
+    jq -er '[.spec.template.spec.containers[].args[]? | select(startswith("--window=")) | ltrimstr("--window=")][0] // "60s"'
+}
