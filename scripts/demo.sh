@@ -62,13 +62,6 @@ section "Placing pods by measured bandwidth: three more nodes, each NIC with its
 "$here/demo-nodes.sh" up
 echo "Each agent meters its node's eth0 in its own network namespace; iperf3 loads them:"
 echo "  sextant-demo-1 receives ~150 Mbit/s of 200, sextant-demo-2 receives ~70 and sends ~120, sextant-demo-3 receives ~20 and sends ~40."
-printf 'Waiting for their NodeBandwidth to show the traffic'
-for _ in $(seq 1 60); do
-  ready=$(kubectl get nbw -o json | jq '[.items[] | select(.metadata.name | startswith("sextant-demo-"))] | length')
-  [ "$ready" = 3 ] && break
-  printf .; sleep 2
-done
-echo
 # Until an agent has measured a whole window its report is partial (its peak has not
 # seen the bursts a whole window would), and the ranker places no bandwidth pod by it.
 window=$(chart_agent_window "$state" "$kubeconfig") || die "demo: no sextant-agent DaemonSet (make deploy first)"
