@@ -59,9 +59,19 @@ const (
 // sextant's plugins added ("sextant"), on the same nodes and pods. Like kube-scheduler,
 // each pod starts where the last one stopped, so a pod's nodes are not the ones the pod
 // before it just warmed in the CPU's caches; and Filter runs 16 goroutines wide.
-// Reported: ns per pod and per evaluated node; the ratio of the two sub-benchmarks is
-// sextant's per-pod overhead without the API server, the binding and the noise of make
-// bench-ranker.
+// Reported: ns per pod and per evaluated node, and allocations per pod.
+//
+// Two more profiles measure the floor under sextant's (design 0063). Each adds to the
+// default profile one plugin with a Filter and a Score for the pods with bandwidth
+// annotations: in "empty" they return at once (what the framework costs per plugin and
+// node), in "lookup" they find the node's heartbeat record and read one word of it (the
+// least any plugin that judges nodes by their heartbeats must do per node).
+//
+// The sub-benchmark "interleaved" runs every pod through all four profiles in turn
+// (rotating which goes first) and reports each profile's time per pod over vanilla's.
+// Runs of the separate sub-benchmarks one after another differ by up to 1.7 times on
+// the shared 2-core machines; interleaving pod by pod puts every profile through the
+// same slow stretches, so its ratios are the figures to compare.
 func BenchmarkSchedulingCycle(b *testing.B) {
 	if *clusterNodes < 100 {
 		b.Fatalf("-cluster-nodes %d: want at least 100 nodes", *clusterNodes)
@@ -69,73 +79,126 @@ func BenchmarkSchedulingCycle(b *testing.B) {
 	schedmetrics.Register()
 	nodes, store := benchCluster()
 	pods := benchPods(1000)
-	for _, withSextant := range []bool{false, true} {
-		name := "vanilla"
-		if withSextant {
-			name = "sextant"
-		}
-		b.Run(name, func(b *testing.B) {
+	profiles := []benchProfile{vanillaProfile, emptyProfile, lookupProfile, sextantProfile}
+	for _, profile := range profiles {
+		b.Run(string(profile), func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			fw, infos := benchFramework(ctx, b, nodes, store, withSextant)
-			par := parallelize.NewParallelizer(parallelize.DefaultParallelism)
-			// kube-scheduler's default for 5000 nodes: 10% of them must pass.
-			want := *clusterNodes / 10
-			next := 0
-			var evaluated int64
+			c := newCycleRunner(ctx, b, nodes, store, profile, 0)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				pod := pods[i%len(pods)]
+				c.run(ctx, b, pods[i%len(pods)])
 				i++
-				state := framework.NewCycleState()
-				if _, st, _ := fw.RunPreFilterPlugins(ctx, state, pod); !st.IsSuccess() {
-					b.Fatalf("PreFilter %s: %v", pod.Name, st)
-				}
-				// Filter in chunks until enough nodes pass, as findNodesThatPassFilters does.
-				feasible := make([]fwk.NodeInfo, 0, want)
-				var found atomic.Int32
-				passed := make([]bool, len(infos))
-				var checked int
-				for found.Load() < int32(want) && checked < len(infos) {
-					// As few nodes as may still be needed: kube-scheduler stops its
-					// parallel sweep as soon as enough have passed.
-					chunk := min(max(int(int32(want)-found.Load()), 16), len(infos)-checked)
-					start := next
-					par.Until(ctx, chunk, func(j int) {
-						ni := infos[(start+j)%len(infos)]
-						if fw.RunFilterPlugins(ctx, state, pod, ni).IsSuccess() {
-							found.Add(1)
-							passed[(start+j)%len(infos)] = true
-						}
-					}, "")
-					checked += chunk
-					next = (next + chunk) % len(infos)
-				}
-				evaluated += int64(checked)
-				// At most want of them, as kube-scheduler keeps: the last chunk can pass more.
-				for j := range passed {
-					if passed[j] && len(feasible) < want {
-						feasible = append(feasible, infos[j])
-					}
-				}
-				if len(feasible) == 0 {
-					b.Fatalf("no node passes Filter for %s", pod.Name)
-				}
-				if st := fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
-					b.Fatalf("PreScore %s: %v", pod.Name, st)
-				}
-				if _, st := fw.RunScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
-					b.Fatalf("Score %s: %v", pod.Name, st)
-				}
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(evaluated), "ns/node")
-			b.ReportMetric(float64(evaluated)/float64(b.N), "nodes/pod")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(c.evaluated), "ns/node")
+			b.ReportMetric(float64(c.evaluated)/float64(b.N), "nodes/pod")
 		})
+	}
+	b.Run("interleaved", func(b *testing.B) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		runners := make([]*cycleRunner, len(profiles))
+		for k, profile := range profiles {
+			// Each profile starts its sweep in its own quarter of the cluster, so none
+			// finds the nodes the one before it just visited in the CPU's caches.
+			runners[k] = newCycleRunner(ctx, b, nodes, store, profile, k*len(nodes)/len(profiles))
+		}
+		spent := make([]time.Duration, len(profiles))
+		i := 0
+		for b.Loop() {
+			pod := pods[i%len(pods)]
+			for j := range runners {
+				k := (i + j) % len(runners)
+				start := time.Now()
+				runners[k].run(ctx, b, pod)
+				spent[k] += time.Since(start)
+			}
+			i++
+		}
+		b.ReportMetric(float64(spent[0].Nanoseconds())/float64(b.N), "vanilla-ns/pod")
+		for k := 1; k < len(profiles); k++ {
+			b.ReportMetric(float64(spent[k])/float64(spent[0]), string(profiles[k])+"/vanilla")
+		}
+	})
+}
+
+// cycleRunner runs scheduling cycles of one profile over the benchmark's cluster,
+// each pod's Filter sweep starting where the last one stopped.
+type cycleRunner struct {
+	fw    framework.Framework
+	infos []fwk.NodeInfo
+	par   parallelize.Parallelizer
+	// want is how many nodes must pass: kube-scheduler's default at 5000 nodes, 10%.
+	want      int
+	next      int
+	evaluated int64
+}
+
+func newCycleRunner(ctx context.Context, b *testing.B, nodes []*v1.Node, store *heartbeat.Store, profile benchProfile, start int) *cycleRunner {
+	fw, infos := benchFramework(ctx, b, nodes, store, profile)
+	return &cycleRunner{
+		fw: fw, infos: infos, par: parallelize.NewParallelizer(parallelize.DefaultParallelism),
+		want: len(nodes) / 10, next: start,
 	}
 }
 
-func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *heartbeat.Store, withSextant bool) (framework.Framework, []fwk.NodeInfo) {
+// run is one pod's scheduling cycle up to Score, as kube-scheduler's schedulePod runs it.
+func (c *cycleRunner) run(ctx context.Context, b *testing.B, pod *v1.Pod) {
+	fw, infos, want := c.fw, c.infos, c.want
+	state := framework.NewCycleState()
+	if _, st, _ := fw.RunPreFilterPlugins(ctx, state, pod); !st.IsSuccess() {
+		b.Fatalf("PreFilter %s: %v", pod.Name, st)
+	}
+	// Filter in chunks until enough nodes pass, as findNodesThatPassFilters does.
+	feasible := make([]fwk.NodeInfo, 0, want)
+	var found atomic.Int32
+	passed := make([]bool, len(infos))
+	var checked int
+	for found.Load() < int32(want) && checked < len(infos) {
+		// As few nodes as may still be needed: kube-scheduler stops its parallel sweep
+		// as soon as enough have passed.
+		chunk := min(max(int(int32(want)-found.Load()), 16), len(infos)-checked)
+		start := c.next
+		c.par.Until(ctx, chunk, func(j int) {
+			ni := infos[(start+j)%len(infos)]
+			if fw.RunFilterPlugins(ctx, state, pod, ni).IsSuccess() {
+				found.Add(1)
+				passed[(start+j)%len(infos)] = true
+			}
+		}, "")
+		checked += chunk
+		c.next = (c.next + chunk) % len(infos)
+	}
+	c.evaluated += int64(checked)
+	// At most want of them, as kube-scheduler keeps: the last chunk can pass more.
+	for j := range passed {
+		if passed[j] && len(feasible) < want {
+			feasible = append(feasible, infos[j])
+		}
+	}
+	if len(feasible) == 0 {
+		b.Fatalf("no node passes Filter for %s", pod.Name)
+	}
+	if st := fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
+		b.Fatalf("PreScore %s: %v", pod.Name, st)
+	}
+	if _, st := fw.RunScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() {
+		b.Fatalf("Score %s: %v", pod.Name, st)
+	}
+}
+
+// benchProfile names the plugins BenchmarkSchedulingCycle runs beside kube-scheduler's.
+type benchProfile string
+
+const (
+	vanillaProfile benchProfile = "vanilla"
+	emptyProfile   benchProfile = "empty"
+	lookupProfile  benchProfile = "lookup"
+	sextantProfile benchProfile = "sextant"
+)
+
+func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *heartbeat.Store, profileName benchProfile) (framework.Framework, []fwk.NodeInfo) {
 	cfg, err := latest.Default()
 	if err != nil {
 		b.Fatal(err)
@@ -151,7 +214,17 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 	}
 	profile.Plugins.MultiPoint.Enabled = enabled
 	registry := plugins.NewInTreeRegistry()
-	if withSextant {
+	if profileName == emptyProfile || profileName == lookupProfile {
+		err := registry.Register(heartbeatLookupName, func(context.Context, runtime.Object, fwk.Handle) (fwk.Plugin, error) {
+			return &heartbeatLookup{store: store, lookup: profileName == lookupProfile}, nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		profile.Plugins.MultiPoint.Enabled = append(profile.Plugins.MultiPoint.Enabled, config.Plugin{Name: heartbeatLookupName})
+		profile.Plugins.Filter.Enabled = append(profile.Plugins.Filter.Enabled, config.Plugin{Name: heartbeatLookupName})
+	}
+	if profileName == sextantProfile {
 		args := bandwidth.Defaults
 		args.StaleAfter = metav1.Duration{Duration: time.Hour}
 		sextant := frameworkruntime.Registry{
@@ -202,6 +275,64 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 	}
 	return fw, out
 }
+
+const heartbeatLookupName = "HeartbeatLookup"
+
+// heartbeatLookup is the empty and lookup profiles' plugin. For pods with bandwidth
+// annotations, with lookup, Filter and Score find the node's record and read one word
+// of it (whether it has a NodeBandwidth), as BandwidthAware must before it can judge
+// anything; without, they return at once.
+type heartbeatLookup struct {
+	store  *heartbeat.Store
+	lookup bool
+}
+
+var (
+	_ fwk.PreFilterPlugin = &heartbeatLookup{}
+	_ fwk.FilterPlugin    = &heartbeatLookup{}
+	_ fwk.PreScorePlugin  = &heartbeatLookup{}
+	_ fwk.ScorePlugin     = &heartbeatLookup{}
+	_ fwk.SignPlugin      = &heartbeatLookup{}
+)
+
+func (*heartbeatLookup) Name() string { return heartbeatLookupName }
+
+func (*heartbeatLookup) PreFilter(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !annotations.HasBandwidth(pod.Annotations) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return nil, nil
+}
+
+func (*heartbeatLookup) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// SignPod keeps kube-scheduler's signatures on for the profile, as sextant's plugins do.
+func (*heartbeatLookup) SignPod(context.Context, *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	return nil, nil
+}
+
+func (pl *heartbeatLookup) Filter(_ context.Context, _ fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) *fwk.Status {
+	if pl.lookup && pl.store.NodeOf(ni.Node()).Bandwidth() == nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "no NodeBandwidth")
+	}
+	return nil
+}
+
+func (*heartbeatLookup) PreScore(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	if !annotations.HasBandwidth(pod.Annotations) {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+func (pl *heartbeatLookup) Score(_ context.Context, _ fwk.CycleState, _ *v1.Pod, ni fwk.NodeInfo) (int64, *fwk.Status) {
+	if pl.lookup && pl.store.NodeOf(ni.Node()).Bandwidth() == nil {
+		return 0, nil
+	}
+	return 1, nil
+}
+
+func (*heartbeatLookup) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // benchCluster returns nodes like make bench-ranker's (tainted unreachable, as kubelet-
 // less nodes are) with a NodeBandwidth and a NodeTopology each.
