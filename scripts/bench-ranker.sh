@@ -37,6 +37,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
+# --help prints the harness's flags and touches nothing: no cluster, no ranker build.
+for a in "$@"; do
+  case "$a" in
+    -h|-help|--help)
+      mkdir -p bin/bench
+      go build -o bin/bench/bench-ranker ./scripts/bench-ranker
+      exec bin/bench/bench-ranker --help ;;
+  esac
+done
+
 [[ $(id -u) == 0 ]] || die "bench-ranker needs root (scripts/cluster.sh up runs a kubelet)"
 
 if ! scripts/cluster.sh status >/dev/null 2>&1; then
