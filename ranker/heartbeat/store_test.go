@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
@@ -273,6 +274,70 @@ func TestListenersAfterTheRecord(t *testing.T) {
 	want := []string{"bandwidth n true", "topology n true", "bandwidth n false", "topology n false"}
 	if !slices.Equal(events, want) {
 		t.Errorf("events %v, want %v", events, want)
+	}
+}
+
+// An agent's rewrite of an unchanged NodeTopology (its resync) neither changes the
+// topology version nor tells the listeners: each would void NUMAAware's floor and send
+// every pod waiting for a topology change back to the queue. The store still holds the
+// newest object. A change in what the plugins read, a removal and a new object do both.
+func TestUnchangedTopologyRewriteIsNoChange(t *testing.T) {
+	s := NewFromObjects()
+	var told int
+	s.AddListener(Listener{Topology: func(string) { told++ }})
+	numa := func(id int32) *int32 { return &id }
+	start := time.Date(2026, 11, 27, 5, 0, 0, 0, time.UTC)
+	written := func(uid, rv string, minutes int, health v1alpha1.DeviceHealth) *v1alpha1.NodeTopology {
+		t.Helper()
+		at := metav1.NewTime(start.Add(time.Duration(minutes) * time.Minute))
+		full := &v1alpha1.NodeTopology{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTopology"},
+			ObjectMeta: metav1.ObjectMeta{Name: "n", UID: types.UID(uid), ResourceVersion: rv},
+			Status: v1alpha1.NodeTopologyStatus{UpdateTime: &at, AgentVersion: "v1", Topology: v1alpha1.Topology{
+				NUMANodes:  []v1alpha1.NUMANode{{ID: 0, CPUs: []int32{0, 1}, MemoryBytes: 1 << 30, Distances: []int32{10}}},
+				PCIDevices: []v1alpha1.PCIDevice{{Address: "0000:3b:00.0", Kind: v1alpha1.KindGPU, NUMANode: numa(0), Health: health}},
+			}},
+		}
+		out, err := storeTopology(asUnstructured(t, full))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nt, ok := out.(*v1alpha1.NodeTopology)
+		if !ok {
+			t.Fatalf("the store rejected the test's topology: %v", out)
+		}
+		return nt
+	}
+	steps := []struct {
+		name   string
+		do     func()
+		rv     string
+		change bool
+	}{
+		{"first", func() { s.Put(written("u1", "1", 0, v1alpha1.Healthy)) }, "1", true},
+		{"rewritten unchanged", func() { s.Put(written("u1", "2", 10, v1alpha1.Healthy)) }, "2", false},
+		{"a device turned unhealthy", func() { s.Put(written("u1", "3", 11, v1alpha1.Unhealthy)) }, "3", true},
+		{"rewritten unchanged again", func() { s.Put(written("u1", "4", 21, v1alpha1.Unhealthy)) }, "4", false},
+		{"removed", func() { s.Delete(written("u1", "4", 21, v1alpha1.Unhealthy)) }, "", true},
+		{"created again", func() { s.Put(written("u2", "6", 22, v1alpha1.Unhealthy)) }, "6", true},
+		{"a new object, the same topology", func() { s.Put(written("u3", "8", 23, v1alpha1.Unhealthy)) }, "8", true},
+	}
+	for _, step := range steps {
+		version, wasTold := s.TopologyVersion(), told
+		step.do()
+		if changed := s.TopologyVersion() != version; changed != step.change {
+			t.Errorf("%s: topology version changed %v, want %v", step.name, changed, step.change)
+		}
+		if heard := told != wasTold; heard != step.change {
+			t.Errorf("%s: listener told %v, want %v", step.name, heard, step.change)
+		}
+		var rv string
+		if held := s.Topology("n"); held != nil {
+			rv = held.ResourceVersion
+		}
+		if rv != step.rv {
+			t.Errorf("%s: the store holds resource version %q, want %q", step.name, rv, step.rv)
+		}
 	}
 }
 
