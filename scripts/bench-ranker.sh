@@ -37,14 +37,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
 
-# --help prints the harness's flags and touches nothing: no cluster, no ranker build.
+mkdir -p bin/bench
+log "bench-ranker: building the harness"
+go build -o bin/bench/bench-ranker ./scripts/bench-ranker
+
+# --help prints the harness's flags and touches nothing else: no cluster, no ranker build.
 for a in "$@"; do
-  case "$a" in
-    -h|-help|--help)
-      mkdir -p bin/bench
-      go build -o bin/bench/bench-ranker ./scripts/bench-ranker
-      exec bin/bench/bench-ranker --help ;;
-  esac
+  case "$a" in -h|-help|--help) exec bin/bench/bench-ranker --help ;; esac
 done
 
 [[ $(id -u) == 0 ]] || die "bench-ranker needs root (scripts/cluster.sh up runs a kubelet)"
@@ -79,9 +78,6 @@ for a in "$@"; do
   prev=$a
 done
 
-mkdir -p bin/bench
-log "bench-ranker: building the harness"
-go build -o bin/bench/bench-ranker ./scripts/bench-ranker
 if $need_ranker; then
   log "bench-ranker: building sextant-ranker"
   go build -o bin/bench/sextant-ranker ./ranker/cmd/sextant-ranker \
