@@ -86,8 +86,10 @@ type runOptions struct {
 	deviceAuditInterval time.Duration
 }
 
-func newRunCommand() *cobra.Command {
-	o := runOptions{}
+func newRunCommand() *cobra.Command { return newRunCommandFor(&runOptions{}) }
+
+// newRunCommandFor is newRunCommand parsing its flags into o.
+func newRunCommandFor(o *runOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run the node agent: meter NICs, read the topology, publish NodeBandwidth and NodeTopology, pin pods to their NUMA nodes, stop finished sidecars",
@@ -115,7 +117,7 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 --pod-resources-socket) it pins nothing.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runAgent(cmd.Context(), o)
+			return runAgent(cmd.Context(), *o)
 		},
 	}
 	f := cmd.Flags()
@@ -159,6 +161,13 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 	f.DurationVar(&o.deviceAuditInterval, "device-audit-interval", 30*time.Second, "compare the kubelet's PodResources with the pods' devices.sextant.io/allocated at least this often (and when a pod starts)")
 	f.DurationVar(&o.numaResync, "numa-resync", 30*time.Second, "check every pinned pod's cgroup at least this often, and narrow it again if something widened it")
 	return cmd
+}
+
+// actsOnPods reports whether a part of the agent watches the node's pods and records
+// events on them: the sidecar terminator, NUMA pinning, and the device plugin's audit.
+// The chart grants the agent those rights exactly when this holds (agent-rbac.yaml).
+func (o runOptions) actsOnPods() bool {
+	return o.sidecarTerminator || o.numaPinning || o.heartbeats && o.devicePlugin
 }
 
 func (o runOptions) validate() error {
@@ -304,7 +313,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 			}
 		})
 	}
-	if terminator != nil || pinner != nil || o.heartbeats && o.devicePlugin {
+	if o.actsOnPods() {
 		go pods.Run(ctx.Done())
 	}
 

@@ -6,45 +6,22 @@ import (
 	"strings"
 	"testing"
 
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
-)
 
-// renderedObjects splits the rendered templates into objects, by kind/name.
-func renderedObjects(t *testing.T, rendered map[string]string) map[string]map[string]any {
-	t.Helper()
-	out := map[string]map[string]any{}
-	for file, text := range rendered {
-		if !strings.HasSuffix(file, ".yaml") {
-			continue
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(text), 4096)
-		for {
-			var obj map[string]any
-			if err := dec.Decode(&obj); err != nil {
-				break
-			}
-			if obj == nil {
-				continue
-			}
-			meta, _ := obj["metadata"].(map[string]any)
-			out[obj["kind"].(string)+"/"+meta["name"].(string)] = obj
-		}
-	}
-	return out
-}
+	"sextant.io/sextant/internal/charttest"
+)
 
 // TestChartMetrics: every component has a metrics Service; with the values on, each a
 // ServiceMonitor (the ranker's with a token over HTTPS) and the PrometheusRule carries
 // every alert of charts/sextant/alerts; with them off (the default), neither.
 func TestChartMetrics(t *testing.T) {
-	off := renderedObjects(t, renderChart(t, nil))
+	off := charttest.Objects(t, charttest.Render(t, nil))
 	for key := range off {
 		if strings.HasPrefix(key, "ServiceMonitor/") || strings.HasPrefix(key, "PrometheusRule/") {
 			t.Errorf("%s rendered with the default values", key)
 		}
 	}
-	on := renderedObjects(t, renderChart(t, map[string]any{
+	on := charttest.Objects(t, charttest.Render(t, map[string]any{
 		"serviceMonitor": map[string]any{"enabled": true},
 		"prometheusRule": map[string]any{"enabled": true},
 	}))

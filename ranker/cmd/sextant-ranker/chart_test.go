@@ -31,6 +31,8 @@ import (
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
 	"sextant.io/sextant/ranker/profile"
+
+	"sextant.io/sextant/internal/charttest"
 )
 
 // The chart's profile runs sextant's Filters before kube-scheduler's own: each costs a
@@ -202,29 +204,6 @@ func TestChartValuesSchema(t *testing.T) {
 	}
 }
 
-// renderChart renders the chart with overrides, as helm template would.
-func renderChart(t *testing.T, overrides map[string]any) map[string]string {
-	t.Helper()
-	rendered, err := tryRenderChart(t, overrides)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rendered
-}
-
-func tryRenderChart(t *testing.T, overrides map[string]any) (map[string]string, error) {
-	t.Helper()
-	chart, err := loader.Load(filepath.Join("..", "..", "..", "charts", "sextant"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := chartutil.ToRenderValues(chart, overrides, chartutil.ReleaseOptions{Name: "sextant", Namespace: "sextant-system"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return engine.Render(chart, values)
-}
-
 // The chart sets the ranker's Go GC through GOGC and GOMEMLIMIT, the latter a percentage
 // of the container's memory limit in bytes; a limit it cannot read fails the install
 // with a message naming it.
@@ -249,7 +228,7 @@ func TestChartRankerGCEnv(t *testing.T) {
 			var dep struct {
 				Spec struct{ Template struct{ Spec corev1.PodSpec } }
 			}
-			if err := yaml.Unmarshal([]byte(renderChart(t, overrides)["sextant/templates/ranker-deployment.yaml"]), &dep); err != nil {
+			if err := yaml.Unmarshal([]byte(charttest.Render(t, overrides)["sextant/templates/ranker-deployment.yaml"]), &dep); err != nil {
 				t.Fatal(err)
 			}
 			env := map[string]string{}
@@ -264,7 +243,7 @@ func TestChartRankerGCEnv(t *testing.T) {
 			}
 		})
 	}
-	_, err := tryRenderChart(t, map[string]any{"ranker": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}}})
+	_, err := charttest.TryRender(t, map[string]any{"ranker": map[string]any{"resources": map[string]any{"limits": map[string]any{"memory": "1.5Gi"}}}})
 	if err == nil || !strings.Contains(err.Error(), `ranker.resources.limits.memory "1.5Gi"`) || !strings.Contains(err.Error(), "1500Mi") {
 		t.Errorf("limits.memory 1.5Gi: error %v, want one naming the value and the accepted form", err)
 	}
@@ -275,7 +254,7 @@ func TestChartRankerGCEnv(t *testing.T) {
 // chart's own unless one is named.
 func TestChartImagesPullSecretsAndPriority(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
-	rendered := renderChart(t, map[string]any{
+	rendered := charttest.Render(t, map[string]any{
 		"image": map[string]any{
 			"registry": "r.example/team/",
 			"tag":      "v9",
@@ -333,7 +312,7 @@ func TestChartImagesPullSecretsAndPriority(t *testing.T) {
 		t.Error("the chart does not create its PriorityClasses")
 	}
 	// Without the chart's classes, components without a named class have none.
-	rendered = renderChart(t, map[string]any{"priorityClasses": map[string]any{"create": false}})
+	rendered = charttest.Render(t, map[string]any{"priorityClasses": map[string]any{"create": false}})
 	if strings.Contains(rendered["sextant/templates/agent-daemonset.yaml"], "priorityClassName") ||
 		strings.TrimSpace(rendered["sextant/templates/priorityclasses.yaml"]) != "" {
 		t.Error("priorityClasses.create=false: the chart still creates or uses its PriorityClasses")
@@ -346,7 +325,7 @@ func TestChartImagesPullSecretsAndPriority(t *testing.T) {
 // Secret the webhook mounts and the CA injector fills the caBundles; the webhook then has
 // no token.
 func TestChartWebhookTLS(t *testing.T) {
-	first, second := renderChart(t, nil), renderChart(t, nil)
+	first, second := charttest.Render(t, nil), charttest.Render(t, nil)
 	if !reflect.DeepEqual(first, second) {
 		for name := range first {
 			if first[name] != second[name] {
@@ -361,7 +340,7 @@ func TestChartWebhookTLS(t *testing.T) {
 	if !strings.Contains(first["sextant/templates/webhook-deployment.yaml"], "--cert-secret=sextant-webhook-cert") {
 		t.Error("builtin TLS: the webhook does not keep its certificate in sextant-webhook-cert")
 	}
-	cm := renderChart(t, map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager"}}})
+	cm := charttest.Render(t, map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager"}}})
 	admission = cm["sextant/templates/webhook-admission.yaml"]
 	for _, want := range []string{"kind: Certificate", "secretName: sextant-webhook-cert", "kind: Issuer", "selfSigned: {}",
 		"cert-manager.io/inject-ca-from: sextant-system/sextant-webhook"} {
@@ -380,7 +359,7 @@ func TestChartWebhookTLS(t *testing.T) {
 	if strings.Contains(cm["sextant/templates/webhook-rbac.yaml"], "kind: Role") {
 		t.Error("certManager TLS: the webhook still gets a role")
 	}
-	issuer := renderChart(t, map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager",
+	issuer := charttest.Render(t, map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager",
 		"certManager": map[string]any{"issuerRef": map[string]any{"kind": "ClusterIssuer", "name": "corp-ca"}}}}})
 	if a := issuer["sextant/templates/webhook-admission.yaml"]; strings.Contains(a, "kind: Issuer") || !strings.Contains(a, "name: corp-ca") {
 		t.Errorf("certManager TLS with an issuerRef:\n%s", a)

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"sextant.io/sextant/internal/charttest"
+)
+
+// The chart grants the agent pods list/watch and events create exactly when the flags
+// it renders make the agent act on pods: with any of the terminator, NUMA pinning and
+// the device plugin on, and with none of them (least privilege). The flags are parsed by
+// the agent's own command, so a part that starts to watch pods under another flag fails
+// here until the chart grants it.
+func TestChartGrantsWhatTheAgentUses(t *testing.T) {
+	for _, terminator := range []bool{false, true} {
+		for _, pinning := range []bool{false, true} {
+			for _, plugin := range []bool{false, true} {
+				name := fmt.Sprintf("terminator=%v,numaPinning=%v,devices.plugin=%v", terminator, pinning, plugin)
+				t.Run(name, func(t *testing.T) {
+					objs := charttest.Objects(t, charttest.Render(t, map[string]any{
+						"sidecar": map[string]any{"terminator": terminator},
+						"agent": map[string]any{
+							"numaPinning": map[string]any{"enabled": pinning},
+							"devices":     map[string]any{"plugin": plugin},
+						},
+					}))
+					var o runOptions
+					cmd := newRunCommandFor(&o)
+					if err := cmd.ParseFlags(agentArgs(t, objs)); err != nil {
+						t.Fatalf("the agent does not take the chart's flags: %v", err)
+					}
+					rules := grants(t, objs["ClusterRole/sextant-agent"])
+					for _, want := range []string{"pods list", "pods watch", "events create"} {
+						if got := rules[want]; got != o.actsOnPods() {
+							t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v (the agent acts on pods: %v)", want, got, o.actsOnPods(), o.actsOnPods())
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// agentArgs is the rendered DaemonSet's agent container's args, after the subcommand.
+func agentArgs(t *testing.T, objs map[string]map[string]any) []string {
+	t.Helper()
+	ds, ok := objs["DaemonSet/sextant-agent"]
+	if !ok {
+		t.Fatal("no DaemonSet sextant-agent rendered")
+	}
+	spec := dig(ds, "spec", "template", "spec")
+	containers, _ := spec["containers"].([]any)
+	for _, c := range containers {
+		c, _ := c.(map[string]any)
+		if c["name"] != "agent" {
+			continue
+		}
+		var args []string
+		raw, _ := c["args"].([]any)
+		for _, a := range raw {
+			args = append(args, fmt.Sprint(a))
+		}
+		if i := slices.Index(args, "run"); i >= 0 {
+			return args[i+1:]
+		}
+		t.Fatalf("the agent container's args %v lack the run subcommand", args)
+	}
+	t.Fatal("the DaemonSet sextant-agent has no container named agent")
+	return nil
+}
+
+// grants returns "resource verb" for each core-group resource and verb the role grants.
+func grants(t *testing.T, role map[string]any) map[string]bool {
+	t.Helper()
+	if role == nil {
+		t.Fatal("no ClusterRole sextant-agent rendered")
+	}
+	out := map[string]bool{}
+	rules, _ := role["rules"].([]any)
+	for _, r := range rules {
+		r, _ := r.(map[string]any)
+		groups, _ := r["apiGroups"].([]any)
+		if !slices.Contains(groups, any("")) {
+			continue
+		}
+		resources, _ := r["resources"].([]any)
+		verbs, _ := r["verbs"].([]any)
+		for _, res := range resources {
+			for _, v := range verbs {
+				out[fmt.Sprint(res)+" "+fmt.Sprint(v)] = true
+			}
+		}
+	}
+	return out
+}
+
+func dig(obj map[string]any, path ...string) map[string]any {
+	for _, p := range path {
+		obj, _ = obj[p].(map[string]any)
+	}
+	return obj
+}
