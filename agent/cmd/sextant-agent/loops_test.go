@@ -21,7 +21,7 @@ import (
 
 func healthz(t *testing.T, loops *liveness.Checker) (int, string) {
 	t.Helper()
-	srv := metricsServer("", prometheus.NewRegistry(), loops, func() bool { return true })
+	srv := metricsServer(prometheus.NewRegistry(), loops, func() bool { return true })
 	rec := httptest.NewRecorder()
 	srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	return rec.Code, rec.Body.String()

@@ -81,9 +81,12 @@ func runMeasure(ctx context.Context, out io.Writer, o measureOptions) error {
 	if o.duration <= 0 {
 		return fmt.Errorf("--duration %s: want a positive duration such as 10s", o.duration)
 	}
-	mode := tc.Mode(o.attachMode)
-	if o.attachMode == "auto" {
-		mode = tc.ModeAuto
+	mode, err := parseAttachMode(o.attachMode)
+	if err != nil {
+		return err
+	}
+	if err := checkSysfsRoot(o.sysfsRoot); err != nil {
+		return err
 	}
 
 	links, err := bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}.Links()

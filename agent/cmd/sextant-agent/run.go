@@ -141,7 +141,7 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 	f.DurationVar(&o.maxInterval, "report-max-interval", 30*time.Second, "write NodeBandwidth at least this often, so silence means a dead agent")
 	f.DurationVar(&o.topologyInterval, "topology-interval", 10*time.Second, "how often the topology and device health are read")
 	f.DurationVar(&o.topologyResync, "topology-resync", 10*time.Minute, "write NodeTopology at least this often even without a change")
-	f.BoolVar(&o.heartbeats, "heartbeats", true, "meter the NICs and publish NodeBandwidth and NodeTopology; false runs only the sidecar terminator")
+	f.BoolVar(&o.heartbeats, "heartbeats", true, "meter the NICs and publish NodeBandwidth and NodeTopology; false runs only the sidecar terminator and NUMA pinning")
 	f.BoolVar(&o.sidecarTerminator, "sidecar-terminator", true, "stop the sidecars of this node's pods once their main containers are done")
 	f.StringVar(&o.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "containerd's socket: CRI for listing, stopping and updating containers, containerd's event service for exits")
 	f.DurationVar(&o.criTimeout, "cri-timeout", cri.DefaultTimeout, "deadline of each call to the runtime on --cri-endpoint, and of connecting to it (a stop gets its grace period on top)")
@@ -174,7 +174,7 @@ func (o runOptions) validate() error {
 	switch {
 	case o.nodeName == "":
 		return errors.New("--node-name is required (or set $NODE_NAME, e.g. from the downward API spec.nodeName)")
-	case o.threshold <= 0 || o.threshold >= 1:
+	case !(o.threshold > 0 && o.threshold < 1): // NaN too
 		return fmt.Errorf("--report-threshold %v: want a fraction between 0 and 1, e.g. 0.05", o.threshold)
 	case o.minInterval <= 0 || o.maxInterval < o.minInterval:
 		return fmt.Errorf("--report-min-interval %s / --report-max-interval %s: want 0 < min <= max", o.minInterval, o.maxInterval)
@@ -192,6 +192,14 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--cri-timeout %s: want a positive duration, e.g. 10s", o.criTimeout)
 	case o.numaPinning && o.cgroupRoot == "":
 		return errors.New("--cgroup-root is empty: want the directory where cgroups are mounted, e.g. /sys/fs/cgroup")
+	case o.heartbeats && o.devicePlugin && o.deviceAuditInterval <= 0:
+		return fmt.Errorf("--device-audit-interval %s: want a positive duration, e.g. 30s", o.deviceAuditInterval)
+	}
+	if _, err := parseAttachMode(o.attachMode); err != nil {
+		return err
+	}
+	if err := checkSysfsRoot(o.sysfsRoot); err != nil {
+		return err
 	}
 	if _, err := labels.Parse(o.sidecarPodSelector); err != nil {
 		return fmt.Errorf("--sidecar-pod-selector %q: %w", o.sidecarPodSelector, err)
@@ -211,9 +219,15 @@ func runAgent(ctx context.Context, o runOptions) error {
 	if err != nil {
 		return err
 	}
-	mode := tc.ModeAuto
-	if o.attachMode != "auto" {
-		mode = tc.Mode(o.attachMode)
+	mode, _ := parseAttachMode(o.attachMode) // checked by validate
+	// Bound before any part starts, so that an address that cannot be served fails
+	// the start, naming the flag.
+	var metricsListener net.Listener
+	if o.metricsAddr != "" {
+		if metricsListener, err = net.Listen("tcp", o.metricsAddr); err != nil {
+			return fmt.Errorf("--metrics-addr %q: %w", o.metricsAddr, err)
+		}
+		defer metricsListener.Close()
 	}
 	if err := logsapi.ValidateAndApply(o.logging, nil); err != nil {
 		return fmt.Errorf("logging flags: %w", err)
@@ -222,6 +236,17 @@ func runAgent(ctx context.Context, o runOptions) error {
 	log := klog.Background().WithValues("node", o.nodeName)
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first part to fail stops the others, and its error is the agent's exit
+	// status: a DaemonSet's pod that stops on a failure must not look like one that was
+	// asked to stop.
+	failed := make(chan error, 1)
+	fail := func(err error) {
+		select {
+		case failed <- err:
+		default:
+		}
+		stop()
+	}
 
 	cfg, err := kubeclient.Config(o.kubeconfig)
 	if err != nil {
@@ -299,8 +324,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		loops.Add("sidecar-terminator", liveness.Bound(terminator.LivenessInterval()), terminator.LastAlive)
 		wg.Go(func() {
 			if err := terminator.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error(err, "sidecar terminator stopped")
-				stop()
+				fail(fmt.Errorf("sidecar terminator: %w", err))
 			}
 		})
 	}
@@ -308,8 +332,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 		loops.Add("numa-pinning", liveness.Bound(pinner.LivenessInterval()), pinner.LastAlive)
 		wg.Go(func() {
 			if err := pinner.Run(ctx); err != nil && ctx.Err() == nil {
-				log.Error(err, "NUMA pinning stopped")
-				stop()
+				fail(fmt.Errorf("NUMA pinning: %w", err))
 			}
 		})
 	}
@@ -377,12 +400,11 @@ func runAgent(ctx context.Context, o runOptions) error {
 		wg.Go(func() { bwLoop.publishBandwidth(ctx, meter.Snapshot, bw.Offer, &heartbeatsReady) })
 	}
 
-	if o.metricsAddr != "" {
-		srv := metricsServer(o.metricsAddr, reg, loops, ready)
+	if metricsListener != nil {
+		srv := metricsServer(reg, loops, ready)
 		go func() {
-			if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(err, "metrics server stopped", "addr", o.metricsAddr)
-				stop()
+			if err := srv.Serve(metricsListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				fail(fmt.Errorf("metrics server on %s: %w", o.metricsAddr, err))
 			}
 		}()
 		defer func() {
@@ -393,6 +415,12 @@ func runAgent(ctx context.Context, o runOptions) error {
 	}
 	log.Info("sextant-agent running", "version", version.Version, "heartbeats", o.heartbeats, "sidecarTerminator", o.sidecarTerminator, "numaPinning", o.numaPinning)
 	wg.Wait()
+	select {
+	case err := <-failed:
+		log.Error(err, "sextant-agent stopped on a failure")
+		return err
+	default:
+	}
 	log.Info("sextant-agent stopped")
 	return nil
 }
@@ -413,7 +441,7 @@ func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log logr.L
 
 // metricsServer serves /metrics, /healthz (every loop comes round: the liveness probe)
 // and /readyz (the agent has done its first work: the readiness probe).
-func metricsServer(addr string, reg *prometheus.Registry, loops *liveness.Checker, ready func() bool) *http.Server {
+func metricsServer(reg *prometheus.Registry, loops *liveness.Checker, ready func() bool) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.Handle("/healthz", loops)
@@ -424,7 +452,7 @@ func metricsServer(addr string, reg *prometheus.Registry, loops *liveness.Checke
 		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
-	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 }
 
 // nodeInternalIPs are the Node's InternalIPs: the interface holding one carries the pod

@@ -52,13 +52,22 @@ func run(args []string) int {
 		}
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, `usage:
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+		usage(os.Stdout)
+		return 0
+	}
+	usage(os.Stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, `usage:
   sextant-sidecar-wrapper install DEST   copy this binary to DEST (mode 0755)
   sextant-sidecar-wrapper --version      print the version
+  sextant-sidecar-wrapper --help         print this help
   %s='["cmd","arg"]' sextant-sidecar-wrapper [ARGS...]
                                          run cmd arg ARGS... as a sidecar
 `, EnvCommand)
-	return 2
 }
 
 // install copies the running binary to dest, atomically.

@@ -180,3 +180,25 @@ func TestVersion(t *testing.T) {
 		t.Errorf("--version: %q, %v; want \"sextant-sidecar-wrapper dev\" (the version of a build without -ldflags)", out, err)
 	}
 }
+
+// --help and -h are answered with exit 0; anything the wrapper does not know, with the
+// usage and exit 2.
+func TestUsageExitCodes(t *testing.T) {
+	t.Setenv(EnvCommand, "")
+	os.Unsetenv(EnvCommand)
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"--help"}, 0},
+		{[]string{"-h"}, 0},
+		{[]string{"--version"}, 0},
+		{[]string{"--bogus"}, 2},
+		{nil, 2},
+		{[]string{"install"}, 2},
+	} {
+		if got := run(tc.args); got != tc.want {
+			t.Errorf("run(%q) = %d, want %d", tc.args, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// parseRun parses args as the run command's flags.
+func parseRun(t *testing.T, args ...string) runOptions {
+	t.Helper()
+	var o runOptions
+	if err := newRunCommandFor(&o).ParseFlags(args); err != nil {
+		t.Fatalf("parse %q: %v", args, err)
+	}
+	return o
+}
+
+// Each bad flag value is refused before the agent starts anything, naming the flag.
+func TestRunRefusesBadFlags(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // in the error; "" for none
+	}{
+		{nil, ""},
+		{[]string{"--report-threshold", "NaN"}, "--report-threshold NaN"},
+		{[]string{"--report-threshold", "1"}, "--report-threshold 1"},
+		{[]string{"--device-audit-interval", "0s"}, "--device-audit-interval 0s"},
+		{[]string{"--device-audit-interval", "-1s"}, "--device-audit-interval -1s"},
+		{[]string{"--device-audit-interval", "0s", "--device-plugin=false"}, ""},
+		{[]string{"--attach-mode", "bogus"}, `--attach-mode "bogus": want auto, tcx or clsact`},
+		{[]string{"--attach-mode", "tcx"}, ""},
+		{[]string{"--sysfs-root", "/nonexistent"}, `--sysfs-root "/nonexistent"`},
+		{[]string{"--sysfs-root", file}, "--sysfs-root " + `"` + file + `"`},
+	} {
+		o := parseRun(t, append([]string{"--node-name", "n1"}, tc.args...)...)
+		err := o.validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%q: %v, want no error", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// An address the metrics server cannot listen on fails the start, naming the flag,
+// before any client is made (the kubeconfig here does not exist).
+func TestRunFailsOnMetricsAddress(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	for _, addr := range []string{"bogus", taken.Addr().String()} {
+		o := parseRun(t, "--node-name", "n1", "--metrics-addr", addr, "--kubeconfig", filepath.Join(t.TempDir(), "none"),
+			"--heartbeats=false", "--numa-pinning=false")
+		err := runAgent(context.Background(), o)
+		if err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+			t.Errorf("--metrics-addr %s: error %v, want one naming --metrics-addr", addr, err)
+		}
+	}
+}
