@@ -6,11 +6,15 @@
 # per packet from the kernel's BPF statistics (run_time_ns / run_cnt).
 # Goals: ratio >= 0.98, <= 100 ns per packet. Needs root, iperf3, ip, bpftool, jq.
 #
+#   scripts/bench-meter.sh      (make bench-meter; no arguments)
+#
 # Env: ROUNDS (default 9), SECONDS_PER_RUN (default 5), GSO=off to push
 # 1500-byte packets instead of 64 KiB GSO packets.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+exit_on_help "$@"
 cd "$(dirname "$0")/.."
-. scripts/lib.sh
 
 ROUNDS=${ROUNDS:-9}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}

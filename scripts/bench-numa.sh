@@ -4,13 +4,17 @@
 # reading a tree that splits the machine's CPUs over two NUMA nodes (as the e2e test
 # does: test/e2e/numa_test.go, TestNUMABench); then 50 more started while the agent is
 # down. Prints the share pinned from the first instruction (goal 100%) and p50/p99 of the
-# pin latency per path (goal for the catch-up path: p99 <= 100 ms).
+# pin latency per path (goal for the catch-up path: p99 <= 100 ms). Needs root.
+#
+#   scripts/bench-numa.sh       (make bench-numa; no arguments)
 #
 # Brings the cluster up if it is not (never down: others may share it); the test cleans
 # up its namespace, processes and the node label it sets, also on failure.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+exit_on_help "$@"
 cd "$(dirname "$0")/.."
-. scripts/lib.sh
 
 [[ $(id -u) == 0 ]] || die "bench-numa needs root (it runs an agent that writes the node's cgroups)"
 if ! scripts/cluster.sh status >/dev/null 2>&1; then

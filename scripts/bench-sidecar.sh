@@ -5,13 +5,17 @@
 # and stopped by the agent, both built from this tree and run as processes (as the e2e
 # tests run them: test/e2e/sidecar_test.go, TestSidecarBench). Prints p50 and p99 of
 # (main container finished -> sidecar finished), from containerd's own timestamps.
-# Goal: p99 <= 1 s.
+# Goal: p99 <= 1 s. Needs root.
+#
+#   scripts/bench-sidecar.sh    (make bench-sidecar; no arguments)
 #
 # Brings the cluster up if it is not (never down: others may share it); cleans up the
 # namespace, webhook configurations and processes it made, also on failure.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+exit_on_help "$@"
 cd "$(dirname "$0")/.."
-. scripts/lib.sh
 
 [[ $(id -u) == 0 ]] || die "bench-sidecar needs root (it talks to the node's containerd)"
 if ! scripts/cluster.sh status >/dev/null 2>&1; then

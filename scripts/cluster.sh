@@ -15,11 +15,17 @@
 #                                  stop the kubelet and start it again (pods keep running)
 #
 # Needs root (it runs a kubelet). Logs: $SEXTANT_CLUSTER_DIR/logs/<component>.log.
+#
+# Env: SEXTANT_CLUSTER_DIR, SEXTANT_CACHE (default ~/.cache/sextant),
+# SEXTANT_NODE_NAME (default sextant-local), SEXTANT_API_PORT (default 6443),
+# SEXTANT_ETCD_PORT (default 12379), SEXTANT_SERVICE_CIDR (default 10.96.0.0/24),
+# SEXTANT_POD_CIDR (default 10.244.0.0/24).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 STATE=${SEXTANT_CLUSTER_DIR:-$repo/.cluster}
 NODE_NAME=${SEXTANT_NODE_NAME:-sextant-local}
@@ -475,11 +481,9 @@ case "${1:-}" in
   status) cmd_status ;;
   kubeconfig) echo "$KUBECONFIG_ADMIN" ;;
   import)
-    [ -n "${2:-}" ] || die "usage: $0 import IMAGE.tar"
+    [ -n "${2:-}" ] || usage_error "cluster: import needs an image tarball (import TAR)"
     import_image "$2" ;;
   restart-kubelet) cmd_restart_kubelet ;;
-  *)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
-    [ -z "${1:-}" ] || die "cluster: unknown command '$1' (want up, down, status, kubeconfig, import or restart-kubelet)"
-    exit 2 ;;
+  "") usage_error "cluster: no command (want up, down, status, kubeconfig, import or restart-kubelet)" ;;
+  *) usage_error "cluster: unknown command '$1' (want up, down, status, kubeconfig, import or restart-kubelet)" ;;
 esac

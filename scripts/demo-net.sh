@@ -4,8 +4,13 @@
 # iperf3 server in the namespace. Traffic on it never leaves the machine.
 #
 #   scripts/demo-net.sh up     create it (idempotent)
-#   scripts/demo-net.sh down   remove it
+#   scripts/demo-net.sh down   remove it (scripts/cluster.sh down does this too)
+#
+# Needs root. scripts/demo.sh brings it up.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+exit_on_help "$@"
 ns=sextant-demo
 case "${1:-}" in
   up)
@@ -27,5 +32,6 @@ case "${1:-}" in
     pkill -f "iperf3 -s -B 10.251.0.2" 2>/dev/null || true
     ip link delete sxdemo0 2>/dev/null || true
     ip netns delete "$ns" 2>/dev/null || true ;;
-  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  "") usage_error "demo-net: no command (want up or down)" ;;
+  *) usage_error "demo-net: unknown command '$1' (want up or down)" ;;
 esac

@@ -12,11 +12,14 @@
 #
 #   scripts/demo-nodes.sh up     create it all (idempotent); needs the chart deployed
 #   scripts/demo-nodes.sh down   remove it all (scripts/cluster.sh down does this too)
+#
+# Needs root. scripts/demo.sh brings it up.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 nodes=(1 2 3)
 ingress_mbit=(150 70 20)
@@ -121,5 +124,6 @@ down() {
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  *) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  "") usage_error "demo-nodes: no command (want up or down)" ;;
+  *) usage_error "demo-nodes: unknown command '$1' (want up or down)" ;;
 esac

@@ -6,12 +6,15 @@
 # pods on the real cgroups. The chart's agent steps aside meanwhile (the node is
 # labelled sextant.io/agent=none) and comes back at the end. Each pod prints the CPUs it
 # may run on as its first command; the table puts them beside the NUMA nodes the ranker
-# chose. Needs the chart deployed (make deploy).
+# chose. Needs root and the chart deployed (make deploy).
+#
+#   scripts/demo-numa.sh        (scripts/demo.sh runs it; no arguments)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 kubeconfig=$("$here/cluster.sh" kubeconfig)
 state=$(dirname "$(dirname "$kubeconfig")")

@@ -5,10 +5,13 @@
 # wrapper); the chart's agent stops it over CRI as soon as the main container exits.
 # Shows the prepared pod, the Job's outcome and how long the sidecar outlived its main
 # container. Needs the chart deployed (make deploy).
+#
+#   scripts/demo-sidecar.sh     (scripts/demo.sh runs it; no arguments)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 kubeconfig=$("$here/cluster.sh" kubeconfig)
 state=$(dirname "$(dirname "$kubeconfig")")

@@ -7,11 +7,14 @@
 # with tbf). The demo pushes iperf3 traffic through it and shows the node's
 # NodeBandwidth following. Then scripts/demo-nodes.sh adds three nodes whose NICs carry
 # different real traffic, and the ranker places pods across them by what they have left.
-# No traffic leaves the machine.
+# No traffic leaves the machine. Then scripts/demo-sidecar.sh and scripts/demo-numa.sh.
+#
+#   scripts/demo.sh             (make demo; no arguments; needs root)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 kubeconfig=$("$here/cluster.sh" kubeconfig)
 state=$(dirname "$(dirname "$kubeconfig")")

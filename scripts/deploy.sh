@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Builds sextant's images, imports them into the local cluster, and installs (or
-# upgrades) the chart there with helm (pinned in go.mod, run with `go tool`).
+# upgrades) the chart there with helm (pinned in go.mod, run with `go tool`), as release
+# sextant in namespace sextant-system, and waits until it is ready. Needs the local
+# cluster running (make cluster-up).
+#
+#   scripts/deploy.sh           (make deploy; no arguments)
+#
+# Env: SEXTANT_IMAGE_TAG (default dev), SEXTANT_API_PORT (default 6443),
+# SEXTANT_DEPLOY_TIMEOUT (helm's --timeout, default 5m).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 "$here/cluster.sh" status >/dev/null 2>&1 || die "deploy: the local cluster is not running (make cluster-up)"
 "$here/images.sh" import

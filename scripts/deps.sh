@@ -2,7 +2,12 @@
 # Installs the Debian packages sextant's build, tests and local cluster need.
 # Idempotent: packages already present are not touched, and apt's index is refreshed
 # only when something is missing.
+#
+#   scripts/deps.sh             (make deps; no arguments; needs root if anything is missing)
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "$0")/lib.sh"
+exit_on_help "$@"
 
 packages=(
   # eBPF toolchain: bpf2go drives clang; headers from libbpf and the kernel uapi.

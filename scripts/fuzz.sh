@@ -2,11 +2,14 @@
 # Runs every Go fuzz target in the module for FUZZTIME each (default 30s), one after the
 # other: go test -fuzz takes one target of one package per run. New crashers land in the
 # package's testdata/fuzz/<Target>/, where `make test` replays them as seeds from then on.
+#
+#   FUZZTIME=1m scripts/fuzz.sh (make fuzz FUZZTIME=1m; no arguments)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 cd "$repo"
 
 fuzztime=${FUZZTIME:-30s}

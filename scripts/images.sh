@@ -15,19 +15,24 @@
 #                               push bin/images/* to REGISTRY/NAME:TAG and the chart, as an
 #                               OCI artifact, to oci://REGISTRY; PLAIN_HTTP=1 for a plain
 #                               HTTP registry (localhost and 127.0.0.1 always are)
+#
+# Env: SEXTANT_IMAGE_TAG (default dev), SEXTANT_CACHE (tarballs in images/, tools in
+# bin/; default ~/.cache/sextant), IMAGE_PLATFORMS; for oci and push also IMAGE_BIN_DIR
+# (default bin/), IMAGE_LAYOUT_DIR (default bin/images/) and IMAGE_NAMES (the images).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 TAG=${SEXTANT_IMAGE_TAG:-dev}
 out=$SEXTANT_CACHE/images
 tools=$SEXTANT_CACHE/bin
-mkdir -p "$out" "$tools"
 
 tool() { # name args...
   local name=$1; shift
+  mkdir -p "$tools"
   [ -x "$tools/$name" ] && [ "$tools/$name" -nt "$here/images/$name/main.go" ] ||
     (cd "$repo" && go build -o "$tools/$name" "./scripts/images/$name") || die "images: building $name failed"
   "$tools/$name" "$@"
@@ -35,6 +40,7 @@ tool() { # name args...
 mkimage() { tool mkimage "$@"; }
 
 base() {
+  mkdir -p "$out" "$tools"
   (cd "$repo" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tools/pause" ./scripts/images/pause) ||
     die "images: building pause failed"
   mkimage --ref sextant.local/pause:3.6 --out "$out/pause.tar" --file /pause="$tools/pause" --entrypoint /pause
@@ -53,6 +59,7 @@ base() {
 }
 
 project() {
+  mkdir -p "$out"
   make -s -C "$repo" build >&2 || die "images: make build failed"
   local bin
   for bin in sextant-agent sextant-ranker; do
@@ -117,5 +124,6 @@ case "${1:-}" in
   import)
     for tarball in $(base) $(project); do "$here/cluster.sh" import "$tarball"; done
     log "images: imported into the local cluster (tag $TAG)" ;;
-  *) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  "") usage_error "images: no command (want base, project, import, oci or push)" ;;
+  *) usage_error "images: unknown command '$1' (want base, project, import, oci or push)" ;;
 esac

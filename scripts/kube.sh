@@ -4,10 +4,14 @@
 # in the cache for that release is not built again.
 #
 #   scripts/kube.sh [bin-dir]      build what is missing, print the directory
+#
+# bin-dir defaults to $SEXTANT_CACHE/kube-VERSION/bin (SEXTANT_CACHE: ~/.cache/sextant).
+# scripts/cluster.sh up runs it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=scripts/lib.sh
 . "$here/lib.sh"
+exit_on_help "$@"
 
 version=$(sed -nE 's/^(require)?[[:space:]]*k8s\.io\/kubernetes (v[^ ]+).*/\2/p' "$here/kube/go.mod" | head -1)
 [ -n "$version" ] || die "kube: no k8s.io/kubernetes version in $here/kube/go.mod"

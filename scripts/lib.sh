@@ -7,6 +7,30 @@ SEXTANT_CACHE=${SEXTANT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sextant}
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '%s ERROR %s\n' "$(date +%H:%M:%S)" "$*" >&2; exit 1; }
 
+# print_usage: prints the running script's usage, its header comment: the comment lines
+# after the shebang up to the first line that is not a comment, without their "# ".
+print_usage() {
+  sed -n '1{/^#!/d;}; /^#/!q; s/^# \{0,1\}//; p' "$0"
+}
+
+# exit_on_help ARGS...: prints the usage to stdout and exits 0 when an argument is -h or
+# --help. Each script calls it with "$@" before it does anything else (and before any cd,
+# as print_usage reads "$0").
+exit_on_help() {
+  local a
+  for a in "$@"; do
+    case $a in -h | --help) print_usage; exit 0 ;; esac
+  done
+}
+
+# usage_error MESSAGE: prints the usage and MESSAGE to stderr and exits 2, for a call the
+# script does not understand (no or an unknown subcommand).
+usage_error() {
+  print_usage >&2
+  printf '%s ERROR %s\n' "$(date +%H:%M:%S)" "$*" >&2
+  exit 2
+}
+
 # wait_listening NS PORT: waits until a TCP socket listens on PORT in network namespace
 # NS; a server started moments ago may not have bound yet on a loaded machine.
 wait_listening() {
