@@ -55,10 +55,21 @@ func main() {
 		_, err := fmt.Fprintf(cmd.OutOrStderr(), "\nSextant flags:\n\n%s", sextantFlags.FlagUsagesWrapped(0))
 		return err
 	})
+	// kube-scheduler's help prints flag sections only; sextant-ranker's subcommands are
+	// listed after them. A subcommand's own help is cobra's, unchanged.
 	help := command.HelpFunc()
 	command.SetHelpFunc(func(cmd *cobra.Command, args []string) {
 		help(cmd, args)
+		if cmd != command {
+			return
+		}
 		fmt.Fprintf(cmd.OutOrStdout(), "\nSextant flags:\n\n%s", sextantFlags.FlagUsagesWrapped(0))
+		fmt.Fprintf(cmd.OutOrStdout(), "\nCommands (sextant-ranker COMMAND --help for each):\n\n")
+		for _, sub := range cmd.Commands() {
+			if sub.IsAvailableCommand() {
+				fmt.Fprintf(cmd.OutOrStdout(), "  %-26s %s\n", sub.Name(), sub.Short)
+			}
+		}
 	})
 	os.Exit(cli.Run(command))
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 
 	"sextant.io/sextant/internal/version"
+	"sextant.io/sextant/ranker/plugins/bandwidth"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
@@ -42,10 +43,31 @@ DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag appli
 			fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
 			return nil
 		}
+		// Before any plugin starts: a plugin's own check would come only after the
+		// heartbeat store synced, in whichever order the profiles build their plugins.
+		if err := bandwidth.Defaults.Validate(); err != nil {
+			return fmt.Errorf("--bandwidth-* flags: %w", err)
+		}
 		if err := prepareConfig(cmd.Flags().Lookup("config").Value.String()); err != nil {
 			return err
 		}
 		return run(cmd, args)
+	}
+	// kube-scheduler takes no arguments; sextant-ranker's only ones are its subcommands,
+	// so a word that is none of them is one mistyped.
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		for _, arg := range args {
+			if arg != "" {
+				var names []string
+				for _, sub := range cmd.Commands() {
+					if sub.IsAvailableCommand() {
+						names = append(names, sub.Name())
+					}
+				}
+				return fmt.Errorf("unknown command %q: sextant-ranker takes flags only, or one of the commands %s", arg, strings.Join(names, ", "))
+			}
+		}
+		return nil
 	}
 	return cmd
 }

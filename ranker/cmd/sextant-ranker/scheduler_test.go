@@ -258,3 +258,40 @@ profiles:
 		_ = cmd.Flags().Set("config", "")
 	}
 }
+
+// A bad --bandwidth-* value is refused before any plugin starts (no API server here),
+// naming the flag.
+func TestCommandRefusesBadBandwidthFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bandwidth-egress-weight", "-1"}, "--bandwidth-egress-weight"},
+		{[]string{"--bandwidth-stale-after", "0s"}, "--bandwidth-stale-after"},
+		{[]string{"--bandwidth-min-window", "-1s"}, "--bandwidth-min-window"},
+	} {
+		saved := bandwidth.Defaults
+		cmd := newSchedulerCommand()
+		bandwidth.RegisterFlags(cmd.Flags())
+		cmd.SetArgs(tc.args)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true
+		err := cmd.Execute()
+		bandwidth.Defaults = saved
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// A word that is not a subcommand is refused naming it and the subcommands.
+func TestCommandRefusesUnknownCommand(t *testing.T) {
+	cmd := newSchedulerCommand()
+	cmd.AddCommand(newCheckCommand())
+	err := cmd.Args(cmd, []string{"chek"})
+	if err == nil || !strings.Contains(err.Error(), `unknown command "chek"`) || !strings.Contains(err.Error(), "check") {
+		t.Errorf("sextant-ranker chek: %v, want an unknown-command error listing check", err)
+	}
+	if err := cmd.Args(cmd, nil); err != nil {
+		t.Errorf("sextant-ranker without arguments: %v", err)
+	}
+}
