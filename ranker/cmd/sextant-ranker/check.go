@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -35,12 +36,24 @@ type checkOptions struct {
 }
 
 func newCheckCommand() *cobra.Command {
-	o := checkOptions{}
+	cmd, _ := checkCommand()
+	return cmd
+}
+
+// checkCommand is newCheckCommand with the options its flags set.
+func checkCommand() (*cobra.Command, *checkOptions) {
+	o := &checkOptions{}
 	cmd := &cobra.Command{
 		Use:   "check",
 		Short: "Check an installation: every agent's node has a fresh NodeBandwidth, and the ranker places a pod (the chart's helm test)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printVersion(cmd) {
+				return nil
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 			defer cancel()
 			cfg, err := kubeclient.Config(o.kubeconfig)
@@ -56,14 +69,14 @@ func newCheckCommand() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("kubernetes client: %w", err)
 			}
-			return runCheck(ctx, kube, dyn, o, cmd.OutOrStdout())
+			return runCheck(ctx, kube, dyn, *o, cmd.OutOrStdout())
 		},
 	}
 	plain := &cobra.Command{}
 	cmd.SetUsageFunc(plain.UsageFunc())
 	cmd.SetHelpFunc(plain.HelpFunc())
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster configuration)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the release's namespace: its agent pods, and where the test pod runs (default $POD_NAMESPACE)")
 	f.StringVar(&o.agentSelector, "agent-selector", "app.kubernetes.io/name=sextant,app.kubernetes.io/component=agent", "label selector of the agent pods")
 	f.DurationVar(&o.freshWithin, "fresh-within", 90*time.Second, "a NodeBandwidth sampled longer ago than this is stale")
@@ -71,7 +84,39 @@ func newCheckCommand() *cobra.Command {
 	f.StringVar(&o.image, "image", "", "image of the test pod (required)")
 	f.StringSliceVar(&o.command, "command", []string{"/usr/local/bin/sextant-ranker", "--version"}, "command of the test pod: one that exits 0")
 	f.DurationVar(&o.timeout, "timeout", 3*time.Minute, "give up after this long")
-	return cmd
+	return cmd, o
+}
+
+// validate checks the flags of check before any client is made.
+func (o checkOptions) validate() error {
+	if o.namespace == "" {
+		return errors.New("--namespace (or $POD_NAMESPACE) is required: the release's namespace")
+	}
+	if err := checkName("--namespace", o.namespace, "a namespace", validation.IsDNS1123Label); err != nil {
+		return err
+	}
+	if o.image == "" {
+		return errors.New("--image is required: the image of the test pod, such as the ranker's")
+	}
+	if err := checkImage("--image", o.image); err != nil {
+		return err
+	}
+	if o.agentSelector == "" {
+		return errors.New("--agent-selector is empty: want a label selector of the agent pods such as app.kubernetes.io/component=agent")
+	}
+	if err := checkSelector("--agent-selector", o.agentSelector); err != nil {
+		return err
+	}
+	if err := checkName("--scheduler-name", o.schedulerName, "a scheduler name", validation.IsDNS1123Subdomain); err != nil {
+		return err
+	}
+	if len(o.command) == 0 || o.command[0] == "" {
+		return fmt.Errorf("--command %q: want a command of --image that exits 0, such as /usr/local/bin/sextant-ranker,--version", strings.Join(o.command, ","))
+	}
+	if err := checkPositive("--fresh-within", o.freshWithin, "90s"); err != nil {
+		return err
+	}
+	return checkPositive("--timeout", o.timeout, "3m")
 }
 
 var nodeBandwidths = sextantv1.GroupVersion.WithResource("nodebandwidths")

@@ -74,3 +74,26 @@ func TestCheck(t *testing.T) {
 		t.Errorf("a ranker that places nothing: %v", err)
 	}
 }
+
+// check refuses, before it makes a client, flags it cannot work with: a timeout that
+// has already passed, a selector the API server would refuse, a test pod the API server
+// would refuse.
+func TestCheckFlags(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	base := []string{"--namespace", "sextant-system", "--image", "ghcr.io/sextant/sextant-ranker:v1"}
+	runFlagCases(t, []flagCase{
+		{"defaults", base, ""},
+		{"no namespace", []string{"--image", "i"}, "--namespace (or $POD_NAMESPACE) is required: the release's namespace"},
+		{"bad namespace", []string{"--namespace", "Sextant", "--image", "i"}, `--namespace "Sextant": want a namespace: `},
+		{"no image", []string{"--namespace", "ns"}, "--image is required: the image of the test pod, such as the ranker's"},
+		{"bad image", []string{"--namespace", "ns", "--image", "not a valid image ref!!"}, `--image "not a valid image ref!!"` + imageForm},
+		{"timeout 0", append(base, "--timeout", "0s"), "--timeout 0s: want a positive duration such as 3m"},
+		{"timeout -1s", append(base, "--timeout", "-1s"), "--timeout -1s: want a positive duration such as 3m"},
+		{"fresh within -5s", append(base, "--fresh-within", "-5s"), "--fresh-within -5s: want a positive duration such as 90s"},
+		{"bad agent selector", append(base, "--agent-selector", "a=(b"), `--agent-selector "a=(b": want a label selector such as app=x,tier in (a,b): `},
+		{"empty agent selector", append(base, "--agent-selector", ""), "--agent-selector is empty: want a label selector of the agent pods such as app.kubernetes.io/component=agent"},
+		{"empty scheduler name", append(base, "--scheduler-name", ""), "--scheduler-name is empty: want a scheduler name"},
+		{"bad scheduler name", append(base, "--scheduler-name", "Sextant Ranker"), `--scheduler-name "Sextant Ranker": want a scheduler name: `},
+		{"empty command", append(base, "--command", ""), `--command "": want a command of --image that exits 0, such as /usr/local/bin/sextant-ranker,--version`},
+	}, checkCommand, checkOptions.validate)
+}

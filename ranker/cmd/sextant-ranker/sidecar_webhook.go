@@ -6,19 +6,24 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	kubeversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
 	"sextant.io/sextant/internal/kubeclient"
@@ -75,7 +80,13 @@ func (o *webhookOptions) addLeaderFlags(f *pflag.FlagSet, what string) {
 }
 
 func newSidecarWebhookCommand() *cobra.Command {
-	o := webhookOptions{}
+	cmd, _ := sidecarWebhookCommand()
+	return cmd
+}
+
+// sidecarWebhookCommand is newSidecarWebhookCommand with the options its flags set.
+func sidecarWebhookCommand() (*cobra.Command, *webhookOptions) {
+	o := &webhookOptions{}
 	cmd := &cobra.Command{
 		Use:   "sidecar-webhook",
 		Short: "Serve sextant's admission webhook for pods and run the virtual-node sidecar controller",
@@ -97,7 +108,13 @@ them in place to --exit-image.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runSidecarWebhook(cmd.Context(), o)
+			if printVersion(cmd) {
+				return nil
+			}
+			if err := o.validateWebhook(); err != nil {
+				return err
+			}
+			return runSidecarWebhook(cmd.Context(), *o)
 		},
 	}
 	// cobra's own help, not the kube-scheduler sections the root command prints.
@@ -120,7 +137,7 @@ them in place to --exit-image.`,
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the virtual-node controller looks at")
 	o.addLeaderFlags(f, "the virtual-node controller")
 	o.addLoggingFlags(f)
-	return cmd
+	return cmd, o
 }
 
 // addMetricsFlag adds --metrics-addr, off by default so that several processes on one
@@ -136,7 +153,27 @@ func envOr(name, def string) string {
 	return def
 }
 
-func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
+// printVersion handles the global --version in a subcommand as the root command does:
+// it prints sextant's release and the Kubernetes one (--version=raw: Kubernetes' build
+// information) and reports whether the command should then stop.
+func printVersion(cmd *cobra.Command) bool {
+	f := cmd.Flags().Lookup("version")
+	if f == nil {
+		return false
+	}
+	switch f.Value.String() {
+	case "true":
+		fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
+	case "raw":
+		fmt.Fprintf(cmd.OutOrStdout(), "%#v\n", kubeversion.Get())
+	default:
+		return false
+	}
+	return true
+}
+
+// validateWebhook checks the flags of sidecar-webhook before anything starts.
+func (o webhookOptions) validateWebhook() error {
 	switch corev1.PullPolicy(o.wrapperPullPolicy) {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
@@ -145,9 +182,101 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	if o.wrapperImage == "" {
 		return errors.New("--wrapper-image is required")
 	}
+	if err := checkImage("--wrapper-image", o.wrapperImage); err != nil {
+		return err
+	}
+	for _, s := range o.imagePullSecrets {
+		if err := checkName("--image-pull-secrets", s, "a Secret name", validation.IsDNS1123Subdomain); err != nil {
+			return err
+		}
+	}
 	if o.virtualNodes && o.exitImage == "" {
 		return errors.New("--exit-image is required with --virtual-nodes")
 	}
+	if o.virtualNodes {
+		if err := o.validateController(); err != nil {
+			return err
+		}
+	}
+	return o.cert.validate()
+}
+
+// validateController checks the flags of the virtual-node controller (in
+// virtual-node-controller, or in sidecar-webhook with --virtual-nodes) before anything
+// starts.
+func (o webhookOptions) validateController() error {
+	if o.exitImage == "" {
+		return errors.New("--exit-image is required")
+	}
+	if err := checkImage("--exit-image", o.exitImage); err != nil {
+		return err
+	}
+	if len(o.exitCommand) == 0 || o.exitCommand[0] == "" {
+		return fmt.Errorf("--exit-command %q: want the command of --exit-image that exits 0, such as /exit0", strings.Join(o.exitCommand, ","))
+	}
+	if o.podSelector != "" {
+		if err := checkSelector("--pod-selector", o.podSelector); err != nil {
+			return err
+		}
+	}
+	if !o.leaderElect {
+		return nil
+	}
+	if err := checkName("--leader-elect-namespace", o.leaseNamespace, "a namespace", validation.IsDNS1123Label); err != nil {
+		return err
+	}
+	if err := checkName("--leader-elect-name", o.leaseName, "a Lease name", validation.IsDNS1123Subdomain); err != nil {
+		return err
+	}
+	if err := checkPositive("--leader-elect-retry-period", o.retryPeriod, "2s"); err != nil {
+		return err
+	}
+	if float64(o.renewDeadline) <= leaderelection.JitterFactor*float64(o.retryPeriod) {
+		return fmt.Errorf("--leader-elect-renew-deadline %v: want more than %v x --leader-elect-retry-period (%v)", o.renewDeadline, leaderelection.JitterFactor, o.retryPeriod)
+	}
+	if o.leaseDuration <= o.renewDeadline {
+		return fmt.Errorf("--leader-elect-lease-duration %v: want more than --leader-elect-renew-deadline (%v)", o.leaseDuration, o.renewDeadline)
+	}
+	return nil
+}
+
+// checkImage refuses what a container's image cannot be: flag names the flag.
+func checkImage(flag, ref string) error {
+	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+		return fmt.Errorf("%s %q: want an image reference [registry/]repository[:tag][@sha256:digest], such as ghcr.io/org/image:v1 (%v)", flag, ref, err)
+	}
+	return nil
+}
+
+// checkName refuses a name that is not valid (a validation.IsDNS1123Label or
+// IsDNS1123Subdomain) for what it names.
+func checkName(flag, name, what string, valid func(string) []string) error {
+	if name == "" {
+		return fmt.Errorf("%s is empty: want %s", flag, what)
+	}
+	if errs := valid(name); len(errs) > 0 {
+		return fmt.Errorf("%s %q: want %s: %s", flag, name, what, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// checkPositive refuses a duration that is not positive; example is one that is.
+func checkPositive(flag string, d time.Duration, example string) error {
+	if d <= 0 {
+		return fmt.Errorf("%s %v: want a positive duration such as %s", flag, d, example)
+	}
+	return nil
+}
+
+// checkSelector refuses what is not a label selector.
+func checkSelector(flag, s string) error {
+	if _, err := labels.Parse(s); err != nil {
+		return fmt.Errorf("%s %q: want a label selector such as app=x,tier in (a,b): %v", flag, s, err)
+	}
+	return nil
+}
+
+func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	log, err := o.logger("sidecar-webhook")
 	if err != nil {
 		return err

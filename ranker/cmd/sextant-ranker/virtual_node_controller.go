@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -21,7 +20,14 @@ import (
 // admission webhook serving beside it in sidecar-webhook never needs, and the chart's
 // pod policy lets only this account rewrite a sidecar's command annotation.
 func newVirtualNodeControllerCommand() *cobra.Command {
-	o := webhookOptions{virtualNodes: true}
+	cmd, _ := virtualNodeControllerCommand()
+	return cmd
+}
+
+// virtualNodeControllerCommand is newVirtualNodeControllerCommand with the options its
+// flags set.
+func virtualNodeControllerCommand() (*cobra.Command, *webhookOptions) {
+	o := &webhookOptions{virtualNodes: true}
 	cmd := &cobra.Command{
 		Use:   "virtual-node-controller",
 		Short: "Run the virtual-node sidecar controller (without the admission webhook)",
@@ -34,7 +40,13 @@ own.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runVirtualNodeController(cmd.Context(), o)
+			if printVersion(cmd) {
+				return nil
+			}
+			if err := o.validateController(); err != nil {
+				return err
+			}
+			return runVirtualNodeController(cmd.Context(), *o)
 		},
 	}
 	plain := &cobra.Command{}
@@ -48,13 +60,10 @@ own.`,
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the controller looks at")
 	o.addLeaderFlags(f, "the controller")
 	o.addLoggingFlags(f)
-	return cmd
+	return cmd, o
 }
 
 func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
-	if o.exitImage == "" {
-		return errors.New("--exit-image is required")
-	}
 	log, err := o.logger("virtual-node-controller")
 	if err != nil {
 		return err

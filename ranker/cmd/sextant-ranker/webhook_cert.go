@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
 	"sextant.io/sextant/internal/kubeclient"
@@ -38,6 +39,47 @@ func (o *selfCertOptions) addFlags(f *pflag.FlagSet) {
 	f.DurationVar(&o.resync, "cert-resync", time.Minute, "how often the Secret and the caBundles are checked again (another replica's renewal, a caBundle an upgrade dropped)")
 }
 
+// validate checks the --cert-* flags, which apply with --cert-secret, before anything
+// starts.
+func (o selfCertOptions) validate() error {
+	if o.secret == "" {
+		return nil
+	}
+	if err := checkName("--cert-secret", o.secret, "a Secret name", validation.IsDNS1123Subdomain); err != nil {
+		return err
+	}
+	if o.namespace == "" {
+		return fmt.Errorf("--cert-secret %s: --cert-namespace (or $POD_NAMESPACE) is required", o.secret)
+	}
+	if err := checkName("--cert-namespace", o.namespace, "a namespace", validation.IsDNS1123Label); err != nil {
+		return err
+	}
+	if err := checkName("--cert-service", o.service, "a Service name", validation.IsDNS1035Label); err != nil {
+		return err
+	}
+	for _, c := range o.mutating {
+		if err := checkName("--cert-mutating-webhook-configurations", c, "a MutatingWebhookConfiguration name", validation.IsDNS1123Subdomain); err != nil {
+			return err
+		}
+	}
+	for _, c := range o.validating {
+		if err := checkName("--cert-validating-webhook-configurations", c, "a ValidatingWebhookConfiguration name", validation.IsDNS1123Subdomain); err != nil {
+			return err
+		}
+	}
+	if err := checkPositive("--cert-resync", o.resync, "1m"); err != nil {
+		return err
+	}
+	if err := checkPositive("--cert-validity", o.validity, "8760h"); err != nil {
+		return err
+	}
+	// Renewed when a third of it is left, which a check every --cert-resync must see.
+	if o.validity/3 <= o.resync {
+		return fmt.Errorf("--cert-validity %v: want more than 3 x --cert-resync (%v), as the certificate is renewed when a third of its validity is left; such as 8760h", o.validity, o.resync)
+	}
+	return nil
+}
+
 // servingCertificate returns the webhook's certificate source: the files, or, with
 // --cert-secret, a selfcert.Manager once its first Sync succeeded (retried until ctx
 // ends: the webhook is not ready before it has a certificate), which wg then keeps in
@@ -46,11 +88,8 @@ func (o webhookOptions) servingCertificate(ctx context.Context, wg *sync.WaitGro
 	if o.cert.secret == "" {
 		return webhook.FileCertificate(o.certFile, o.keyFile)
 	}
-	if o.cert.namespace == "" {
-		return nil, fmt.Errorf("--cert-secret %s: --cert-namespace (or $POD_NAMESPACE) is required", o.cert.secret)
-	}
-	if o.cert.resync <= 0 {
-		return nil, fmt.Errorf("--cert-resync %v: want a positive duration", o.cert.resync)
+	if err := o.cert.validate(); err != nil {
+		return nil, err
 	}
 	cfg, err := kubeclient.Config(o.kubeconfig)
 	if err != nil {
@@ -67,7 +106,7 @@ func (o webhookOptions) servingCertificate(ctx context.Context, wg *sync.WaitGro
 		Validity: o.cert.validity, RenewBefore: o.cert.validity / 3,
 	}, kube, log.WithName("webhook-certificate"))
 	if err != nil {
-		return nil, fmt.Errorf("--cert-*: %w", err)
+		return nil, fmt.Errorf("webhook certificate: %w", err)
 	}
 	for {
 		err := m.Sync(ctx)

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+)
+
+// flagCase is one command line of a flag validation table: want is the whole error,
+// "" for none.
+type flagCase struct {
+	name string
+	args []string
+	want string
+}
+
+// runFlagCases parses each case's flags on a new command and checks what validate says.
+func runFlagCases[O any](t *testing.T, cases []flagCase, newCmd func() (*cobra.Command, *O), validate func(O) error) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd, o := newCmd()
+			if err := cmd.ParseFlags(tc.args); err != nil {
+				t.Fatalf("parse %q: %v", tc.args, err)
+			}
+			err := validate(*o)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) {
+				t.Errorf("%q: error %q, want %q", tc.args, got, tc.want)
+			}
+		})
+	}
+}
+
+const imageForm = `: want an image reference [registry/]repository[:tag][@sha256:digest], such as ghcr.io/org/image:v1 (`
+
+// sidecar-webhook refuses, before anything starts, flags that would write invalid values
+// into the pods it mutates or that its certificate manager or lease cannot use, naming
+// the flag, its value and the accepted form.
+func TestSidecarWebhookFlags(t *testing.T) {
+	t.Setenv("POD_NAMESPACE", "")
+	base := []string{"--wrapper-image", "ghcr.io/sextant/wrapper:v1", "--exit-image", "ghcr.io/sextant/exit@sha256:" + strings.Repeat("a", 64)}
+	cert := []string{"--cert-secret", "sextant-webhook-tls", "--cert-namespace", "sextant-system"}
+	with := func(args ...[]string) []string {
+		var all []string
+		for _, a := range args {
+			all = append(all, a...)
+		}
+		return all
+	}
+	runFlagCases(t, []flagCase{
+		{"defaults", base, ""},
+		{"a digest and registry port", with(base, []string{"--wrapper-image", "registry.local:5000/w:dev@sha256:" + strings.Repeat("0", 64)}), ""},
+		{"pull secrets", with(base, []string{"--image-pull-secrets", "regcred,other.cred"}), ""},
+		{"no virtual nodes, no exit image", []string{"--wrapper-image", "w", "--virtual-nodes=false"}, ""},
+		{"self-managed certificate", with(base, cert), ""},
+		{"no wrapper image", []string{"--exit-image", "e"}, "--wrapper-image is required"},
+		{"bad wrapper image", with(base, []string{"--wrapper-image", "not a valid image ref!!"}), `--wrapper-image "not a valid image ref!!"` + imageForm},
+		{"uppercase wrapper image", with(base, []string{"--wrapper-image", "Sextant/Wrapper"}), `--wrapper-image "Sextant/Wrapper"` + imageForm},
+		{"wrapper image with a space", with(base, []string{"--wrapper-image", " w"}), `--wrapper-image " w"` + imageForm},
+		{"bad pull policy", with(base, []string{"--wrapper-pull-policy", "always"}), `--wrapper-pull-policy "always": want Always, IfNotPresent or Never`},
+		{"bad pull secret", with(base, []string{"--image-pull-secrets", "Bad Name!"}), `--image-pull-secrets "Bad Name!": want a Secret name: a lowercase RFC 1123 subdomain`},
+		{"empty pull secret", with(base, []string{"--image-pull-secrets", "a,,b"}), `--image-pull-secrets is empty: want a Secret name`},
+		{"no exit image", []string{"--wrapper-image", "w"}, "--exit-image is required with --virtual-nodes"},
+		{"bad exit image", with(base, []string{"--exit-image", "e e"}), `--exit-image "e e"` + imageForm},
+		{"bad pod selector", with(base, []string{"--pod-selector", "a=(b"}), `--pod-selector "a=(b": want a label selector such as app=x,tier in (a,b): `},
+		{"empty lease name", with(base, []string{"--leader-elect-name", ""}), "--leader-elect-name is empty: want a Lease name"},
+		{"cert validity 0", with(base, cert, []string{"--cert-validity", "0"}), "--cert-validity 0s: want a positive duration such as 8760h"},
+		{"cert validity -1h", with(base, cert, []string{"--cert-validity", "-1h"}), "--cert-validity -1h0m0s: want a positive duration such as 8760h"},
+		{"cert validity within resync", with(base, cert, []string{"--cert-validity", "2m"}), "--cert-validity 2m0s: want more than 3 x --cert-resync (1m0s), as the certificate is renewed when a third of its validity is left; such as 8760h"},
+		{"cert resync 0", with(base, cert, []string{"--cert-resync", "0"}), "--cert-resync 0s: want a positive duration such as 1m"},
+		{"cert without namespace", with(base, []string{"--cert-secret", "s"}), "--cert-secret s: --cert-namespace (or $POD_NAMESPACE) is required"},
+		{"bad cert secret", with(base, []string{"--cert-secret", "S_1", "--cert-namespace", "ns"}), `--cert-secret "S_1": want a Secret name: `},
+		{"bad cert namespace", with(base, []string{"--cert-secret", "s", "--cert-namespace", "a.b"}), `--cert-namespace "a.b": want a namespace: `},
+		{"bad cert service", with(base, cert, []string{"--cert-service", "1svc"}), `--cert-service "1svc": want a Service name: `},
+		{"bad webhook configuration", with(base, cert, []string{"--cert-mutating-webhook-configurations", "Mut"}), `--cert-mutating-webhook-configurations "Mut": want a MutatingWebhookConfiguration name: `},
+		{"empty validating configuration", with(base, cert, []string{"--cert-validating-webhook-configurations", "a,"}), `--cert-validating-webhook-configurations is empty: want a ValidatingWebhookConfiguration name`},
+	}, sidecarWebhookCommand, webhookOptions.validateWebhook)
+}
+
+// virtual-node-controller refuses, before it makes a client, a lease it cannot take (it
+// would retry "resource name may not be empty" forever), an exit image pods cannot run,
+// and lease durations leader election refuses.
+func TestVirtualNodeControllerFlags(t *testing.T) {
+	base := []string{"--exit-image", "ghcr.io/sextant/exit:v1", "--leader-elect-namespace", "sextant-system"}
+	runFlagCases(t, []flagCase{
+		{"defaults", base, ""},
+		{"no leader election ignores the lease flags", []string{"--exit-image", "e", "--leader-elect=false", "--leader-elect-name", "", "--leader-elect-retry-period", "0"}, ""},
+		{"no exit image", nil, "--exit-image is required"},
+		{"bad exit image", []string{"--exit-image", "not a valid image ref!!"}, `--exit-image "not a valid image ref!!"` + imageForm},
+		{"empty exit command", append(base, "--exit-command", ""), `--exit-command "": want the command of --exit-image that exits 0, such as /exit0`},
+		{"bad pod selector", append(base, "--pod-selector", "a in"), `--pod-selector "a in": want a label selector`},
+		{"empty lease name", append(base, "--leader-elect-name", ""), "--leader-elect-name is empty: want a Lease name"},
+		{"bad lease name", append(base, "--leader-elect-name", "Lease!"), `--leader-elect-name "Lease!": want a Lease name: `},
+		{"empty lease namespace", append(base, "--leader-elect-namespace", ""), "--leader-elect-namespace is empty: want a namespace"},
+		{"bad lease namespace", append(base, "--leader-elect-namespace", "a.b"), `--leader-elect-namespace "a.b": want a namespace: `},
+		{"retry period 0", append(base, "--leader-elect-retry-period", "0"), "--leader-elect-retry-period 0s: want a positive duration such as 2s"},
+		{"renew deadline within retry", append(base, "--leader-elect-renew-deadline", "2s"), "--leader-elect-renew-deadline 2s: want more than 1.2 x --leader-elect-retry-period (2s)"},
+		{"lease within renew deadline", append(base, "--leader-elect-lease-duration", "10s"), "--leader-elect-lease-duration 10s: want more than --leader-elect-renew-deadline (10s)"},
+	}, virtualNodeControllerCommand, webhookOptions.validateController)
+}
+
+// The commands validate in RunE, before they load a kubeconfig: the error is the flag's,
+// not the missing file's.
+func TestSubcommandsValidateBeforeClients(t *testing.T) {
+	for _, tc := range []struct {
+		cmd  *cobra.Command
+		args []string
+		want string
+	}{
+		{newSidecarWebhookCommand(), []string{"--wrapper-image", "w", "--exit-image", "e", "--cert-secret", "s", "--cert-namespace", "ns", "--cert-validity", "0"}, "--cert-validity 0s: want a positive duration such as 8760h"},
+		{newVirtualNodeControllerCommand(), []string{"--exit-image", "e", "--leader-elect-namespace", "ns", "--leader-elect-name", ""}, "--leader-elect-name is empty: want a Lease name"},
+		{newCheckCommand(), []string{"--namespace", "ns", "--image", "i", "--timeout", "0s"}, "--timeout 0s: want a positive duration such as 3m"},
+	} {
+		tc.cmd.SetArgs(append(tc.args, "--kubeconfig", "/nonexistent/kubeconfig"))
+		tc.cmd.SetOut(new(strings.Builder))
+		tc.cmd.SetErr(new(strings.Builder))
+		if err := tc.cmd.Execute(); err == nil || err.Error() != tc.want {
+			t.Errorf("%s %q: %v, want %q", tc.cmd.Name(), tc.args, err, tc.want)
+		}
+	}
+}
+
+// --version, a global flag every subcommand lists, prints the version and exits 0 there
+// too, before any flag of the subcommand is checked.
+func TestSubcommandVersionFlag(t *testing.T) {
+	for _, sub := range []string{"sidecar-webhook", "virtual-node-controller", "check"} {
+		for _, tc := range []struct{ flag, want string }{
+			{"--version", "sextant-ranker dev (kube-scheduler v0.0.0-master+$Format:%H$)\n"},
+			{"--version=raw", "version.Info{"},
+		} {
+			root := newSchedulerCommand()
+			root.AddCommand(newSidecarWebhookCommand(), newVirtualNodeControllerCommand(), newCheckCommand())
+			var out strings.Builder
+			root.SetOut(&out)
+			root.SetArgs([]string{sub, tc.flag})
+			err := root.Execute()
+			// The flag is kube-scheduler's global one: put it back for the other tests.
+			_ = root.Flags().Set("version", "false")
+			if err != nil {
+				t.Errorf("%s %s: %v", sub, tc.flag, err)
+			} else if !strings.HasPrefix(out.String(), tc.want) {
+				t.Errorf("%s %s printed %q, want %q", sub, tc.flag, out.String(), tc.want)
+			}
+		}
+	}
+}
