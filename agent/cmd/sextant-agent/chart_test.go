@@ -10,9 +10,11 @@ import (
 
 // The chart grants the agent pods list/watch and events create exactly when the flags
 // it renders make the agent act on pods: with any of the terminator, NUMA pinning and
-// the device plugin on, and with none of them (least privilege). The flags are parsed by
-// the agent's own command, so a part that starts to watch pods under another flag fails
-// here until the chart grants it.
+// the device plugin on, and with none of them (least privilege); and nodes/status patch,
+// with the policy that narrows it, exactly when the device plugin runs. The flags are
+// parsed by the agent's own command, so a part that starts to act under another flag
+// fails here until the chart grants it. The device filter reaches the agent whether or
+// not the plugin runs: it marks devices excluded in NodeTopology.
 func TestChartGrantsWhatTheAgentUses(t *testing.T) {
 	for _, terminator := range []bool{false, true} {
 		for _, pinning := range []bool{false, true} {
@@ -23,7 +25,7 @@ func TestChartGrantsWhatTheAgentUses(t *testing.T) {
 						"sidecar": map[string]any{"terminator": terminator},
 						"agent": map[string]any{
 							"numaPinning": map[string]any{"enabled": pinning},
-							"devices":     map[string]any{"plugin": plugin},
+							"devices":     map[string]any{"plugin": plugin, "filter": []any{"exclude:kind=gpu"}},
 						},
 					}))
 					var o runOptions
@@ -36,6 +38,18 @@ func TestChartGrantsWhatTheAgentUses(t *testing.T) {
 						if got := rules[want]; got != o.actsOnPods() {
 							t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v (the agent acts on pods: %v)", want, got, o.actsOnPods(), o.actsOnPods())
 						}
+					}
+					servesPlugin := o.heartbeats && o.devicePlugin
+					if got := rules["nodes/status patch"]; got != servesPlugin {
+						t.Errorf("ClusterRole sextant-agent grants nodes/status patch: %v, want %v (the agent serves the device plugin: %v)", got, servesPlugin, servesPlugin)
+					}
+					for _, key := range []string{"ValidatingAdmissionPolicy/sextant-agent-node-status", "ValidatingAdmissionPolicyBinding/sextant-agent-node-status"} {
+						if _, got := objs[key]; got != servesPlugin {
+							t.Errorf("%s rendered: %v, want %v, with the nodes/status rule it narrows", key, got, servesPlugin)
+						}
+					}
+					if len(o.deviceFilter) != 1 {
+						t.Errorf("the agent gets device filter rules %v, want the one of agent.devices.filter", o.deviceFilter)
 					}
 				})
 			}
