@@ -87,3 +87,96 @@ unset or 0). A memory limit this cannot read fails the install, naming it.
   value: {{ div (mul (atoi $digits) (get $units (trimPrefix $digits $limit)) $percent) 100 | toString | quote }}
 {{- end }}
 {{- end -}}
+
+{{/*
+A Go duration (as time.ParseDuration takes it: 1m30s, 500ms, 2h, 1.5h) in seconds, for
+comparing durations: float64 (include "sextant.durationSeconds" "1m30s") is 90. Summed
+in nanoseconds, integers in a float64 up to 104 days, so equal durations compare equal
+however they are written (30s, 30000ms).
+*/}}
+{{- define "sextant.durationSeconds" -}}
+{{- $d := toString . -}}
+{{- $unit := "(ns|us|µs|ms|s|m|h)" -}}
+{{- if not (regexMatch (printf "^([0-9]+(\\.[0-9]+)?%s)+$" $unit) $d) -}}
+{{- fail (printf "%q is not a duration: want a Go duration such as 1m30s, 500ms or 2h" $d) -}}
+{{- end -}}
+{{- $ns := dict "ns" 1.0 "us" 1000.0 "µs" 1000.0 "ms" 1000000.0 "s" 1000000000.0 "m" 60000000000.0 "h" 3600000000000.0 -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll (printf "[0-9]+(\\.[0-9]+)?%s" $unit) $d -1 -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
+{{- $total = addf $total (mulf (float64 $number) (get $ns (trimPrefix $number .))) -}}
+{{- end -}}
+{{- divf $total 1000000000.0 -}}
+{{- end -}}
+
+{{/*
+A list as one comma-separated flag value that pflag's StringSlice (CSV) parses back to
+the same list: an element with a comma, a double quote or a line break is quoted, its
+double quotes doubled.
+*/}}
+{{- define "sextant.csv" -}}
+{{- $out := list -}}
+{{- range . -}}
+{{- if regexMatch "[,\"\r\n]" . -}}
+{{- $out = append $out (printf "\"%s\"" (replace "\"" "\"\"" .)) -}}
+{{- else -}}
+{{- $out = append $out . -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $out -}}
+{{- end -}}
+
+{{/*
+"true" when the virtual-node controller runs: webhook.enabled, webhook.virtualNodes and
+at least one replica. Its Deployment, account, RBAC, metrics and the pod policy's
+allowance for it follow this.
+*/}}
+{{- define "sextant.virtualNodeController" -}}
+{{- if and .Values.webhook.enabled .Values.webhook.virtualNodes (gt (int .Values.webhook.virtualNodeReplicas) 0) }}true{{ end -}}
+{{- end -}}
+
+{{/*
+Combinations of values that the schema cannot refuse and the components would refuse
+at startup, or run badly with: each fails the install, naming the values and what to
+set. Rendered by validate.yaml.
+*/}}
+{{- define "sextant.validate" -}}
+{{- $v := .Values -}}
+{{- $secs := dict -}}
+{{- if $v.agent.enabled -}}
+{{- range list "sampleInterval" "window" "reportMinInterval" "reportMaxInterval" -}}
+{{- $_ := set $secs . (float64 (include "sextant.durationSeconds" (index $v.agent .))) -}}
+{{- end -}}
+{{- if lt $secs.window $secs.sampleInterval -}}
+{{- fail (printf "agent.window %s is shorter than agent.sampleInterval %s: the peak is taken over a window of samples; set agent.window to agent.sampleInterval or more" $v.agent.window $v.agent.sampleInterval) -}}
+{{- end -}}
+{{- if lt $secs.reportMaxInterval $secs.reportMinInterval -}}
+{{- fail (printf "agent.reportMaxInterval %s is shorter than agent.reportMinInterval %s: set agent.reportMaxInterval to agent.reportMinInterval or more" $v.agent.reportMaxInterval $v.agent.reportMinInterval) -}}
+{{- end -}}
+{{- end -}}
+{{- if $v.ranker.enabled -}}
+{{- $le := $v.ranker.leaderElection -}}
+{{- if $le.enabled -}}
+{{- $lease := float64 (include "sextant.durationSeconds" $le.leaseDuration) -}}
+{{- $renew := float64 (include "sextant.durationSeconds" $le.renewDeadline) -}}
+{{- $retry := float64 (include "sextant.durationSeconds" $le.retryPeriod) -}}
+{{- if le $lease $renew -}}
+{{- fail (printf "ranker.leaderElection.leaseDuration %s is not longer than ranker.leaderElection.renewDeadline %s, which kube-scheduler refuses: set leaseDuration above renewDeadline (the defaults are 15s and 10s)" $le.leaseDuration $le.renewDeadline) -}}
+{{- end -}}
+{{- /* client-go's leader election wants renewDeadline > retryPeriod * 1.2 (its JitterFactor). */ -}}
+{{- if le $renew (mulf $retry 1.2) -}}
+{{- fail (printf "ranker.leaderElection.renewDeadline %s is not longer than 1.2 x ranker.leaderElection.retryPeriod %s, which kube-scheduler refuses: set renewDeadline above 1.2 x retryPeriod (the defaults are 10s and 2s)" $le.renewDeadline $le.retryPeriod) -}}
+{{- end -}}
+{{- else if gt (int $v.ranker.replicas) 1 -}}
+{{- fail (printf "ranker.replicas %d with ranker.leaderElection.enabled=false runs %d active schedulers, each reserving bandwidth, NUMA nodes and devices without seeing the others': set ranker.leaderElection.enabled=true, or ranker.replicas=1" (int $v.ranker.replicas) (int $v.ranker.replicas)) -}}
+{{- end -}}
+{{- if $v.agent.enabled -}}
+{{- if le (float64 (include "sextant.durationSeconds" $v.ranker.bandwidth.staleAfter)) $secs.reportMaxInterval -}}
+{{- fail (printf "ranker.bandwidth.staleAfter %s is not longer than agent.reportMaxInterval %s: a quiet node's NodeBandwidth, rewritten only every reportMaxInterval, goes stale between writes and the node takes no pod that requires bandwidth; set ranker.bandwidth.staleAfter above agent.reportMaxInterval (e.g. twice it)" $v.ranker.bandwidth.staleAfter $v.agent.reportMaxInterval) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and $v.webhook.enabled (eq (int $v.webhook.replicas) 0) (eq $v.webhook.failurePolicy "Fail") -}}
+{{- fail "webhook.replicas 0 with webhook.failurePolicy Fail refuses every pod created in the namespaces the webhook selects: set webhook.replicas to 1 or more, or webhook.failurePolicy to Ignore" -}}
+{{- end -}}
+{{- end -}}

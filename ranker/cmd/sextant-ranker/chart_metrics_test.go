@@ -33,6 +33,34 @@ func TestChartMetrics(t *testing.T) {
 			t.Errorf("no ServiceMonitor sextant-%s", c)
 		}
 	}
+	// Each ServiceMonitor selects its metrics Service and no other (the webhook's serving
+	// Service has the webhook's labels too, and no metrics port).
+	for key, sm := range on {
+		name, ok := strings.CutPrefix(key, "ServiceMonitor/")
+		if !ok {
+			continue
+		}
+		sel, _ := sm["spec"].(map[string]any)["selector"].(map[string]any)["matchLabels"].(map[string]any)
+		var matched []string
+		for skey, svc := range on {
+			if !strings.HasPrefix(skey, "Service/") {
+				continue
+			}
+			labels, _ := svc["metadata"].(map[string]any)["labels"].(map[string]any)
+			match := len(sel) > 0
+			for k, v := range sel {
+				if labels[k] != v {
+					match = false
+				}
+			}
+			if match {
+				matched = append(matched, skey)
+			}
+		}
+		if want := "Service/" + name + "-metrics"; len(matched) != 1 || matched[0] != want {
+			t.Errorf("%s selects %v, want only %s", key, matched, want)
+		}
+	}
 	if sm := on["ServiceMonitor/sextant-ranker"]; sm != nil {
 		ep := sm["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
 		if ep["scheme"] != "https" || ep["bearerTokenFile"] == nil || ep["port"] != "https-metrics" {
