@@ -193,8 +193,21 @@ func main() {
 	if o.shapes, err = parseShapes(shapeList); err != nil {
 		fatal(err)
 	}
-	if o.rounds < 1 {
+	switch {
+	case o.rounds < 1:
 		fatal(fmt.Errorf("--rounds %d: want 1 or more", o.rounds))
+	case o.pods < 1:
+		fatal(fmt.Errorf("--pods %d: want 1 or more", o.pods))
+	case o.workers < 1:
+		fatal(fmt.Errorf("--workers %d: want 1 or more", o.workers))
+	case !(o.qps > 0):
+		fatal(fmt.Errorf("--qps %v: want a positive rate such as 2000", o.qps))
+	case o.schedulerQPS < 1:
+		fatal(fmt.Errorf("--scheduler-qps %d: want 1 or more, such as 1000", o.schedulerQPS))
+	case o.timeout <= 0 || o.settle <= 0:
+		fatal(fmt.Errorf("--timeout %s / --settle %s: want positive durations", o.timeout, o.settle))
+	case o.cpuProfile < 0:
+		fatal(fmt.Errorf("--cpu-profile %s: want a positive duration such as 10s, or none", o.cpuProfile))
 	}
 	for _, s := range strings.Split(scheds, ",") {
 		s = strings.TrimSpace(s)
