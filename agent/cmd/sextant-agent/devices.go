@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"slices"
@@ -33,7 +34,7 @@ import (
 // ranker never picks an excluded device).
 func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
 	kubelet *podresources.Client, nodeIPs []net.IP, setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer,
-	log logr.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
+	fail func(error), log logr.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
 	listPods := func() ([]*corev1.Pod, error) {
 		var out []*corev1.Pod
 		for _, obj := range pods.GetStore().List() {
@@ -57,7 +58,7 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 	var plugin *deviceplugin.Manager
 	if o.devicePlugin {
 		var err error
-		if plugin, err = startPlugin(ctx, wg, o, kube, listPods, freshPods, kubelet, setHolders, reg, log); err != nil {
+		if plugin, err = startPlugin(ctx, wg, o, kube, pods, listPods, freshPods, kubelet, setHolders, reg, fail, log); err != nil {
 			return nil, err
 		}
 	}
@@ -89,10 +90,12 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 	}, nil
 }
 
-// startPlugin starts the device plugin, the audit and the removal of stale capacity.
-func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface,
+// startPlugin starts the device plugin, the audit and the removal of stale capacity. A
+// plugin that stops is fatal (fail): without it the kubelet hands out none of the node's
+// devices, while the node's heartbeats would still say the agent is alive.
+func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
 	listPods func() ([]*corev1.Pod, error), freshPods func(context.Context) ([]*corev1.Pod, error), kubelet *podresources.Client,
-	setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer, log logr.Logger) (*deviceplugin.Manager, error) {
+	setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer, fail func(error), log logr.Logger) (*deviceplugin.Manager, error) {
 	plugin, err := deviceplugin.New(deviceplugin.Config{
 		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
 		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
@@ -109,9 +112,27 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 	}
 	audit := deviceaudit.New(deviceaudit.Config{NodeName: o.nodeName, Every: o.deviceAuditInterval, OnHolders: onHolders},
 		kube, kubelet.List, listPods, deviceaudit.NewMetrics(reg), log)
+	// A container that starts is audited at once, not at the next --device-audit-interval:
+	// a short-lived pod with the wrong devices would otherwise never be seen.
+	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if pod, ok := obj.(*corev1.Pod); ok && runningContainers(pod) > 0 {
+				audit.Trigger()
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*corev1.Pod)
+			pod, ok2 := newObj.(*corev1.Pod)
+			if ok1 && ok2 && containerStarted(old, pod) {
+				audit.Trigger()
+			}
+		},
+	}); err != nil {
+		return nil, fmt.Errorf("watch the node's pods for the device audit: %w", err)
+	}
 	wg.Go(func() {
 		if err := plugin.Run(ctx); err != nil && ctx.Err() == nil {
-			log.Error(err, "the device plugin stopped")
+			fail(fmt.Errorf("device plugin: %w", err))
 		}
 	})
 	wg.Go(func() { audit.Run(ctx) })
@@ -142,4 +163,40 @@ func removeStaleCapacity(ctx context.Context, kube kubernetes.Interface, node st
 		case <-time.After(delay):
 		}
 	}
+}
+
+// runningContainers counts the pod's containers, init containers included, that run.
+func runningContainers(pod *corev1.Pod) int {
+	n := 0
+	for _, statuses := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, s := range statuses {
+			if s.State.Running != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// containerStarted reports whether a container of the pod started between old and pod:
+// one runs now that did not, or runs again since a restart.
+func containerStarted(old, pod *corev1.Pod) bool {
+	started := func(p *corev1.Pod) map[string]metav1.Time {
+		out := map[string]metav1.Time{}
+		for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+			for _, s := range statuses {
+				if s.State.Running != nil {
+					out[s.Name] = s.State.Running.StartedAt
+				}
+			}
+		}
+		return out
+	}
+	before := started(old)
+	for name, at := range started(pod) {
+		if prev, ok := before[name]; !ok || !prev.Equal(&at) {
+			return true
+		}
+	}
+	return false
 }

@@ -385,7 +385,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 				log.Error(err, "detaching the meter")
 			}
 		})
-		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, log.WithName("devices"))
+		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, fail, log.WithName("devices"))
 		if err != nil {
 			stop()
 			wg.Wait()
