@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -313,6 +314,13 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 		"the virtual-node controller adds a label")
 	wantDenied(t, update(p.Name, func(p *corev1.Pod) { p.Annotations["example.com/x"] = "y" }), "sextant-virtual-node-controller",
 		"the virtual-node controller adds an annotation")
+	wantDenied(t, update(p.Name, func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/block") }), "sextant-virtual-node-controller",
+		"the virtual-node controller adds a finalizer, which would keep the pod from being deleted")
+	wantDenied(t, update(p.Name, func(p *corev1.Pod) {
+		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "00000000-0000-0000-0000-000000000001"})
+	}), "sextant-virtual-node-controller", "the virtual-node controller adds an owner reference, which would have the garbage collector delete the pod")
+	wantDenied(t, update(p.Name, func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"example.com/x": "y"} }), "sextant-virtual-node-controller",
+		"the virtual-node controller sets the node selector of a pod not yet bound")
 	plain, err := pods.Create(ctx, pod("unprepared", nil), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -329,6 +337,18 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	decisions := map[string]string{annotations.NUMANodes: "0", annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:3b:00.0"]}`}
 	err = userKube.CoreV1().Pods(ns).Bind(ctx, binding(decisions), metav1.CreateOptions{DryRun: dryRun})
 	wantDenied(t, err, "sextant-binding-annotations", "a user binds a pod with the ranker's decisions")
+	// The API server copies a Binding's annotations onto the pod without pod admission:
+	// a Binding must not bring what a pod write may not (a sidecar's command, a
+	// bandwidth request), from anyone; the ranker's carries its two decisions only.
+	for key, value := range map[string]string{sidecarKey: `["sh","-c","id"]`, annotations.BandwidthPrefix + "egress-required": "1G"} {
+		err = userKube.CoreV1().Pods(ns).Bind(ctx, binding(map[string]string{key: value}), metav1.CreateOptions{DryRun: dryRun})
+		wantDenied(t, err, "sextant-binding-annotations", "a user binds a pod with "+key)
+	}
+	rankerKube, _ := impersonate(t, rankerUser, nil)
+	err = rankerKube.CoreV1().Pods(ns).Bind(ctx, binding(map[string]string{sidecarKey: `["sh"]`}), metav1.CreateOptions{DryRun: dryRun})
+	wantDenied(t, err, "sextant-binding-annotations", "the ranker binds a pod with a sidecar's command")
+	wantAllowed(t, rankerKube.CoreV1().Pods(ns).Bind(ctx, binding(decisions), metav1.CreateOptions{DryRun: dryRun}),
+		"the ranker binds a pod with its decisions (dry run)")
 	if err := pods.Bind(ctx, binding(decisions), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("bind with the ranker's decisions as the admin: %v", err)
 	}
@@ -528,6 +548,31 @@ func TestSecurityChartHardening(t *testing.T) {
 			t.Errorf("the webhook may %s %s %q: %v, want %v", c.verb, c.resource, c.name, got, c.want)
 		}
 	}
+	// RBAC cannot narrow the update to the caBundle; the policy sextant-webhook-cabundle
+	// does: the rules, selectors or endpoint of its webhooks stay as the chart made them.
+	webhookKube, _ := impersonate(t, webhookUser, nil)
+	mutating := func(change func(*admissionregistrationv1.MutatingWebhook)) error {
+		cur, err := local.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "sextant-sidecar", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(&cur.Webhooks[0])
+		_, err = webhookKube.AdmissionregistrationV1().MutatingWebhookConfigurations().Update(ctx, cur, metav1.UpdateOptions{DryRun: dryRun})
+		return err
+	}
+	everything := func(w *admissionregistrationv1.MutatingWebhook) {
+		w.Rules = []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*/*"}},
+		}}
+	}
+	waitPolicy(t, "sextant-webhook-cabundle", func() error { return mutating(everything) })
+	wantDenied(t, mutating(func(w *admissionregistrationv1.MutatingWebhook) { w.NamespaceSelector = &metav1.LabelSelector{} }),
+		"sextant-webhook-cabundle", "the webhook's account widens its webhook to every namespace")
+	wantDenied(t, mutating(func(w *admissionregistrationv1.MutatingWebhook) { w.ClientConfig.Service.Path = ptr.To("/elsewhere") }),
+		"sextant-webhook-cabundle", "the webhook's account points its webhook elsewhere")
+	wantAllowed(t, mutating(func(w *admissionregistrationv1.MutatingWebhook) { w.ClientConfig.CABundle = []byte("e2e") }),
+		"the webhook's account sets its webhook's caBundle (dry run)")
 	np, err := local.kube.NetworkingV1().NetworkPolicies(releaseNamespace).Get(ctx, "sextant-webhook", metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the webhook's NetworkPolicy: %v", err)
