@@ -91,8 +91,12 @@ type Pinner struct {
 
 	kubepods atomic.Pointer[cgroups.Kubepods]
 	watcher  atomic.Pointer[cgroups.Watcher]
-	// staticPolicy is the last answer of the static CPU manager check.
+	// staticPolicy is the last answer of the static CPU manager check; policyKnown
+	// says there was one. Until then nothing is pinned: under the static policy the
+	// kubelet writes containers' cpusets itself, and a narrowed pod cgroup would make
+	// them fail to start (cgroup v1) or lose their exclusive CPUs (v2).
 	staticPolicy atomic.Bool
+	policyKnown  atomic.Bool
 	ready        atomic.Bool // the cgroup watch runs
 	synced       atomic.Bool // the pod cache has synced
 	// beat and rtBeat are marked while the kubelet's cgroups are awaited, and whenever
@@ -258,6 +262,10 @@ func (p *Pinner) enqueueAll() {
 	}
 }
 
+// policyRetry is how soon the kubelet is asked again for its CPU manager policy while
+// it has not answered.
+const policyRetry = 2 * time.Second
+
 // Run works until ctx ends.
 func (p *Pinner) Run(ctx context.Context) error {
 	defer p.queue.ShutDown()
@@ -282,6 +290,18 @@ func (p *Pinner) Run(ctx context.Context) error {
 	}
 	wg.Go(func() {
 		for p.processRuntime(ctx) {
+		}
+	})
+	// A kubelet that did not answer at the start (restarting, or a wrong PodResources
+	// socket) is asked again soon, not only at the next resync.
+	wg.Go(func() {
+		for !p.policyKnown.Load() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(policyRetry):
+			}
+			p.checkStaticPolicy(ctx)
 		}
 	})
 	wg.Go(func() {
@@ -382,14 +402,23 @@ func (p *Pinner) watch(ctx context.Context, kp *cgroups.Kubepods) {
 
 func (p *Pinner) checkStaticPolicy(ctx context.Context) {
 	if p.static == nil {
+		p.policyKnown.Store(true)
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.RuntimeTimeout)
 	static, err := p.static(cctx)
 	cancel()
 	if err != nil {
-		p.log.Error(err, "could not ask the kubelet for its CPU manager policy; assuming it does not set cpusets")
+		if p.policyKnown.Load() {
+			p.log.Error(err, "could not ask the kubelet for its CPU manager policy; keeping its last answer", "static", p.staticPolicy.Load())
+		} else {
+			p.log.Error(err, "could not ask the kubelet for its CPU manager policy; pinning nothing until it answers")
+		}
 		return
+	}
+	if !p.policyKnown.Swap(true) {
+		// Pods that waited for the answer go now, not after their retry backoff.
+		defer p.enqueueAll()
 	}
 	if was := p.staticPolicy.Swap(static); was != static && static {
 		p.log.Info("the kubelet runs the static CPU manager policy and sets containers' cpusets itself; sextant pins no pod on this node (see docs/numa.md)")
@@ -440,6 +469,9 @@ func (p *Pinner) reconcile(ctx context.Context, key string) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if !p.policyKnown.Load() {
+		return errors.New("the kubelet has not said whether it runs the static CPU manager policy (PodResources); the pod is pinned once it has")
+	}
 	if p.staticPolicy.Load() {
 		p.refuse(ctx, pod, st, &refusal{reasonStaticCPUManager,
 			"the kubelet runs the static CPU manager policy, which sets cpusets itself; sextant leaves this pod's CPUs to it"})

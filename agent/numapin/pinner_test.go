@@ -2,11 +2,13 @@ package numapin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,9 +218,11 @@ type harness struct {
 	rt     *fakeRuntime
 	reg    *prometheus.Registry
 	static bool
-	cancel context.CancelFunc
-	done   chan struct{}
-	p      *Pinner
+	// policyDown makes the kubelet's CPU manager policy unanswerable.
+	policyDown atomic.Bool
+	cancel     context.CancelFunc
+	done       chan struct{}
+	p          *Pinner
 }
 
 func newHarness(t *testing.T, tr *tree, pods ...*corev1.Pod) *harness {
@@ -237,7 +241,12 @@ func (h *harness) start() {
 	inf := nodepods.NewInformer(h.kube, node)
 	p, err := New(Config{NodeName: node, CgroupRoot: h.tree.root, Resync: 200 * time.Millisecond}, h.kube, inf, h.rt,
 		func() ([]v1alpha1.NUMANode, error) { return twoNUMA, nil },
-		func(context.Context) (bool, error) { return h.static, nil },
+		func(context.Context) (bool, error) {
+			if h.policyDown.Load() {
+				return false, errors.New("the kubelet's PodResources socket does not answer")
+			}
+			return h.static, nil
+		},
 		NewMetrics(h.reg), logr.Discard())
 	if err != nil {
 		h.t.Fatal(err)
@@ -570,4 +579,23 @@ func TestStaticCPUManager(t *testing.T) {
 	if got := tr.read(dir, "cpuset.cpus"); got != "0-3" {
 		t.Errorf("cpus %q under the static policy, want the kubelet's", got)
 	}
+}
+
+// TestUnknownCPUManagerPolicy: while the kubelet has not said whether it runs the static
+// policy, nothing is pinned (a narrowed pod cgroup would break the containers the
+// kubelet pins itself); once it answers, the pod is pinned without waiting for a
+// resync.
+func TestUnknownCPUManagerPolicy(t *testing.T) {
+	tr := newTree(t, false)
+	dir := tr.podDir(uidA)
+	h := newHarness(t, tr, pod("p", uidA, "1"))
+	h.policyDown.Store(true)
+	h.start()
+	tr.mkdir(dir, "0-3", "0")
+	time.Sleep(500 * time.Millisecond) // nothing may happen, so there is nothing to poll for
+	if got := tr.read(dir, "cpuset.cpus"); got != "0-3" {
+		t.Fatalf("cpus %q while the kubelet's policy is unknown, want the pod's cgroup untouched", got)
+	}
+	h.policyDown.Store(false)
+	h.eventually("pinned once the kubelet answers", func() bool { return tr.read(dir, "cpuset.cpus") == "2-3" })
 }
