@@ -319,8 +319,6 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	wantDenied(t, update(p.Name, func(p *corev1.Pod) {
 		p.OwnerReferences = append(p.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "gone", UID: "00000000-0000-0000-0000-000000000001"})
 	}), "sextant-virtual-node-controller", "the virtual-node controller adds an owner reference, which would have the garbage collector delete the pod")
-	wantDenied(t, update(p.Name, func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{"example.com/x": "y"} }), "sextant-virtual-node-controller",
-		"the virtual-node controller sets the node selector of a pod not yet bound")
 	plain, err := pods.Create(ctx, pod("unprepared", nil), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
