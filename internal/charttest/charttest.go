@@ -3,6 +3,7 @@
 package charttest
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -65,6 +66,35 @@ func Objects(t testing.TB, rendered map[string]string) map[string]map[string]any
 			name, _ := meta["name"].(string)
 			out[kind+"/"+name] = obj
 		}
+	}
+	return out
+}
+
+// Containers returns the init containers and containers of a rendered Pod, or of a
+// workload's pod template.
+func Containers(obj map[string]any) []map[string]any {
+	spec, _ := obj["spec"].(map[string]any)
+	if tmpl, ok := spec["template"].(map[string]any); ok {
+		spec, _ = tmpl["spec"].(map[string]any)
+	}
+	var out []map[string]any
+	for _, key := range []string{"initContainers", "containers"} {
+		list, _ := spec[key].([]any)
+		for _, c := range list {
+			if c, ok := c.(map[string]any); ok {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// Strings returns a rendered list (a container's args, say) as strings.
+func Strings(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, s := range list {
+		out = append(out, fmt.Sprint(s))
 	}
 	return out
 }

@@ -64,18 +64,11 @@ func agentArgs(t *testing.T, objs map[string]map[string]any) []string {
 	if !ok {
 		t.Fatal("no DaemonSet sextant-agent rendered")
 	}
-	spec := dig(ds, "spec", "template", "spec")
-	containers, _ := spec["containers"].([]any)
-	for _, c := range containers {
-		c, _ := c.(map[string]any)
+	for _, c := range charttest.Containers(ds) {
 		if c["name"] != "agent" {
 			continue
 		}
-		var args []string
-		raw, _ := c["args"].([]any)
-		for _, a := range raw {
-			args = append(args, fmt.Sprint(a))
-		}
+		args := charttest.Strings(c["args"])
 		if i := slices.Index(args, "run"); i >= 0 {
 			return args[i+1:]
 		}
@@ -108,11 +101,4 @@ func grants(t *testing.T, role map[string]any) map[string]bool {
 		}
 	}
 	return out
-}
-
-func dig(obj map[string]any, path ...string) map[string]any {
-	for _, p := range path {
-		obj, _ = obj[p].(map[string]any)
-	}
-	return obj
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -55,8 +54,8 @@ func TestChartSubcommandArgsPassValidation(t *testing.T) {
 		objs := charttest.Objects(t, charttest.Render(t, values))
 		found := map[string]bool{}
 		for key, obj := range objs {
-			for _, c := range containers(obj) {
-				args := stringList(c["args"])
+			for _, c := range charttest.Containers(obj) {
+				args := charttest.Strings(c["args"])
 				if len(args) == 0 {
 					continue
 				}
@@ -105,31 +104,4 @@ func setContainerEnv(t *testing.T, c map[string]any) {
 			t.Setenv(name, v)
 		}
 	}
-}
-
-// containers returns the containers of a rendered Pod, or of a workload's pod template.
-func containers(obj map[string]any) []map[string]any {
-	spec, _ := obj["spec"].(map[string]any)
-	if tmpl, ok := spec["template"].(map[string]any); ok {
-		spec, _ = tmpl["spec"].(map[string]any)
-	}
-	var out []map[string]any
-	for _, key := range []string{"initContainers", "containers"} {
-		list, _ := spec[key].([]any)
-		for _, c := range list {
-			if c, ok := c.(map[string]any); ok {
-				out = append(out, c)
-			}
-		}
-	}
-	return out
-}
-
-func stringList(v any) []string {
-	list, _ := v.([]any)
-	out := make([]string, 0, len(list))
-	for _, s := range list {
-		out = append(out, fmt.Sprint(s))
-	}
-	return slices.Clip(out)
 }

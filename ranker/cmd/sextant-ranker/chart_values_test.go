@@ -252,7 +252,7 @@ func TestChartExitCommandWithCommas(t *testing.T) {
 	if dep == nil {
 		t.Fatal("no Deployment sextant-virtual-node-controller")
 	}
-	args := stringList(containers(dep)[0]["args"])
+	args := charttest.Strings(charttest.Containers(dep)[0]["args"])
 	cmd, o := virtualNodeControllerCommand()
 	if err := cmd.ParseFlags(args[1:]); err != nil {
 		t.Fatalf("args %q: %v", args, err)

@@ -39,8 +39,7 @@ DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag appli
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		// --version names sextant's release and the Kubernetes one (kube-scheduler's
 		// would say "Kubernetes" alone); --version=raw prints kube-scheduler's.
-		if f := cmd.Flags().Lookup("version"); f != nil && f.Value.String() == "true" {
-			fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
+		if printVersion(cmd) {
 			return nil
 		}
 		// Before any plugin starts: a plugin's own check would come only after the
@@ -70,6 +69,25 @@ DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag appli
 		return nil
 	}
 	return cmd
+}
+
+// printVersion handles the global --version, in the root command and in each subcommand
+// alike: it prints sextant's release and the Kubernetes one (--version=raw: Kubernetes'
+// build information) and reports whether the command should then stop.
+func printVersion(cmd *cobra.Command) bool {
+	f := cmd.Flags().Lookup("version")
+	if f == nil {
+		return false
+	}
+	switch f.Value.String() {
+	case "true":
+		fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
+	case "raw":
+		fmt.Fprintf(cmd.OutOrStdout(), "%#v\n", kubeversion.Get())
+	default:
+		return false
+	}
+	return true
 }
 
 // prepareConfig makes kube-scheduler serve the sextant profile when there is no

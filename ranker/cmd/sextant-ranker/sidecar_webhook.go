@@ -23,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	kubeversion "k8s.io/component-base/version"
 	"k8s.io/klog/v2"
 
 	"sextant.io/sextant/internal/kubeclient"
@@ -151,25 +150,6 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
-}
-
-// printVersion handles the global --version in a subcommand as the root command does:
-// it prints sextant's release and the Kubernetes one (--version=raw: Kubernetes' build
-// information) and reports whether the command should then stop.
-func printVersion(cmd *cobra.Command) bool {
-	f := cmd.Flags().Lookup("version")
-	if f == nil {
-		return false
-	}
-	switch f.Value.String() {
-	case "true":
-		fmt.Fprintf(cmd.OutOrStdout(), "sextant-ranker %s (kube-scheduler %s)\n", version.Version, kubeversion.Get().GitVersion)
-	case "raw":
-		fmt.Fprintf(cmd.OutOrStdout(), "%#v\n", kubeversion.Get())
-	default:
-		return false
-	}
-	return true
 }
 
 // validateWebhook checks the flags of sidecar-webhook before anything starts.
