@@ -14,7 +14,8 @@
 //   - Allocate gives each container SEXTANT_<KIND>=<addresses>, the device nodes each
 //     device has (FindDeviceNodes: VFIO group, NVMe controller and namespaces, DRM
 //     render node, NVIDIA minor and control nodes, RDMA verbs, accel), and the CDI
-//     devices that stand for it.
+//     devices that stand for it. Devices the ranker did not choose for the pod being
+//     admitted are refused (CheckAllocation), which fails the pod's admission.
 //
 // The Manager registers each endpoint with the kubelet, again whenever the kubelet's
 // socket is created anew (it restarted) or an endpoint's socket disappears (a starting

@@ -164,14 +164,19 @@ func (e *endpoint) GetPreferredAllocation(ctx context.Context, req *pluginapi.Pr
 }
 
 // Allocate hands each container its devices: the environment, the device nodes, the
-// CDI devices.
-func (e *endpoint) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+// CDI devices. Devices the ranker did not choose for the pod are refused (check): the
+// kubelet then fails the pod's admission, and its controller makes a new one for the
+// ranker to place again.
+func (e *endpoint) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.GetContainerRequests() {
 		for _, id := range cr.GetDevicesIds() {
 			if !e.has(id) {
 				return nil, status.Errorf(codes.InvalidArgument, "device %s is not a %s device of this node", id, e.resource)
 			}
+		}
+		if mismatch := e.m.check(ctx, e, cr.GetDevicesIds()); mismatch != nil {
+			return nil, status.Error(codes.FailedPrecondition, mismatch.Error())
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, e.m.containerResponse(e.kind, cr.GetDevicesIds()))
 	}

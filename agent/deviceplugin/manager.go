@@ -57,8 +57,8 @@ type Config struct {
 	// field selector on spec.nodeName); asked when the cached pods have no candidate,
 	// in case the kubelet saw a pod before the agent's watch did.
 	FreshPods func(context.Context) ([]*corev1.Pod, error)
-	// KubeletPods, if set, is the kubelet's PodResources List; asked when several pods
-	// are candidates, to find the one the kubelet is admitting.
+	// KubeletPods, if set, is the kubelet's PodResources List; asked to find the pod the
+	// kubelet is admitting among those a preference or an allocation may be for.
 	KubeletPods func(context.Context) ([]*podresourcesapi.PodResources, error)
 	// LookupTimeout bounds FreshPods and KubeletPods while the kubelet waits
 	// (default 2s).
@@ -406,7 +406,7 @@ func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceReques
 	}
 	admitting := m.admitting(ctx, req.Resource)
 	p := Prefer(pods, req, ep.numaNodes(), admitting)
-	if p.Outcome == OutcomeFallback && m.cfg.FreshPods != nil {
+	if p.Outcome == OutcomeFallback && len(p.Candidates) == 0 && m.cfg.FreshPods != nil {
 		// The kubelet may have the pod before the agent's watch does.
 		lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
 		fresh, err := m.cfg.FreshPods(lctx)
@@ -433,24 +433,57 @@ func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceReques
 	return p
 }
 
-// admitting narrows tied candidates with the kubelet's PodResources: the pod being
-// admitted is known to the kubelet (it enters the kubelet's pod manager just before
-// admission) and has a container of this resource without devices yet; pods admitted
-// before have devices for all of theirs, and pods the kubelet has not taken up are not
-// listed. Nil when there is no PodResources client; no narrowing when it fails.
-func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) func([]*corev1.Pod) []*corev1.Pod {
+// check holds the devices the kubelet allocates to one container to the ranker's
+// decision (CheckAllocation); a Mismatch is returned as the refusal.
+func (m *Manager) check(ctx context.Context, ep *endpoint, ids []string) *Mismatch {
+	resource := ep.kind.ResourceName()
+	pods, err := m.cfg.Pods()
+	if err != nil {
+		m.log.Error(err, "listing the node's pods to check an allocation failed", "resource", ep.resource)
+	}
+	admitting := m.admitting(ctx, resource)
+	mismatch, judged := CheckAllocation(pods, resource, ids, admitting)
+	if (mismatch != nil || !judged) && m.cfg.FreshPods != nil {
+		// The kubelet may have the pod before the agent's watch does, and a refusal
+		// fails a pod: both are worth the API server's word.
+		lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
+		fresh, err := m.cfg.FreshPods(lctx)
+		cancel()
+		if err != nil {
+			m.log.Error(err, "listing the node's pods from the API server failed", "resource", ep.resource)
+		} else {
+			mismatch, _ = CheckAllocation(fresh, resource, ids, admitting)
+		}
+	}
+	if mismatch != nil {
+		m.metrics.refused.WithLabelValues(ep.resource).Inc()
+		names := make([]string, len(mismatch.Pods))
+		for i, p := range mismatch.Pods {
+			names[i] = p.Namespace + "/" + p.Name
+		}
+		m.log.Error(mismatch, "refused an allocation that is not the ranker's choice", "resource", ep.resource, "devices", ids, "pods", names)
+	}
+	return mismatch
+}
+
+// admitting narrows candidates with the kubelet's PodResources: the pod being admitted
+// is known to the kubelet (it enters the kubelet's pod manager just before admission)
+// and has a container of this resource without devices yet; pods admitted before have
+// devices for all of theirs, and pods the kubelet has not taken up are not listed. Nil
+// when there is no PodResources client; not ok when the kubelet does not answer.
+func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) AdmittingFunc {
 	if m.cfg.KubeletPods == nil {
 		return nil
 	}
-	return func(cands []*corev1.Pod) []*corev1.Pod {
+	return func(cands []*corev1.Pod) ([]*corev1.Pod, bool) {
 		lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
 		defer cancel()
 		list, err := m.cfg.KubeletPods(lctx)
 		if err != nil {
 			m.log.Error(err, "asking the kubelet's PodResources which pod it admits failed", "resource", resource)
-			return nil
+			return nil, false
 		}
-		return Admitting(list, cands, resource)
+		return Admitting(list, cands, resource), true
 	}
 }
 

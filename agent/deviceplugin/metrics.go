@@ -11,6 +11,7 @@ type Metrics struct {
 	registrations *prometheus.CounterVec
 	preferred     *prometheus.CounterVec
 	allocations   *prometheus.CounterVec
+	refused       *prometheus.CounterVec
 	devices       *prometheus.GaugeVec
 }
 
@@ -29,6 +30,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sextant_device_allocations_total",
 			Help: "Containers the device plugin handed devices to (Allocate), by resource.",
 		}, []string{"resource"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sextant_device_allocations_refused_total",
+			Help: "Containers the device plugin refused devices to (Allocate), by resource: the kubelet allocated devices the ranker did not choose for the pod, and fails its admission.",
+		}, []string{"resource"}),
 		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sextant_device_plugin_devices",
 			Help: "Devices the device plugin lists to the kubelet, by resource and health.",
@@ -43,9 +48,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			m.preferred.WithLabelValues(r, o)
 		}
 		m.allocations.WithLabelValues(r)
+		m.refused.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(m.registrations, m.preferred, m.allocations, m.devices)
+		reg.MustRegister(m.registrations, m.preferred, m.allocations, m.refused, m.devices)
 	}
 	return m
 }

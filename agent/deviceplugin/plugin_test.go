@@ -534,6 +534,39 @@ func TestAllocate(t *testing.T) {
 	}
 }
 
+// Allocate refuses devices the ranker did not choose for the pod the kubelet admits,
+// and hands out the chosen ones.
+func TestAllocateRefusesOtherDevices(t *testing.T) {
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	chosen := mkPod("chosen", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
+	plain := mkPod("plain", 1, "", ctr("main", 1))
+	kubeletList := []*podresourcesapi.PodResources{{Namespace: "default", Name: "chosen", Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}}}
+	h := startManager(t, dir, func(c *Config) {
+		c.KubeletPods = func(context.Context) ([]*podresourcesapi.PodResources, error) { return kubeletList, nil }
+	})
+	h.pods = func() ([]*corev1.Pod, error) { return []*corev1.Pod{chosen, plain}, nil }
+	const gpu = "sextant.io/gpu"
+	h.m.Update(gpus(v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy), nil)
+	eventually(t, "registration", func() bool { return k.client(gpu) != nil })
+	allocate := func(ids ...string) error {
+		_, err := k.client(gpu).Allocate(context.Background(), &pluginapi.AllocateRequest{
+			ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+		return err
+	}
+	err := allocate(devA, devC)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "default/chosen ("+devA+","+devB+")") {
+		t.Errorf("Allocate of %s,%s for a pod given %s,%s: %v, want FailedPrecondition naming the pod and its devices", devA, devC, devA, devB, err)
+	}
+	if err := allocate(devB, devA); err != nil {
+		t.Errorf("Allocate of the chosen devices: %v", err)
+	}
+	// A plain pod of one device is not held to anyone's choice.
+	if err := allocate(devC); err != nil {
+		t.Errorf("Allocate for a plain pod: %v", err)
+	}
+}
+
 func TestNewValidates(t *testing.T) {
 	pods := func() ([]*corev1.Pod, error) { return nil, nil }
 	for _, c := range []Config{

@@ -53,14 +53,19 @@ type Preference struct {
 //     (no running or terminated state, now or before);
 //   - still finds Size of its listed devices in Available (plus MustInclude).
 //
-// One such pod: its devices (MustInclude first, then its other listed devices in the
-// annotation's order). Several: admitting, if not nil, narrows them to the pods the
-// kubelet is admitting; if that leaves exactly one, its devices; otherwise the oldest
-// (creation time, then namespace/name), since the kubelet admits a batch of pods
-// oldest first. None: the first Size available devices, MustInclude first, then those
-// on the NUMA nodes of MustInclude, else on one NUMA node that has them all, in
-// address order; numa gives each device's NUMA node (-1 unknown).
-func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, admitting func([]*corev1.Pod) []*corev1.Pod) Preference {
+// When admitting is given and the kubelet answers, the candidates are narrowed to the
+// pods it is admitting: one left, its devices; none left, the kubelet admits a pod that
+// is no candidate (a plain pod, or one whose devices are gone), which gets the fallback
+// and is kept off the candidates' devices where it can be, so that they still find
+// theirs; several, the oldest of them. Without an answer: one candidate, its devices;
+// several, the oldest (creation time, then namespace/name), since the kubelet admits a
+// batch of new pods oldest first. The devices of a candidate are MustInclude first, then
+// its other listed devices in the annotation's order.
+//
+// No candidate: the first Size available devices, MustInclude first, then those on the
+// NUMA nodes of MustInclude, else on one NUMA node that has them all, in address order;
+// numa gives each device's NUMA node (-1 unknown).
+func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, admitting AdmittingFunc) Preference {
 	type fit struct {
 		pod *corev1.Pod
 		ids []string
@@ -79,19 +84,60 @@ func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, ad
 	for i, f := range fits {
 		cands[i] = f.pod
 	}
-	if len(fits) == 1 {
-		return Preference{IDs: fits[0].ids, Outcome: OutcomeAnnotation, Pod: fits[0].pod, Candidates: cands}
+	outcome := OutcomeAnnotation
+	if len(fits) > 1 {
+		outcome = OutcomeTie
 	}
 	if admitting != nil {
-		if narrowed := admitting(cands); len(narrowed) == 1 {
-			for _, f := range fits {
-				if f.pod == narrowed[0] {
-					return Preference{IDs: f.ids, Outcome: OutcomeKubelet, Pod: f.pod, Candidates: cands}
-				}
+		if admitted, ok := admitting(cands); ok {
+			fits = slices.DeleteFunc(fits, func(f fit) bool { return !slices.Contains(admitted, f.pod) })
+			if len(fits) == 0 {
+				return Preference{IDs: fallbackAround(req, numa, cands), Outcome: OutcomeFallback, Candidates: cands}
+			}
+			if len(fits) == 1 && len(cands) > 1 {
+				outcome = OutcomeKubelet
 			}
 		}
 	}
-	return Preference{IDs: fits[0].ids, Outcome: OutcomeTie, Pod: fits[0].pod, Candidates: cands}
+	return Preference{IDs: fits[0].ids, Outcome: outcome, Pod: fits[0].pod, Candidates: cands}
+}
+
+// AdmittingFunc narrows candidate pods to those the kubelet is admitting; ok is false
+// when the kubelet could not be asked, and then nothing is narrowed.
+type AdmittingFunc func(cands []*corev1.Pod) (admitted []*corev1.Pod, ok bool)
+
+// fallbackAround is the fallback for a pod that is no candidate, kept off the devices
+// the candidates are waiting for while enough others are available.
+func fallbackAround(req PreferenceRequest, numa map[string]int64, cands []*corev1.Pod) []string {
+	reserved := map[string]bool{}
+	for _, pod := range cands {
+		for _, id := range listing(pod, req.Resource) {
+			reserved[id] = true
+		}
+	}
+	narrowed := req
+	narrowed.Available = slices.DeleteFunc(slices.Clone(req.Available), func(id string) bool {
+		return reserved[id] && !slices.Contains(req.MustInclude, id)
+	})
+	if ids := fallback(narrowed, numa); len(ids) == req.Size {
+		return ids
+	}
+	return fallback(req, numa)
+}
+
+// listing is the devices of resource the ranker chose for pod (its
+// devices.sextant.io/allocated); nil when it chose none, or the annotation is missing
+// or malformed.
+func listing(pod *corev1.Pod, resource corev1.ResourceName) []string {
+	value, ok := pod.Annotations[annotations.DevicesAllocated]
+	if !ok {
+		return nil
+	}
+	alloc, err := annotations.ParseAllocation(value)
+	if err != nil {
+		return nil
+	}
+	return alloc[resource]
 }
 
 func olderFirst(a, b *corev1.Pod) int {
@@ -103,19 +149,10 @@ func olderFirst(a, b *corev1.Pod) int {
 
 // fitting returns the devices pod would get for req, if pod can be the one asking.
 func fitting(pod *corev1.Pod, req PreferenceRequest) ([]string, bool) {
-	if pod.Spec.NodeName == "" || pod.DeletionTimestamp != nil ||
-		pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	if !live(pod) {
 		return nil, false
 	}
-	value, ok := pod.Annotations[annotations.DevicesAllocated]
-	if !ok {
-		return nil, false
-	}
-	alloc, err := annotations.ParseAllocation(value)
-	if err != nil {
-		return nil, false
-	}
-	listed := alloc[req.Resource]
+	listed := listing(pod, req.Resource)
 	if len(listed) == 0 || !waitingContainerAsks(pod, req.Resource, req.Size) {
 		return nil, false
 	}

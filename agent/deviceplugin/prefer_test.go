@@ -1,6 +1,7 @@
 package deviceplugin
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,6 +60,19 @@ func mkPod(name string, minute int, devices string, containers ...corev1.Contain
 
 func with(p *corev1.Pod, f func(*corev1.Pod)) *corev1.Pod { f(p); return p }
 
+// admits is a kubelet that is admitting the named pods, of those asked about.
+func admits(names ...string) AdmittingFunc {
+	return func(cands []*corev1.Pod) ([]*corev1.Pod, bool) {
+		var out []*corev1.Pod
+		for _, p := range cands {
+			if slices.Contains(names, p.Name) {
+				out = append(out, p)
+			}
+		}
+		return out, true
+	}
+}
+
 func TestPrefer(t *testing.T) {
 	all := []string{devA, devB, devC, devD}
 	p1 := mkPod("p1", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
@@ -67,7 +81,7 @@ func TestPrefer(t *testing.T) {
 		name      string
 		pods      []*corev1.Pod
 		req       PreferenceRequest
-		admitting func([]*corev1.Pod) []*corev1.Pod
+		admitting AdmittingFunc
 		want      string // IDs, comma-separated
 		outcome   string
 		pod       string // the pod the IDs come from
@@ -87,13 +101,38 @@ func TestPrefer(t *testing.T) {
 		{name: "two pods of the same size pending, the kubelet names the one it admits",
 			pods:      []*corev1.Pod{p1, p2},
 			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
-			admitting: func(c []*corev1.Pod) []*corev1.Pod { return []*corev1.Pod{c[1]} },
+			admitting: admits("p2"),
 			want:      devC + "," + devD, outcome: OutcomeKubelet, pod: "p2"},
 		{name: "the kubelet cannot tell them apart either",
 			pods:      []*corev1.Pod{p2, p1},
 			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
-			admitting: func(c []*corev1.Pod) []*corev1.Pod { return c },
+			admitting: admits("p1", "p2"),
 			want:      devA + "," + devB, outcome: OutcomeTie, pod: "p1"},
+		{name: "the kubelet does not answer: the oldest",
+			pods:      []*corev1.Pod{p2, p1},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			admitting: func([]*corev1.Pod) ([]*corev1.Pod, bool) { return nil, false },
+			want:      devA + "," + devB, outcome: OutcomeTie, pod: "p1"},
+		{name: "one pod fits and the kubelet admits it",
+			pods:      []*corev1.Pod{p1},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			admitting: admits("p1"),
+			want:      devA + "," + devB, outcome: OutcomeAnnotation, pod: "p1"},
+		{name: "one pod fits but the kubelet admits another: the fallback keeps off its devices",
+			pods:      []*corev1.Pod{p1},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},
+			admitting: admits("plain"),
+			want:      devC + "," + devD, outcome: OutcomeFallback},
+		{name: "the kubelet admits another and only the candidates' devices are left: the fallback takes them",
+			pods:      []*corev1.Pod{p1},
+			req:       PreferenceRequest{Resource: gpuRes, Available: []string{devA, devB, devC}, Size: 2},
+			admitting: admits("plain"),
+			want:      devA + "," + devB, outcome: OutcomeFallback},
+		{name: "the kubelet admits another: only its must-include devices may overlap",
+			pods:      []*corev1.Pod{mkPod("p3", 0, "sextant.io/gpu="+devB+","+devC, ctr("main", 2))},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, MustInclude: []string{devB}, Size: 2},
+			admitting: admits("plain"),
+			want:      devB + "," + devA, outcome: OutcomeFallback},
 		{name: "same creation time: namespace/name decides",
 			pods: []*corev1.Pod{mkPod("zz", 0, "sextant.io/gpu="+devC+","+devD, ctr("main", 2)), mkPod("aa", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))},
 			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 2},

@@ -810,8 +810,10 @@ func TestDeviceExactIDs(t *testing.T) {
 
 // TestDeviceHeldElsewhereAndKubeletRestart: a pod default-scheduler placed takes an
 // accelerator through the plugin without any annotation; NodeTopology names it as the
-// holder and the ranker never gives that accelerator to its own pod. After a kubelet
-// restart the plugin registers again and a new pod still gets exactly its IDs.
+// holder and the ranker never gives that accelerator to its own pod. A pod bound with
+// the held accelerator among its chosen ones cannot get it: the plugin refuses the
+// kubelet's other devices and the pod fails. After a kubelet restart the plugin
+// registers again and a new pod still gets exactly its IDs.
 func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	h := newNUMAHarness(t)
 	resourceName := v1alpha1.KindAccelerator.ResourceName()
@@ -846,6 +848,50 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 		}
 		return false, "NodeTopology names no holder for the default-scheduler pod"
 	})
+
+	// A decision the node cannot carry out: a pod bound (by the test, in the ranker's
+	// place) with the held accelerator among its chosen ones. The kubelet cannot give it
+	// that one; the plugin refuses the others, and the kubelet fails the pod.
+	var free string
+	for addr := range h.accelerators {
+		if addr != held {
+			free = addr
+			break
+		}
+	}
+	two := resource.MustParse("2")
+	c = h.container("main", loop)
+	c.Resources.Requests[resourceName] = two
+	c.Resources.Limits = corev1.ResourceList{resourceName: two}
+	stale := h.pod("stale", nil, c)
+	stale.Spec.SchedulerName = "no-scheduler"
+	delete(stale.Annotations, annotations.NUMAPolicy)
+	h.create(stale)
+	refusedBefore := h.agent.counter(`sextant_device_allocations_refused_total{resource="` + string(resourceName) + `"}`)
+	if err := local.kube.CoreV1().Pods(h.ns).Bind(ctx, &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Name: "stale", Namespace: h.ns, Annotations: map[string]string{
+			annotations.DevicesAllocated: annotations.Allocation{resourceName: {held, free}}.String()}},
+		Target: corev1.ObjectReference{Kind: "Node", Name: local.nodeName},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		p, err := local.kube.CoreV1().Pods(h.ns).Get(ctx, "stale", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded {
+			t.Fatalf("the pod chosen %s and %s ran without %s", held, free, held)
+		}
+		return p.Status.Phase == corev1.PodFailed && strings.Contains(p.Status.Message, "the ranker chose other devices"),
+			fmt.Sprintf("the pod is %s (%s: %s), want Failed by the device plugin's refusal", p.Status.Phase, p.Status.Reason, p.Status.Message)
+	})
+	if refused := h.agent.counter(`sextant_device_allocations_refused_total{resource="` + string(resourceName) + `"}`); refused <= refusedBefore {
+		t.Errorf("sextant_device_allocations_refused_total = %v after the refusal, was %v", refused, refusedBefore)
+	}
+	if err := local.kube.CoreV1().Pods(h.ns).Delete(ctx, "stale", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
 
 	// The ranker's pod asks for the three others; it must not get the held one.
 	three := resource.MustParse("3")
@@ -908,7 +954,6 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 		pods, err := local.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=mine"})
 		return err == nil && len(pods.Items) == 0, "the deleted pod is still there"
 	})
-	two := resource.MustParse("2")
 	c = h.container("main", `echo "devices=$`+deviceplugin.EnvName(v1alpha1.KindAccelerator)+`"; `+loop)
 	c.Resources.Requests[resourceName] = two
 	c.Resources.Limits = corev1.ResourceList{resourceName: two}
