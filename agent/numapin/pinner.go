@@ -400,6 +400,20 @@ func (p *Pinner) watch(ctx context.Context, kp *cgroups.Kubepods) {
 	}
 }
 
+// State is whether the Pinner carries out the ranker's NUMA decisions now, as the
+// node's NodeTopology publishes it: Pending until the kubelet has said whether it runs
+// the static CPU manager policy, then KubeletStaticCPUManager or Active.
+func (p *Pinner) State() v1alpha1.NUMAPinning {
+	switch {
+	case !p.policyKnown.Load():
+		return v1alpha1.PinningPending
+	case p.staticPolicy.Load():
+		return v1alpha1.PinningKubeletStaticCPUManager
+	default:
+		return v1alpha1.PinningActive
+	}
+}
+
 func (p *Pinner) checkStaticPolicy(ctx context.Context) {
 	if p.static == nil {
 		p.policyKnown.Store(true)
@@ -438,12 +452,35 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 	if err := p.reconcile(ctx, key); err != nil {
 		if ctx.Err() == nil {
 			p.log.Error(err, "pinning a pod to its NUMA nodes failed; retrying", "pod", key)
+			if p.queue.NumRequeues(key) == failingAfter-1 && !errors.Is(err, errPolicyUnknown) {
+				p.failing(ctx, key, err)
+			}
 		}
 		p.queue.AddRateLimited(key)
 		return true
 	}
 	p.queue.Forget(key)
 	return true
+}
+
+// errPolicyUnknown holds every pod back until the kubelet answers: not a failure of the
+// pod's.
+var errPolicyUnknown = errors.New("the kubelet has not said whether it runs the static CPU manager policy (PodResources); the pod is pinned once it has")
+
+// failingAfter is how many failed attempts in a row make a pod's pinning failure an
+// Event: a cgroup the kubelet is still setting up may fail an attempt or two.
+const failingAfter = 3
+
+// failing records a Warning Event on a pod whose pinning keeps failing, once per pod:
+// the failures counter says some pod is not confined, the Event says which and why.
+func (p *Pinner) failing(ctx context.Context, key string, err error) {
+	obj, exists, gerr := p.pods.GetStore().GetByKey(key)
+	if gerr != nil || !exists {
+		return
+	}
+	pod := obj.(*corev1.Pod)
+	p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinFailing", "numa-failing",
+		fmt.Sprintf("not confined to the NUMA nodes in %s after %d attempts: %v; retrying", annotations.NUMANodes, failingAfter, err))
 }
 
 // reconcile makes the cgroup of one pod hold the cpuset of its NUMA nodes.
@@ -470,7 +507,7 @@ func (p *Pinner) reconcile(ctx context.Context, key string) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if !p.policyKnown.Load() {
-		return errors.New("the kubelet has not said whether it runs the static CPU manager policy (PodResources); the pod is pinned once it has")
+		return errPolicyUnknown
 	}
 	if p.staticPolicy.Load() {
 		p.refuse(ctx, pod, st, &refusal{reasonStaticCPUManager,

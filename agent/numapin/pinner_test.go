@@ -579,6 +579,35 @@ func TestStaticCPUManager(t *testing.T) {
 	if got := tr.read(dir, "cpuset.cpus"); got != "0-3" {
 		t.Errorf("cpus %q under the static policy, want the kubelet's", got)
 	}
+	if got := h.p.State(); got != v1alpha1.PinningKubeletStaticCPUManager {
+		t.Errorf("state %q, want %q", got, v1alpha1.PinningKubeletStaticCPUManager)
+	}
+}
+
+// TestPinFailingEvent: a pod whose cgroup cannot be written is retried, and after a few
+// failed attempts gets one Warning Event naming the cause.
+func TestPinFailingEvent(t *testing.T) {
+	tr := newTree(t, false)
+	dir := tr.podDir(uidA)
+	tr.mkdir(dir, "0-3", "0")
+	// A directory where the kernel has the file: every write fails, root or not.
+	if err := os.Remove(filepath.Join(dir, "cpuset.cpus")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "cpuset.cpus"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, tr, pod("p", uidA, "1"))
+	h.start()
+	h.eventually("NUMAPinFailing recorded", func() bool { return len(h.events("NUMAPinFailing")) == 1 })
+	ev := h.events("NUMAPinFailing")[0]
+	if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Name != "p" || !strings.Contains(ev.Message, "cpuset.cpus") {
+		t.Errorf("event %s %s on %s: %q; want a Warning on p naming cpuset.cpus", ev.Type, ev.Reason, ev.InvolvedObject.Name, ev.Message)
+	}
+	h.eventually("still retried", func() bool { return h.counter("sextant_numa_pin_failures_total", reasonCgroup) >= failingAfter+1 })
+	if n := len(h.events("NUMAPinFailing")); n != 1 {
+		t.Errorf("%d NUMAPinFailing events, want one per pod", n)
+	}
 }
 
 // TestUnknownCPUManagerPolicy: while the kubelet has not said whether it runs the static
@@ -596,6 +625,15 @@ func TestUnknownCPUManagerPolicy(t *testing.T) {
 	if got := tr.read(dir, "cpuset.cpus"); got != "0-3" {
 		t.Fatalf("cpus %q while the kubelet's policy is unknown, want the pod's cgroup untouched", got)
 	}
+	if got := h.p.State(); got != v1alpha1.PinningPending {
+		t.Errorf("state %q while the kubelet's policy is unknown, want %q", got, v1alpha1.PinningPending)
+	}
+	if ev := h.events("NUMAPinFailing"); len(ev) != 0 {
+		t.Errorf("waiting for the kubelet recorded %v, want no failure event: the pod did not fail", ev)
+	}
 	h.policyDown.Store(false)
 	h.eventually("pinned once the kubelet answers", func() bool { return tr.read(dir, "cpuset.cpus") == "2-3" })
+	if got := h.p.State(); got != v1alpha1.PinningActive {
+		t.Errorf("state %q once the kubelet answered, want %q", got, v1alpha1.PinningActive)
+	}
 }

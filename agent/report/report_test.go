@@ -518,6 +518,47 @@ func TestTopologyReporter(t *testing.T) {
 	if wrote, _ := r.Offer(ctx, topo); !wrote {
 		t.Error("no write at the resync")
 	}
+	if got := get().Status.NUMAPinning; got != v1alpha1.PinningOff {
+		t.Errorf("numaPinning = %q without a pinner, want Off", got)
+	}
+}
+
+// TestTopologyReporterPinning: the pinner's state is published, and its change is
+// written at the next offer though the topology is the same.
+func TestTopologyReporterPinning(t *testing.T) {
+	topo := v1alpha1.Topology{NUMANodes: []v1alpha1.NUMANode{{ID: 0, CPUs: []int32{0, 1}, MemoryBytes: 1 << 30, Distances: []int32{10}}}}
+	dyn, kube := newFakes(t)
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	state := v1alpha1.PinningPending
+	r := NewTopologyReporter(TopologyConfig{NUMAPinning: func() v1alpha1.NUMAPinning { return state }}, dyn, kube, "node-1", NewMetrics(nil), clk)
+	ctx := context.Background()
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	published := func() v1alpha1.NUMAPinning {
+		obj, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Get(ctx, "node-1", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nt v1alpha1.NodeTopology
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &nt); err != nil {
+			t.Fatal(err)
+		}
+		return nt.Status.NUMAPinning
+	}
+	for i, want := range []v1alpha1.NUMAPinning{v1alpha1.PinningPending, v1alpha1.PinningKubeletStaticCPUManager, v1alpha1.PinningActive} {
+		state = want
+		clk.SetTime(clk.Now().Add(time.Second))
+		if wrote, err := r.Offer(ctx, topo); !wrote || err != nil {
+			t.Fatalf("offer %d (%s): wrote %v, err %v", i, want, wrote, err)
+		}
+		if got := published(); got != want {
+			t.Errorf("offer %d: numaPinning = %q, want %q", i, got, want)
+		}
+	}
+	if wrote, _ := r.Offer(ctx, topo); wrote {
+		t.Error("an unchanged topology and pinning state were written again before the resync")
+	}
 }
 
 // TestRemoveStaleDeviceCapacity: what agents before the device plugin patched onto the

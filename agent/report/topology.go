@@ -25,6 +25,10 @@ type TopologyConfig struct {
 	Resync time.Duration
 	// AgentVersion goes into the status.
 	AgentVersion string
+	// NUMAPinning, if set, says whether the agent pins pods to their NUMA nodes now; it
+	// is published with every write, and a change is written at the next Offer. Unset:
+	// the agent does not pin (Off).
+	NUMAPinning func() v1alpha1.NUMAPinning
 }
 
 // TopologyReporter writes the node's NodeTopology when the topology or a device's health
@@ -41,8 +45,9 @@ type TopologyReporter struct {
 	w         *writer
 	clock     clock.PassiveClock
 	tracker   *topology.Tracker
-	last      *v1alpha1.Topology
-	lastWrite time.Time
+	last        *v1alpha1.Topology
+	lastPinning v1alpha1.NUMAPinning
+	lastWrite   time.Time
 }
 
 // NewTopologyReporter returns a reporter for the node's NodeTopology.
@@ -106,8 +111,12 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 			}
 		}
 	}
+	pinning := v1alpha1.PinningOff
+	if r.cfg.NUMAPinning != nil {
+		pinning = r.cfg.NUMAPinning()
+	}
 	now := r.clock.Now()
-	if r.last != nil && now.Sub(r.lastWrite) < r.cfg.Resync && equality.Semantic.DeepEqual(*r.last, next) {
+	if r.last != nil && now.Sub(r.lastWrite) < r.cfg.Resync && pinning == r.lastPinning && equality.Semantic.DeepEqual(*r.last, next) {
 		return false, nil
 	}
 	updated := metav1.NewTime(now.UTC().Truncate(time.Second))
@@ -115,12 +124,13 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 		UpdateTime:   &updated,
 		AgentVersion: r.cfg.AgentVersion,
 		Summary:      Summarize(next),
+		NUMAPinning:  pinning,
 		Topology:     next,
 	}
 	if err := r.w.write(ctx, &status); err != nil {
 		return false, err
 	}
-	r.last, r.lastWrite = &next, now
+	r.last, r.lastPinning, r.lastWrite = &next, pinning, now
 	return true, nil
 }
 

@@ -18,6 +18,7 @@ import (
 // +kubebuilder:printcolumn:name="CPUs",type=integer,JSONPath=`.status.summary.cpus`
 // +kubebuilder:printcolumn:name="Devices",type=integer,JSONPath=`.status.summary.devices`
 // +kubebuilder:printcolumn:name="Unhealthy",type=integer,JSONPath=`.status.summary.unhealthyDevices`
+// +kubebuilder:printcolumn:name="Pinning",type=string,JSONPath=`.status.numaPinning`
 // +kubebuilder:printcolumn:name="Updated",type=date,JSONPath=`.status.updateTime`
 type NodeTopology struct {
 	metav1.TypeMeta   `json:",inline"`
@@ -43,6 +44,11 @@ type NodeTopologyStatus struct {
 	// Summary counts what the lists hold.
 	// +optional
 	Summary *TopologySummary `json:"summary,omitempty"`
+	// NUMAPinning says whether the agent confines this node's pods to the NUMA nodes the
+	// ranker chose for them (numa.sextant.io/nodes). Empty, as an agent of an earlier
+	// version writes it, counts as Active.
+	// +optional
+	NUMAPinning NUMAPinning `json:"numaPinning,omitempty"`
 
 	Topology `json:",inline"`
 }
@@ -111,6 +117,30 @@ type NUMANode struct {
 	// +kubebuilder:validation:items:Minimum=0
 	// +kubebuilder:validation:items:Maximum=255
 	Distances []int32 `json:"distances,omitempty"`
+}
+
+// NUMAPinning says whether a node's agent carries out the ranker's NUMA decisions.
+// +kubebuilder:validation:Enum=Active;Pending;Off;KubeletStaticCPUManager
+type NUMAPinning string
+
+const (
+	// PinningActive: the agent pins every pod annotated numa.sextant.io/nodes.
+	PinningActive NUMAPinning = "Active"
+	// PinningPending: the kubelet has not said yet whether it runs the static CPU
+	// manager policy; the agent pins the node's pods as soon as it has, unless it does.
+	PinningPending NUMAPinning = "Pending"
+	// PinningOff: the agent runs without NUMA pinning (--numa-pinning=false).
+	PinningOff NUMAPinning = "Off"
+	// PinningKubeletStaticCPUManager: the kubelet runs the static CPU manager policy and
+	// sets containers' cpusets itself; the agent pins nothing.
+	PinningKubeletStaticCPUManager NUMAPinning = "KubeletStaticCPUManager"
+)
+
+// Pins reports whether pods annotated numa.sextant.io/nodes are, or will be, pinned on
+// a node that publishes p: Active, Pending, and empty (an agent that predates the
+// field, which pins by default).
+func (p NUMAPinning) Pins() bool {
+	return p == "" || p == PinningActive || p == PinningPending
 }
 
 // DeviceHealth says whether a device can be given to a pod.

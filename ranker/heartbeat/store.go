@@ -331,13 +331,6 @@ func storeTopology(in any) (any, error) {
 	return trimTopology(full), nil
 }
 
-// trimTopology is the part of a checked NodeTopology that NUMAAware and DeviceAware
-// read: identity, NUMA nodes, and per PCI device what decides whether it can be handed
-// out (address, kind, NUMA node, health, holder, exclusion). Kinds, health values and
-// NUMA node numbers are shared between all nodes instead of one copy per device: the
-// garbage collector marks each held object in every cycle, and a device's descriptive
-// strings (class, vendor, driver, PCIe root) and the NICs were never read
-// (docs/design/0062-lean-topology-records.md).
 // sameTopology reports whether next, replacing prev (nil: none), is the same object
 // holding the same topology: as the store holds them (trimTopology), a rewrite by the
 // agent that changed nothing the plugins read.
@@ -345,6 +338,13 @@ func sameTopology(prev, next *v1alpha1.NodeTopology) bool {
 	return prev != nil && prev.UID == next.UID && equality.Semantic.DeepEqual(prev.Status, next.Status)
 }
 
+// trimTopology is the part of a checked NodeTopology that NUMAAware and DeviceAware
+// read: identity, whether the agent pins, NUMA nodes, and per PCI device what decides
+// whether it can be handed out (address, kind, NUMA node, health, holder, exclusion).
+// Kinds, health values and NUMA node numbers are shared between all nodes instead of
+// one copy per device: the garbage collector marks each held object in every cycle,
+// and a device's descriptive strings (class, vendor, driver, PCIe root) and the NICs
+// were never read (docs/design/0062-lean-topology-records.md).
 func trimTopology(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
 	out := &v1alpha1.NodeTopology{
 		TypeMeta: nt.TypeMeta,
@@ -352,6 +352,7 @@ func trimTopology(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
 			Name: nt.Name, Namespace: nt.Namespace, UID: nt.UID, ResourceVersion: nt.ResourceVersion, Generation: nt.Generation,
 		},
 	}
+	out.Status.NUMAPinning = internPinning(nt.Status.NUMAPinning)
 	in := &nt.Status.Topology
 	out.Status.NUMANodes = in.NUMANodes
 	if len(in.PCIDevices) > 0 {
@@ -394,6 +395,15 @@ func internKind(k v1alpha1.DeviceKind) v1alpha1.DeviceKind {
 		}
 	}
 	return k
+}
+
+func internPinning(p v1alpha1.NUMAPinning) v1alpha1.NUMAPinning {
+	for _, known := range []v1alpha1.NUMAPinning{v1alpha1.PinningActive, v1alpha1.PinningPending, v1alpha1.PinningOff, v1alpha1.PinningKubeletStaticCPUManager} {
+		if p == known {
+			return known
+		}
+	}
+	return p
 }
 
 func internHealth(h v1alpha1.DeviceHealth) v1alpha1.DeviceHealth {

@@ -352,7 +352,7 @@ func TestStoreTopologyKeepsWhatPluginsRead(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u1", ResourceVersion: "7", Generation: 2,
 			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "sextant-agent", Operation: metav1.ManagedFieldsOperationApply}}},
 		Status: v1alpha1.NodeTopologyStatus{
-			UpdateTime: &now, AgentVersion: "v1",
+			UpdateTime: &now, AgentVersion: "v1", NUMAPinning: v1alpha1.PinningOff,
 			Summary: &v1alpha1.TopologySummary{NUMANodes: 2, CPUs: 4, Devices: 3},
 			Topology: v1alpha1.Topology{
 				NUMANodes: []v1alpha1.NUMANode{
@@ -378,7 +378,7 @@ func TestStoreTopologyKeepsWhatPluginsRead(t *testing.T) {
 	want := &v1alpha1.NodeTopology{
 		TypeMeta:   full.TypeMeta,
 		ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "u1", ResourceVersion: "7", Generation: 2},
-		Status: v1alpha1.NodeTopologyStatus{Topology: v1alpha1.Topology{
+		Status: v1alpha1.NodeTopologyStatus{NUMAPinning: v1alpha1.PinningOff, Topology: v1alpha1.Topology{
 			NUMANodes: full.Status.NUMANodes,
 			PCIDevices: []v1alpha1.PCIDevice{
 				{Address: "0000:3b:00.0", Kind: v1alpha1.KindGPU, NUMANode: numa(1), Health: v1alpha1.Healthy,

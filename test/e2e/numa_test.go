@@ -268,7 +268,13 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 	h.agent.start()
 	eventually(t, time.Minute, func() (bool, string) {
 		nt, err := getNodeTopology(context.Background(), local.nodeName)
-		return err == nil && len(nt.Status.NUMANodes) == 2, fmt.Sprintf("NodeTopology of %s does not show the split tree yet (%v)", local.nodeName, err)
+		if err != nil {
+			return false, err.Error()
+		}
+		// The agent pins once the kubelet has said it does not run the static CPU
+		// manager policy, and says so in the NodeTopology.
+		return len(nt.Status.NUMANodes) == 2 && nt.Status.NUMAPinning == v1alpha1.PinningActive,
+			fmt.Sprintf("NodeTopology of %s: %d NUMA nodes, numaPinning %q; want the split tree's 2, Active", local.nodeName, len(nt.Status.NUMANodes), nt.Status.NUMAPinning)
 	})
 	h.ns = testNamespace(t)
 	h.scheduler = "numa" + strings.TrimPrefix(h.ns, "e2e-")

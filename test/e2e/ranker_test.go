@@ -24,6 +24,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -661,6 +662,12 @@ func TestRankerWritesAnnotationsBeforeBinding(t *testing.T) {
 // with gpusPer GPUs on each (GPU i at 0000:0i:00.0), and advertises the GPUs.
 func publishTopology(t *testing.T, nodeName string, numaNodes, cpusPer int, memPer int64, gpusPer int) {
 	t.Helper()
+	publishTopologyPinning(t, nodeName, numaNodes, cpusPer, memPer, gpusPer, "")
+}
+
+// publishTopologyPinning is publishTopology from an agent that says whether it pins.
+func publishTopologyPinning(t *testing.T, nodeName string, numaNodes, cpusPer int, memPer int64, gpusPer int, pinning sextantv1.NUMAPinning) {
+	t.Helper()
 	ctx := context.Background()
 	var topo sextantv1.Topology
 	cpu := int32(0)
@@ -703,7 +710,7 @@ func publishTopology(t *testing.T, nodeName string, numaNodes, cpusPer int, memP
 	if err != nil {
 		t.Fatal(err)
 	}
-	created.Object["status"] = toUnstructured(t, &sextantv1.NodeTopology{Status: sextantv1.NodeTopologyStatus{Topology: topo}}).Object["status"]
+	created.Object["status"] = toUnstructured(t, &sextantv1.NodeTopology{Status: sextantv1.NodeTopologyStatus{NUMAPinning: pinning, Topology: topo}}).Object["status"]
 	if _, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -711,6 +718,70 @@ func publishTopology(t *testing.T, nodeName string, numaNodes, cpusPer int, memP
 	node.Status.Allocatable["sextant.io/gpu"] = *resource.NewQuantity(int64(gpu), resource.DecimalSI)
 	if _, err := local.kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRankerLeavesNUMAToNodesThatPin: on a node whose agent does not pin (NodeTopology
+// numaPinning Off), a single-numa-node pod is not placed, and a pod that only prefers
+// few NUMA nodes is placed without numa.sextant.io/nodes (nobody would carry it out),
+// still with its devices on one NUMA node. Once the agent says it pins, the waiting
+// pod is placed, with its NUMA node.
+func TestRankerLeavesNUMAToNodesThatPin(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	prefix := "pin" + strings.TrimPrefix(ns, "e2e-")
+	nodes := makeRankerNodes(t, prefix, []rankerNode{{name: "n", ingressRemaining: "5G"}})
+	publishTopologyPinning(t, nodes["n"], 2, 4, 8<<30, 2, sextantv1.PinningOff)
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10372})
+	requests := func(p *corev1.Pod, gpus string) *corev1.Pod {
+		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")}
+		if gpus != "" {
+			p.Spec.Containers[0].Resources.Requests["sextant.io/gpu"] = resource.MustParse(gpus)
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"sextant.io/gpu": resource.MustParse(gpus)}
+		}
+		return p
+	}
+	single := requests(bandwidthPod(ns, "single", prefix, map[string]string{"numa.sextant.io/policy": "single-numa-node"}), "")
+	if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, single, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if msg := waitFailedScheduling(t, ns, "single", time.Minute); !strings.Contains(msg, "do not pin pods to NUMA nodes") {
+		t.Errorf("FailedScheduling %q, want it to say the node does not pin", msg)
+	}
+
+	if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, requests(bandwidthPod(ns, "plain", prefix, nil), "2"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p := waitScheduled(t, ns, "plain", time.Minute)
+	if v, ok := p.Annotations["numa.sextant.io/nodes"]; ok {
+		t.Errorf("pod bound on a node that does not pin with numa.sextant.io/nodes = %q, want none", v)
+	}
+	var alloc map[string][]string
+	if err := json.Unmarshal([]byte(p.Annotations["devices.sextant.io/allocated"]), &alloc); err != nil || len(alloc["sextant.io/gpu"]) != 2 {
+		t.Errorf("pod bound with devices.sextant.io/allocated = %q, want 2 GPUs", p.Annotations["devices.sextant.io/allocated"])
+	} else if a, b := gpuNUMA(alloc["sextant.io/gpu"][0]), gpuNUMA(alloc["sextant.io/gpu"][1]); a != b {
+		t.Errorf("GPUs %v on NUMA nodes %s and %s, want one", alloc["sextant.io/gpu"], a, b)
+	}
+	if s, err := local.kube.CoreV1().Pods(ns).Get(ctx, "single", metav1.GetOptions{}); err != nil || s.Spec.NodeName != "" {
+		t.Fatalf("the single-numa-node pod: err %v, bound to %q; want it Pending", err, s.Spec.NodeName)
+	}
+
+	client := local.dynamic.Resource(nodeTopologyGVR)
+	nt, err := client.Get(ctx, nodes["n"], metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(nt.Object, string(sextantv1.PinningActive), "status", "numaPinning"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.UpdateStatus(ctx, nt, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v := waitScheduled(t, ns, "single", time.Minute).Annotations["numa.sextant.io/nodes"]; v != "0" && v != "1" {
+		t.Errorf("once the node pins: numa.sextant.io/nodes = %q, want one NUMA node", v)
 	}
 }
 

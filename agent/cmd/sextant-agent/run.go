@@ -365,9 +365,11 @@ func runAgent(ctx context.Context, o runOptions) error {
 			Threshold: o.threshold, MinInterval: o.minInterval, MaxInterval: o.maxInterval,
 			AgentVersion: version.Version,
 		}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
-		topoReporter := report.NewTopologyReporter(report.TopologyConfig{
-			Resync: o.topologyResync, AgentVersion: version.Version,
-		}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
+		topoCfg := report.TopologyConfig{Resync: o.topologyResync, AgentVersion: version.Version}
+		if pinner != nil {
+			topoCfg.NUMAPinning = pinner.State
+		}
+		topoReporter := report.NewTopologyReporter(topoCfg, dyn, kube, o.nodeName, metrics, clock.RealClock{})
 
 		if err := topoReporter.Start(ctx); err != nil {
 			// Without the published list, a device that vanished while the agent was down

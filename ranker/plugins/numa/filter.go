@@ -17,6 +17,8 @@ import (
 // over nodes.
 const (
 	msgNoTopology = "node(s) had no NodeTopology to check " + annotations.NUMAPolicy + ": single-numa-node against"
+	msgNoPinning  = "node(s) do not pin pods to NUMA nodes (NodeTopology numaPinning: Off or KubeletStaticCPUManager), which " +
+		annotations.NUMAPolicy + ": single-numa-node needs"
 )
 
 // msgSingleNUMANode says which resource no single NUMA node of a node has enough of,
@@ -66,7 +68,9 @@ func shortResource(free []Free, req Request) string {
 //
 // A node without NodeTopology passes (NUMA is unknown there, NodeResourcesFit still
 // applies) unless the pod's policy is single-numa-node: a hard requirement cannot be
-// checked on such a node, so it is dropped.
+// checked on such a node, so it is dropped. So is, under single-numa-node, a node whose
+// agent does not pin pods (NodeTopology's numaPinning): the requirement would be
+// written and not carried out.
 func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
 	if !ok || s.req.IsZero() {
@@ -77,7 +81,7 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		filterRejections.WithLabelValues(reasonNodeNotFound).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
-	nf, _, ok := pl.numaFree(node, nodeInfo)
+	nf, topo, ok := pl.numaFree(node, nodeInfo)
 	if !ok {
 		if s.policy == annotations.PolicySingleNUMANode {
 			filterRejections.WithLabelValues(reasonNoTopology).Inc()
@@ -85,6 +89,10 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		}
 		s.markUneven()
 		return nil
+	}
+	if s.policy == annotations.PolicySingleNUMANode && !topo.Status.NUMAPinning.Pins() {
+		filterRejections.WithLabelValues(reasonNoPinning).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
 	}
 	req := nf.effective(s.req, s.policy)
 	switch reason, uneven := fit(nf.free(), req, s.policy); reason {

@@ -54,6 +54,9 @@ type floor struct {
 	// bare are the nodes of the snapshot without NUMA nodes (nodes without an agent,
 	// virtual nodes): few, and the ones that make Score rank anything for such a pod.
 	bare []fwk.NodeInfo
+	// unpinned says some node with NUMA nodes does not pin pods: Filter drops it for a
+	// pod under single-numa-node.
+	unpinned bool
 	// What the floor was computed for: the void count, the topology version, the
 	// snapshot's node list, and when.
 	voids    uint64
@@ -85,12 +88,12 @@ func (k *floorKeeper) void() { k.voids.Add(1) }
 
 // fitsFloor reports whether req fits one NUMA node of every node with NUMA nodes of the
 // snapshot whose node list is nodes, and whether it fits all NUMA nodes of every such
-// node together, and returns the nodes without. It computes the floor when there is
+// node together, and returns the nodes without and whether some node does not pin. It computes the floor when there is
 // none for this list, topology version and void count, or it is older than
 // floorRefresh, but not more often than every floorRetry.
-func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (one, together bool, bare []fwk.NodeInfo) {
+func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (one, together bool, bare []fwk.NodeInfo, unpinned bool) {
 	if pl.nodes == nil || len(nodes) == 0 {
-		return false, false, nil
+		return false, false, nil, false
 	}
 	now := pl.now()
 	k := &pl.floor
@@ -98,13 +101,13 @@ func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (one, together
 	if f == nil || f.voids != k.voids.Load() || f.topology != pl.nodes.TopologyVersion() ||
 		f.list != unsafe.SliceData(nodes) || f.nodes != len(nodes) || now.Sub(f.at) >= floorRefresh {
 		if now.Sub(k.tried) < floorRetry {
-			return false, false, nil
+			return false, false, nil, false
 		}
 		k.tried = now
 		f = pl.computeFloor(nodes, now)
 		k.cur.Store(f)
 	}
-	return req.within(f.one), req.within(f.together), f.bare
+	return req.within(f.one), req.within(f.together), f.bare, f.unpinned
 }
 
 // computeFloor returns the floor of nodes. The void count and topology version are read
@@ -124,10 +127,13 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
 		if node == nil {
 			continue
 		}
-		nf, _, ok := pl.numaFree(node, ni)
+		nf, topo, ok := pl.numaFree(node, ni)
 		if !ok {
 			f.bare = append(f.bare, ni)
 			continue
+		}
+		if !topo.Status.NUMAPinning.Pins() {
+			f.unpinned = true
 		}
 		f.one = lowest(f.one, roomiest(nf.free(), nil, Request{}))
 		f.together = lowest(f.together, total(nf.free()))

@@ -15,6 +15,7 @@ const (
 	reasonNoTopology      = "no_topology"
 	reasonMalformedPolicy = "malformed_policy"
 	reasonNodeNotFound    = "node_not_found"
+	reasonNoPinning       = "no_pinning"
 )
 
 // Registered with legacyregistry because that is the registry kube-scheduler serves on
@@ -37,7 +38,7 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservations)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
-		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound} {
+		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound, reasonNoPinning} {
 			filterRejections.WithLabelValues(r)
 		}
 	})

@@ -2,6 +2,7 @@ package numa
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -389,6 +390,63 @@ func TestPreScoreSkipsEqualScores(t *testing.T) {
 			}
 			if st := pl.PreScore(ctx, state, tc.pod, feasible); (st.Code() == fwk.Skip) != tc.wantSkip {
 				t.Errorf("PreScore = %v, want skip %v", st, tc.wantSkip)
+			}
+		})
+	}
+}
+
+// TestNodesThatDoNotPin: a node whose agent does not pin (NodeTopology's numaPinning
+// Off or KubeletStaticCPUManager) is dropped for a single-numa-node pod, even when the
+// floor would have skipped Filter, and gets no numa.sextant.io/nodes for other pods;
+// Pending and an agent that predates the field count as pinning.
+func TestNodesThatDoNotPin(t *testing.T) {
+	single := map[string]string{annotations.NUMAPolicy: "single-numa-node"}
+	for _, tc := range []struct {
+		pinning    v1alpha1.NUMAPinning
+		policy     map[string]string
+		wantFilter fwk.Code
+		wantStaged string
+	}{
+		{pinning: v1alpha1.PinningOff, policy: single, wantFilter: fwk.Unschedulable},
+		{pinning: v1alpha1.PinningKubeletStaticCPUManager, policy: single, wantFilter: fwk.Unschedulable},
+		{pinning: v1alpha1.PinningOff},
+		{pinning: v1alpha1.PinningKubeletStaticCPUManager},
+		{pinning: v1alpha1.PinningActive, policy: single, wantStaged: "0"},
+		{pinning: v1alpha1.PinningPending, policy: single, wantStaged: "0"},
+		{pinning: "", policy: single, wantStaged: "0"},
+		{pinning: v1alpha1.PinningActive, wantStaged: "0"},
+	} {
+		name := fmt.Sprintf("%q, policy %v", tc.pinning, tc.policy != nil)
+		t.Run(name, func(t *testing.T) {
+			topo := uniform("n", 2, 2, 4*gi)
+			topo.Status.NUMAPinning = tc.pinning
+			ni := nodeInfo("n")
+			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
+			p := pod("p", "1", gi, tc.policy)
+			r := schedule(t, pl, p, []*framework.NodeInfo{ni})
+			if tc.policy != nil && tc.wantFilter == fwk.Success && r.prefilt.Code() != fwk.Skip {
+				t.Errorf("PreFilter = %v, want Filter skipped by the floor (the test must reach the floor)", r.prefilt)
+			}
+			if got := r.filter["n"].Code(); got != tc.wantFilter {
+				t.Fatalf("Filter = %v, want %v", r.filter["n"], tc.wantFilter)
+			}
+			if tc.wantFilter != fwk.Success {
+				if msg := r.filter["n"].Message(); !strings.Contains(msg, "do not pin") {
+					t.Errorf("Filter message %q, want it to say the node does not pin", msg)
+				}
+				return
+			}
+			if st := pl.Reserve(context.Background(), r.state, p, "n"); !st.IsSuccess() {
+				t.Fatalf("Reserve: %v", st)
+			}
+			if got := binder.Staged(r.state)[annotations.NUMANodes]; got != tc.wantStaged {
+				t.Errorf("staged %s=%q, want %q", annotations.NUMANodes, got, tc.wantStaged)
+			}
+			if _, held := pl.ledger.Get(p.UID, "n"); held != (tc.wantStaged != "") {
+				t.Errorf("reservation held: %v, want %v", held, tc.wantStaged != "")
+			}
+			if nodes, ok := ChosenNUMANodes(r.state, ni); !ok || annotations.FormatNUMANodes(nodes) != "0" {
+				t.Errorf("chosen %v (%v), want NUMA node 0 still chosen for the pod's devices", nodes, ok)
 			}
 		})
 	}

@@ -29,9 +29,10 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	// Filter would pass every node: those without NodeTopology too, unless the policy
-	// is single-numa-node; PreScore looks for them among the feasible nodes.
-	one, together, bare := pl.fitsFloor(s.req, nodes)
-	if one && (s.policy == annotations.PolicyNone || len(bare) == 0) {
+	// is single-numa-node (then it drops them and nodes that do not pin); PreScore
+	// looks for them among the feasible nodes.
+	one, together, bare, unpinned := pl.fitsFloor(s.req, nodes)
+	if one && (s.policy == annotations.PolicyNone || len(bare) == 0 && !unpinned) {
 		s.bare = bare
 		return nil, fwk.NewStatus(fwk.Skip)
 	}

@@ -15,6 +15,8 @@ import (
 // pods scheduled meanwhile see it taken, and stages the annotation for SextantBinder.
 // The choice is the one Filter and Score made from the scheduler's snapshot of the node
 // (remembered with the node's free capacity), recomputed if the snapshot has moved on.
+// On a node whose agent does not pin (NodeTopology's numaPinning), nothing is held or
+// staged.
 func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, ok := readState(state)
 	if !ok || s.req.IsZero() {
@@ -47,6 +49,20 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 	if s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode(shortResource(nf.free(), nf.effective(s.req, s.policy))))
+	}
+	if !topo.Status.NUMAPinning.Pins() {
+		if s.policy == annotations.PolicySingleNUMANode {
+			// The agent stopped pinning since Filter looked.
+			filterRejections.WithLabelValues(reasonNoPinning).Inc()
+			return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
+		}
+		// The node's agent would not carry the choice out: nothing is written, and the
+		// pod counts as spread over the node's NUMA nodes, as a pod without the
+		// annotation does, which is not what the floor would be lowered by. The choice
+		// still places the pod's devices (DeviceAware).
+		s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
+		pl.floor.void()
+		return nil
 	}
 	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
 	pl.ledger.Reserve(pod.UID, nodeName, reservation{nodes: ch.Nodes, req: s.req})
