@@ -40,11 +40,11 @@ type TopologyReporter struct {
 	// the devices kept from pods and why, published as each device's excluded.
 	OnDevices func([]v1alpha1.PCIDevice) map[string]string
 
-	mu        sync.Mutex
-	holders   map[string]v1alpha1.DeviceHolder
-	w         *writer
-	clock     clock.PassiveClock
-	tracker   *topology.Tracker
+	mu          sync.Mutex
+	holders     map[string]v1alpha1.DeviceHolder
+	w           *writer
+	clock       clock.PassiveClock
+	tracker     *topology.Tracker
 	last        *v1alpha1.Topology
 	lastPinning v1alpha1.NUMAPinning
 	lastWrite   time.Time
