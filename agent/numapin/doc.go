@@ -15,6 +15,7 @@
 // The first decision stands: an annotation changed after the pod was pinned is reported
 // (a Warning event, a metric) and not followed. A value the node cannot carry out (NUMA
 // node IDs it does not have, a malformed value) is reported the same way and the pod is
-// left as the kubelet made it. With the kubelet's static CPU manager, the kubelet owns
-// cpusets and the agent pins nothing.
+// left as the kubelet made it. With the kubelet's static CPU manager or Static memory
+// manager, the kubelet owns cpusets and the agent pins nothing. State says which, for
+// the node's NodeTopology.
 package numapin

@@ -69,9 +69,13 @@ func FromCache(c *topology.Cache) NUMANodes {
 	}
 }
 
-// StaticCPUManager says whether the kubelet runs the static CPU manager policy (it then
-// sets containers' cpusets itself).
-type StaticCPUManager func(ctx context.Context) (bool, error)
+// KubeletPinning says which of the kubelet's resource managers set containers' cpusets
+// themselves: the CPU manager under its static policy (cpuset.cpus), the memory manager
+// under its Static policy (cpuset.mems).
+type KubeletPinning struct{ StaticCPU, StaticMemory bool }
+
+// KubeletPolicies asks the kubelet which of its managers pin (PodResources).
+type KubeletPolicies func(ctx context.Context) (KubeletPinning, error)
 
 // Pinner confines the pods of its node to the NUMA nodes their numa.sextant.io/nodes
 // annotation names.
@@ -81,7 +85,7 @@ type Pinner struct {
 	pods    cache.SharedIndexInformer
 	rt      Runtime
 	numa    NUMANodes
-	static  StaticCPUManager
+	static  KubeletPolicies
 	metrics *Metrics
 	log     logr.Logger
 	now     func() time.Time
@@ -91,11 +95,12 @@ type Pinner struct {
 
 	kubepods atomic.Pointer[cgroups.Kubepods]
 	watcher  atomic.Pointer[cgroups.Watcher]
-	// staticPolicy is the last answer of the static CPU manager check; policyKnown
-	// says there was one. Until then nothing is pinned: under the static policy the
-	// kubelet writes containers' cpusets itself, and a narrowed pod cgroup would make
-	// them fail to start (cgroup v1) or lose their exclusive CPUs (v2).
-	staticPolicy atomic.Bool
+	// staticCPU and staticMemory are the last answer of the kubelet policy check;
+	// policyKnown says there was one. Until then nothing is pinned: under either static
+	// policy the kubelet writes containers' cpusets itself, and a narrowed pod cgroup
+	// would make them fail to start (cgroup v1) or lose what the kubelet gave them (v2).
+	staticCPU    atomic.Bool
+	staticMemory atomic.Bool
 	policyKnown  atomic.Bool
 	ready        atomic.Bool // the cgroup watch runs
 	synced       atomic.Bool // the pod cache has synced
@@ -140,7 +145,7 @@ type podState struct {
 
 // New makes a Pinner over the shared informer of the node's pods (nodepods.NewInformer),
 // which the caller runs; Run starts the pinner.
-func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt Runtime, numa NUMANodes, static StaticCPUManager, metrics *Metrics, log logr.Logger) (*Pinner, error) {
+func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, rt Runtime, numa NUMANodes, static KubeletPolicies, metrics *Metrics, log logr.Logger) (*Pinner, error) {
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
 	}
@@ -402,13 +407,15 @@ func (p *Pinner) watch(ctx context.Context, kp *cgroups.Kubepods) {
 
 // State is whether the Pinner carries out the ranker's NUMA decisions now, as the
 // node's NodeTopology publishes it: Pending until the kubelet has said whether it runs
-// the static CPU manager policy, then KubeletStaticCPUManager or Active.
+// a static policy, then KubeletStaticCPUManager, KubeletStaticMemoryManager or Active.
 func (p *Pinner) State() v1alpha1.NUMAPinning {
 	switch {
 	case !p.policyKnown.Load():
 		return v1alpha1.PinningPending
-	case p.staticPolicy.Load():
+	case p.staticCPU.Load():
 		return v1alpha1.PinningKubeletStaticCPUManager
+	case p.staticMemory.Load():
+		return v1alpha1.PinningKubeletStaticMemoryManager
 	default:
 		return v1alpha1.PinningActive
 	}
@@ -420,13 +427,14 @@ func (p *Pinner) checkStaticPolicy(ctx context.Context) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.RuntimeTimeout)
-	static, err := p.static(cctx)
+	policies, err := p.static(cctx)
 	cancel()
 	if err != nil {
 		if p.policyKnown.Load() {
-			p.log.Error(err, "could not ask the kubelet for its CPU manager policy; keeping its last answer", "static", p.staticPolicy.Load())
+			p.log.Error(err, "could not ask the kubelet for its CPU and memory manager policies; keeping its last answer",
+				"staticCPU", p.staticCPU.Load(), "staticMemory", p.staticMemory.Load())
 		} else {
-			p.log.Error(err, "could not ask the kubelet for its CPU manager policy; pinning nothing until it answers")
+			p.log.Error(err, "could not ask the kubelet for its CPU and memory manager policies; pinning nothing until it answers")
 		}
 		return
 	}
@@ -434,8 +442,11 @@ func (p *Pinner) checkStaticPolicy(ctx context.Context) {
 		// Pods that waited for the answer go now, not after their retry backoff.
 		defer p.enqueueAll()
 	}
-	if was := p.staticPolicy.Swap(static); was != static && static {
+	if was := p.staticCPU.Swap(policies.StaticCPU); !was && policies.StaticCPU {
 		p.log.Info("the kubelet runs the static CPU manager policy and sets containers' cpusets itself; sextant pins no pod on this node (see docs/numa.md)")
+	}
+	if was := p.staticMemory.Swap(policies.StaticMemory); !was && policies.StaticMemory {
+		p.log.Info("the kubelet runs the Static memory manager policy and sets containers' memory nodes itself; sextant pins no pod on this node (see docs/numa.md)")
 	}
 }
 
@@ -465,7 +476,7 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 
 // errPolicyUnknown holds every pod back until the kubelet answers: not a failure of the
 // pod's.
-var errPolicyUnknown = errors.New("the kubelet has not said whether it runs the static CPU manager policy (PodResources); the pod is pinned once it has")
+var errPolicyUnknown = errors.New("the kubelet has not said whether it runs a static CPU or memory manager policy (PodResources); the pod is pinned once it has")
 
 // failingAfter is how many failed attempts in a row make a pod's pinning failure an
 // Event: a cgroup the kubelet is still setting up may fail an attempt or two.
@@ -509,9 +520,14 @@ func (p *Pinner) reconcile(ctx context.Context, key string) error {
 	if !p.policyKnown.Load() {
 		return errPolicyUnknown
 	}
-	if p.staticPolicy.Load() {
+	if p.staticCPU.Load() {
 		p.refuse(ctx, pod, st, &refusal{reasonStaticCPUManager,
 			"the kubelet runs the static CPU manager policy, which sets cpusets itself; sextant leaves this pod's CPUs to it"})
+		return nil
+	}
+	if p.staticMemory.Load() {
+		p.refuse(ctx, pod, st, &refusal{reasonStaticMemManager,
+			"the kubelet runs the Static memory manager policy, which sets memory nodes itself; sextant leaves this pod to it"})
 		return nil
 	}
 	kp := p.kubepods.Load()
@@ -676,7 +692,7 @@ func (p *Pinner) refuse(ctx context.Context, pod *corev1.Pod, st *podState, r *r
 	}
 	st.refused = r.reason
 	p.metrics.failures.WithLabelValues(r.reason).Inc()
-	if r.reason == reasonStaticCPUManager {
+	if r.reason == reasonStaticCPUManager || r.reason == reasonStaticMemManager {
 		return // said once for the node, in the log; an event per pod would be noise
 	}
 	p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinRefused", "numa-refused",

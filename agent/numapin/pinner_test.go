@@ -217,8 +217,8 @@ type harness struct {
 	kube   *fake.Clientset
 	rt     *fakeRuntime
 	reg    *prometheus.Registry
-	static bool
-	// policyDown makes the kubelet's CPU manager policy unanswerable.
+	static KubeletPinning
+	// policyDown makes the kubelet's CPU and memory manager policies unanswerable.
 	policyDown atomic.Bool
 	cancel     context.CancelFunc
 	done       chan struct{}
@@ -241,9 +241,9 @@ func (h *harness) start() {
 	inf := nodepods.NewInformer(h.kube, node)
 	p, err := New(Config{NodeName: node, CgroupRoot: h.tree.root, Resync: 200 * time.Millisecond}, h.kube, inf, h.rt,
 		func() ([]v1alpha1.NUMANode, error) { return twoNUMA, nil },
-		func(context.Context) (bool, error) {
+		func(context.Context) (KubeletPinning, error) {
 			if h.policyDown.Load() {
-				return false, errors.New("the kubelet's PodResources socket does not answer")
+				return KubeletPinning{}, errors.New("the kubelet's PodResources socket does not answer")
 			}
 			return h.static, nil
 		},
@@ -566,21 +566,37 @@ func TestRepair(t *testing.T) {
 	}
 }
 
-// TestStaticCPUManager: with the kubelet's static policy nothing is pinned.
+// TestStaticCPUManager: with the kubelet's static CPU manager policy, or its Static
+// memory manager policy, nothing is pinned, and no event per pod says so.
 func TestStaticCPUManager(t *testing.T) {
-	tr := newTree(t, false)
-	dir := tr.podDir(uidA)
-	h := newHarness(t, tr, pod("p", uidA, "1"))
-	h.static = true
-	h.start()
-	tr.mkdir(dir, "0-3", "0")
-	h.eventually("refusal counted", func() bool { return h.counter("sextant_numa_pin_failures_total", reasonStaticCPUManager) == 1 })
-	time.Sleep(300 * time.Millisecond)
-	if got := tr.read(dir, "cpuset.cpus"); got != "0-3" {
-		t.Errorf("cpus %q under the static policy, want the kubelet's", got)
-	}
-	if got := h.p.State(); got != v1alpha1.PinningKubeletStaticCPUManager {
-		t.Errorf("state %q, want %q", got, v1alpha1.PinningKubeletStaticCPUManager)
+	for _, tc := range []struct {
+		kubelet KubeletPinning
+		reason  string
+		state   v1alpha1.NUMAPinning
+	}{
+		{KubeletPinning{StaticCPU: true}, reasonStaticCPUManager, v1alpha1.PinningKubeletStaticCPUManager},
+		{KubeletPinning{StaticMemory: true}, reasonStaticMemManager, v1alpha1.PinningKubeletStaticMemoryManager},
+		{KubeletPinning{StaticCPU: true, StaticMemory: true}, reasonStaticCPUManager, v1alpha1.PinningKubeletStaticCPUManager},
+	} {
+		t.Run(string(tc.state)+" "+tc.reason, func(t *testing.T) {
+			tr := newTree(t, false)
+			dir := tr.podDir(uidA)
+			h := newHarness(t, tr, pod("p", uidA, "1"))
+			h.static = tc.kubelet
+			h.start()
+			tr.mkdir(dir, "0-3", "0")
+			h.eventually("refusal counted", func() bool { return h.counter("sextant_numa_pin_failures_total", tc.reason) == 1 })
+			time.Sleep(300 * time.Millisecond)
+			if got := tr.read(dir, "cpuset.cpus"); got != "0-3" {
+				t.Errorf("cpus %q under a static kubelet policy, want the kubelet's", got)
+			}
+			if got := h.p.State(); got != tc.state {
+				t.Errorf("state %q, want %q", got, tc.state)
+			}
+			if ev := h.events("NUMAPinRefused"); len(ev) != 0 {
+				t.Errorf("events %v, want none per pod", ev)
+			}
+		})
 	}
 }
 

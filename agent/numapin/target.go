@@ -25,13 +25,14 @@ const (
 	reasonNoCPUs           = "no-cpus"
 	reasonChanged          = "annotation-changed"
 	reasonStaticCPUManager = "kubelet-static-cpu-manager"
+	reasonStaticMemManager = "kubelet-static-memory-manager"
 	reasonCgroup           = "cgroup"
 	reasonRuntime          = "runtime"
 	reasonTopology         = "topology"
 )
 
 var failureReasons = []string{reasonMalformed, reasonUnknownNUMANode, reasonNoCPUs, reasonChanged,
-	reasonStaticCPUManager, reasonCgroup, reasonRuntime, reasonTopology}
+	reasonStaticCPUManager, reasonStaticMemManager, reasonCgroup, reasonRuntime, reasonTopology}
 
 // target is the cpuset for NUMA nodes ids of this node: the CPUs of those nodes, and the
 // memory of those that have memory. A NUMA node without memory contributes CPUs only;

@@ -68,15 +68,16 @@ func (c *Client) deadline(ctx context.Context, method string, req, reply any, cc
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
-// StaticCPUManager reports whether the kubelet runs the static CPU manager policy. Only
-// that policy has CPUs to allocate exclusively, and the kubelet lists them as allocatable;
-// under the none policy the list is empty.
-func (c *Client) StaticCPUManager(ctx context.Context) (bool, error) {
+// StaticManagers reports whether the kubelet runs the static CPU manager policy and
+// the Static memory manager policy, the two that set containers' cpusets themselves.
+// Only those policies have CPUs, or memory per NUMA node, to allocate exclusively, and
+// the kubelet lists them as allocatable; under the none policies the lists are empty.
+func (c *Client) StaticManagers(ctx context.Context) (cpu, memory bool, err error) {
 	resp, err := c.api.GetAllocatableResources(ctx, &podresourcesapi.AllocatableResourcesRequest{})
 	if err != nil {
-		return false, fmt.Errorf("ask the kubelet for its allocatable resources: %w", err)
+		return false, false, fmt.Errorf("ask the kubelet for its allocatable resources: %w", err)
 	}
-	return len(resp.GetCpuIds()) > 0, nil
+	return len(resp.GetCpuIds()) > 0, len(resp.GetMemory()) > 0, nil
 }
 
 // List returns what the kubelet assigned to every container of its node's pods.

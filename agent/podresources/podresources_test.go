@@ -14,12 +14,13 @@ import (
 type fakeKubelet struct {
 	podresourcesapi.UnimplementedPodResourcesListerServer
 	cpus    []int64
+	memory  []*podresourcesapi.ContainerMemory
 	devices []*podresourcesapi.ContainerDevices
 	pods    []*podresourcesapi.PodResources
 }
 
 func (f *fakeKubelet) GetAllocatableResources(context.Context, *podresourcesapi.AllocatableResourcesRequest) (*podresourcesapi.AllocatableResourcesResponse, error) {
-	return &podresourcesapi.AllocatableResourcesResponse{CpuIds: f.cpus, Devices: f.devices}, nil
+	return &podresourcesapi.AllocatableResourcesResponse{CpuIds: f.cpus, Memory: f.memory, Devices: f.devices}, nil
 }
 
 func (f *fakeKubelet) List(context.Context, *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
@@ -40,24 +41,27 @@ func serve(t *testing.T, f *fakeKubelet) string {
 	return sock
 }
 
-func TestStaticCPUManager(t *testing.T) {
+func TestStaticManagers(t *testing.T) {
+	block := []*podresourcesapi.ContainerMemory{{MemoryType: "memory", Size: 1 << 30,
+		Topology: &podresourcesapi.TopologyInfo{Nodes: []*podresourcesapi.NUMANode{{ID: 0}}}}}
 	for _, c := range []struct {
-		cpus []int64
-		want bool
-	}{{nil, false}, {[]int64{1, 2, 3}, true}} {
-		c2, err := Dial(serve(t, &fakeKubelet{cpus: c.cpus}))
+		cpus            []int64
+		memory          []*podresourcesapi.ContainerMemory
+		wantCPU, wantMe bool
+	}{{nil, nil, false, false}, {[]int64{1, 2, 3}, nil, true, false}, {nil, block, false, true}, {[]int64{1}, block, true, true}} {
+		c2, err := Dial(serve(t, &fakeKubelet{cpus: c.cpus, memory: c.memory}))
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := c2.StaticCPUManager(context.Background())
+		cpu, mem, err := c2.StaticManagers(context.Background())
 		_ = c2.Close()
-		if err != nil || got != c.want {
-			t.Errorf("allocatable CPUs %v: static = %v, %v; want %v", c.cpus, got, err, c.want)
+		if err != nil || cpu != c.wantCPU || mem != c.wantMe {
+			t.Errorf("allocatable CPUs %v, %d memory blocks: static CPU %v, memory %v, %v; want %v, %v", c.cpus, len(c.memory), cpu, mem, err, c.wantCPU, c.wantMe)
 		}
 	}
 	c3, _ := Dial(filepath.Join(t.TempDir(), "missing.sock"))
 	defer c3.Close()
-	if _, err := c3.StaticCPUManager(context.Background()); err == nil {
+	if _, _, err := c3.StaticManagers(context.Background()); err == nil {
 		t.Error("no kubelet: no error")
 	}
 }

@@ -120,7 +120,7 @@ type NUMANode struct {
 }
 
 // NUMAPinning says whether a node's agent carries out the ranker's NUMA decisions.
-// +kubebuilder:validation:Enum=Active;Pending;Off;KubeletStaticCPUManager
+// +kubebuilder:validation:Enum=Active;Pending;Off;KubeletStaticCPUManager;KubeletStaticMemoryManager
 type NUMAPinning string
 
 const (
@@ -134,6 +134,9 @@ const (
 	// PinningKubeletStaticCPUManager: the kubelet runs the static CPU manager policy and
 	// sets containers' cpusets itself; the agent pins nothing.
 	PinningKubeletStaticCPUManager NUMAPinning = "KubeletStaticCPUManager"
+	// PinningKubeletStaticMemoryManager: the kubelet runs the Static memory manager
+	// policy and sets containers' memory nodes itself; the agent pins nothing.
+	PinningKubeletStaticMemoryManager NUMAPinning = "KubeletStaticMemoryManager"
 )
 
 // Pins reports whether pods annotated numa.sextant.io/nodes are, or will be, pinned on

@@ -113,8 +113,9 @@ numa.sextant.io/nodes to the CPUs and memory of those NUMA nodes (as read under
 --sysfs-root): it narrows the pod's cpuset cgroup under --cgroup-root as soon as the
 kubelet creates it, so every container inherits the set; containers that started first
 are narrowed where they run and the runtime is told through CRI. Pods without the
-annotation are never touched. With the kubelet's static CPU manager policy (asked over
---pod-resources-socket) it pins nothing.`,
+annotation are never touched. With the kubelet's static CPU manager or Static memory
+manager policy (asked over --pod-resources-socket) it pins nothing. The node's
+NodeTopology says which (status.numaPinning).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runAgent(cmd.Context(), *o)
@@ -151,7 +152,7 @@ annotation are never touched. With the kubelet's static CPU manager policy (aske
 	f.BoolVar(&o.numaPinning, "numa-pinning", true, "confine pods annotated numa.sextant.io/nodes to the CPUs and memory of those NUMA nodes")
 	f.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the node's cgroup hierarchies are mounted (a host mount in a container); --sysfs-root does not change it")
 	f.StringVar(&o.kubepodsCgroup, "kubepods-cgroup", "", "the kubelet's kubepods cgroup relative to the cpuset hierarchy, if the kubelet runs with --cgroup-root (default: kubepods.slice or kubepods)")
-	f.StringVar(&o.podResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources socket, asked whether the kubelet runs the static CPU manager policy")
+	f.StringVar(&o.podResourcesSocket, "pod-resources-socket", podresources.DefaultSocket, "the kubelet's PodResources socket, asked whether the kubelet runs a static CPU or memory manager policy")
 	f.BoolVar(&o.devicePlugin, "device-plugin", true, "serve the kubelet's device-plugin API for each device kind the node has (sextant.io/<kind>), handing each container exactly the devices in its pod's devices.sextant.io/allocated; needs --heartbeats")
 	f.StringVar(&o.devicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugins directory: its registration socket is there, and the plugin's sockets go there")
 	f.StringVar(&o.devRoot, "dev-root", "/dev", "the host's /dev as the agent sees it (a host mount in a container): device nodes not there are not handed out")
@@ -315,7 +316,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 	if o.numaPinning {
 		pinner, err = numapin.New(numapin.Config{
 			NodeName: o.nodeName, CgroupRoot: o.cgroupRoot, KubepodsCgroup: o.kubepodsCgroup, Resync: o.numaResync,
-		}, kube, pods, rt, numapin.FromCache(topo), kubelet.StaticCPUManager, numapin.NewMetrics(reg), log.WithName("numa"))
+		}, kube, pods, rt, numapin.FromCache(topo), kubeletPolicies(kubelet), numapin.NewMetrics(reg), log.WithName("numa"))
 		if err != nil {
 			return err
 		}
@@ -429,6 +430,14 @@ func runAgent(ctx context.Context, o runOptions) error {
 
 // logRuntime says which container runtime answers on endpoint, or that none does yet:
 // the runtime may come up after the agent, and the parts using it keep trying.
+// kubeletPolicies asks the kubelet's PodResources which of its managers set cpusets.
+func kubeletPolicies(kubelet *podresources.Client) numapin.KubeletPolicies {
+	return func(ctx context.Context) (numapin.KubeletPinning, error) {
+		cpu, memory, err := kubelet.StaticManagers(ctx)
+		return numapin.KubeletPinning{StaticCPU: cpu, StaticMemory: memory}, err
+	}
+}
+
 func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log logr.Logger) {
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

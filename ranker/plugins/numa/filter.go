@@ -17,7 +17,7 @@ import (
 // over nodes.
 const (
 	msgNoTopology = "node(s) had no NodeTopology to check " + annotations.NUMAPolicy + ": single-numa-node against"
-	msgNoPinning  = "node(s) do not pin pods to NUMA nodes (NodeTopology numaPinning: Off or KubeletStaticCPUManager), which " +
+	msgNoPinning  = "node(s) do not pin pods to NUMA nodes (NodeTopology numaPinning neither Active nor Pending), which " +
 		annotations.NUMAPolicy + ": single-numa-node needs"
 )
 
