@@ -406,7 +406,7 @@ func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceReques
 	}
 	admitting := m.admitting(ctx, req.Resource)
 	p := Prefer(pods, req, ep.numaNodes(), admitting)
-	if p.Outcome == OutcomeFallback && len(p.Candidates) == 0 && m.cfg.FreshPods != nil {
+	if p.Outcome == OutcomeFallback && m.cfg.FreshPods != nil {
 		// The kubelet may have the pod before the agent's watch does.
 		lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
 		fresh, err := m.cfg.FreshPods(lctx)
@@ -450,7 +450,10 @@ func (m *Manager) check(ctx context.Context, ep *endpoint, ids []string) *Mismat
 		fresh, err := m.cfg.FreshPods(lctx)
 		cancel()
 		if err != nil {
-			m.log.Error(err, "listing the node's pods from the API server failed", "resource", ep.resource)
+			// Lookups delay admission, never block it: without the API server's word
+			// nothing is refused, and the audit still checks the pod once it runs.
+			m.log.Error(err, "listing the node's pods from the API server failed; letting the allocation through", "resource", ep.resource)
+			mismatch = nil
 		} else {
 			mismatch, _ = CheckAllocation(fresh, resource, ids, admitting)
 		}
@@ -470,17 +473,30 @@ func (m *Manager) check(ctx context.Context, ep *endpoint, ids []string) *Mismat
 // is known to the kubelet (it enters the kubelet's pod manager just before admission)
 // and has a container of this resource without devices yet; pods admitted before have
 // devices for all of theirs, and pods the kubelet has not taken up are not listed. Nil
-// when there is no PodResources client; not ok when the kubelet does not answer.
+// when there is no PodResources client; not ok when the kubelet does not answer. The
+// kubelet is asked once, at the first call, for one preference or one check.
 func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) AdmittingFunc {
 	if m.cfg.KubeletPods == nil {
 		return nil
 	}
+	// One answer serves the whole call it was made for: asking again after a fresh pod
+	// list would only add to what the kubelet waits.
+	var (
+		asked bool
+		list  []*podresourcesapi.PodResources
+		err   error
+	)
 	return func(cands []*corev1.Pod) ([]*corev1.Pod, bool) {
-		lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
-		defer cancel()
-		list, err := m.cfg.KubeletPods(lctx)
+		if !asked {
+			asked = true
+			lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
+			list, err = m.cfg.KubeletPods(lctx)
+			cancel()
+			if err != nil {
+				m.log.Error(err, "asking the kubelet's PodResources which pod it admits failed", "resource", resource)
+			}
+		}
 		if err != nil {
-			m.log.Error(err, "asking the kubelet's PodResources which pod it admits failed", "resource", resource)
 			return nil, false
 		}
 		return Admitting(list, cands, resource), true

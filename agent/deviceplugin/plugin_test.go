@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -541,9 +542,16 @@ func TestAllocateRefusesOtherDevices(t *testing.T) {
 	k := startKubelet(t, dir)
 	chosen := mkPod("chosen", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
 	plain := mkPod("plain", 1, "", ctr("main", 1))
-	kubeletList := []*podresourcesapi.PodResources{{Namespace: "default", Name: "chosen", Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}}}
+	// Both are being admitted, as far as PodResources tells: each has a container
+	// without devices. Only one asks for two.
+	kubeletList := []*podresourcesapi.PodResources{
+		{Namespace: "default", Name: "chosen", Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}},
+		{Namespace: "default", Name: "plain", Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}},
+	}
+	var asked atomic.Int32
 	h := startManager(t, dir, func(c *Config) {
-		c.KubeletPods = func(context.Context) ([]*podresourcesapi.PodResources, error) { return kubeletList, nil }
+		c.KubeletPods = func(context.Context) ([]*podresourcesapi.PodResources, error) { asked.Add(1); return kubeletList, nil }
+		c.FreshPods = func(context.Context) ([]*corev1.Pod, error) { return []*corev1.Pod{chosen, plain}, nil }
 	})
 	h.pods = func() ([]*corev1.Pod, error) { return []*corev1.Pod{chosen, plain}, nil }
 	const gpu = "sextant.io/gpu"
@@ -557,6 +565,10 @@ func TestAllocateRefusesOtherDevices(t *testing.T) {
 	err := allocate(devA, devC)
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "default/chosen ("+devA+","+devB+")") {
 		t.Errorf("Allocate of %s,%s for a pod given %s,%s: %v, want FailedPrecondition naming the pod and its devices", devA, devC, devA, devB, err)
+	}
+	// The refusal was checked again against a fresh list, with the kubelet's one answer.
+	if n := asked.Load(); n != 1 {
+		t.Errorf("PodResources asked %d times for one Allocate, want 1", n)
 	}
 	if err := allocate(devB, devA); err != nil {
 		t.Errorf("Allocate of the chosen devices: %v", err)

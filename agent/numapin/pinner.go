@@ -102,8 +102,11 @@ type Pinner struct {
 	staticCPU    atomic.Bool
 	staticMemory atomic.Bool
 	policyKnown  atomic.Bool
-	ready        atomic.Bool // the cgroup watch runs
-	synced       atomic.Bool // the pod cache has synced
+	// started is when the Pinner was made: State turns from Pending to Unknown
+	// pendingLimit after it if the kubelet has not answered.
+	started time.Time
+	ready   atomic.Bool // the cgroup watch runs
+	synced  atomic.Bool // the pod cache has synced
 	// beat and rtBeat are marked while the kubelet's cgroups are awaited, and whenever
 	// a worker of queue, or of rtQueue, takes out the probe the resync puts in.
 	beat, rtBeat liveness.Beat
@@ -174,6 +177,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "numa-runtime"}),
 		state: map[types.UID]*podState{},
 	}
+	p.started = p.now()
 	_, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.onPod,
 		UpdateFunc: func(_, obj any) { p.onPod(obj) },
@@ -267,9 +271,14 @@ func (p *Pinner) enqueueAll() {
 	}
 }
 
-// policyRetry is how soon the kubelet is asked again for its CPU manager policy while
-// it has not answered.
+// policyRetry is how soon the kubelet is asked again for its CPU and memory manager
+// policies while it has not answered.
 const policyRetry = 2 * time.Second
+
+// pendingLimit is how long the kubelet may take to answer before the node stops
+// counting as one that pins: the ranker places pods on a Pending node as if it pinned
+// them, which holds only if the answer comes soon.
+const pendingLimit = 30 * time.Second
 
 // Run works until ctx ends.
 func (p *Pinner) Run(ctx context.Context) error {
@@ -407,9 +416,12 @@ func (p *Pinner) watch(ctx context.Context, kp *cgroups.Kubepods) {
 
 // State is whether the Pinner carries out the ranker's NUMA decisions now, as the
 // node's NodeTopology publishes it: Pending until the kubelet has said whether it runs
-// a static policy, then KubeletStaticCPUManager, KubeletStaticMemoryManager or Active.
+// a static policy (Unknown once that has taken longer than pendingLimit), then
+// KubeletStaticCPUManager, KubeletStaticMemoryManager or Active.
 func (p *Pinner) State() v1alpha1.NUMAPinning {
 	switch {
+	case !p.policyKnown.Load() && p.now().Sub(p.started) > pendingLimit:
+		return v1alpha1.PinningUnknown
 	case !p.policyKnown.Load():
 		return v1alpha1.PinningPending
 	case p.staticCPU.Load():
@@ -438,15 +450,17 @@ func (p *Pinner) checkStaticPolicy(ctx context.Context) {
 		}
 		return
 	}
-	if !p.policyKnown.Swap(true) {
-		// Pods that waited for the answer go now, not after their retry backoff.
-		defer p.enqueueAll()
-	}
+	// The answer is stored before it is marked known: a worker that sees it known
+	// must see what it says.
 	if was := p.staticCPU.Swap(policies.StaticCPU); !was && policies.StaticCPU {
 		p.log.Info("the kubelet runs the static CPU manager policy and sets containers' cpusets itself; sextant pins no pod on this node (see docs/numa.md)")
 	}
 	if was := p.staticMemory.Swap(policies.StaticMemory); !was && policies.StaticMemory {
 		p.log.Info("the kubelet runs the Static memory manager policy and sets containers' memory nodes itself; sextant pins no pod on this node (see docs/numa.md)")
+	}
+	if !p.policyKnown.Swap(true) {
+		// Pods that waited for the answer go now.
+		p.enqueueAll()
 	}
 }
 
@@ -460,10 +474,15 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 		p.beat.Mark(p.now())
 		return true
 	}
-	if err := p.reconcile(ctx, key); err != nil {
+	if err := p.reconcile(ctx, key); errors.Is(err, errPolicyUnknown) {
+		// Not the pod's failure, and no retry: every pod is queued again when the
+		// kubelet answers.
+		p.queue.Forget(key)
+		return true
+	} else if err != nil {
 		if ctx.Err() == nil {
 			p.log.Error(err, "pinning a pod to its NUMA nodes failed; retrying", "pod", key)
-			if p.queue.NumRequeues(key) == failingAfter-1 && !errors.Is(err, errPolicyUnknown) {
+			if p.queue.NumRequeues(key) == failingAfter-1 {
 				p.failing(ctx, key, err)
 			}
 		}

@@ -601,7 +601,8 @@ func TestStaticCPUManager(t *testing.T) {
 }
 
 // TestPinFailingEvent: a pod whose cgroup cannot be written is retried, and after a few
-// failed attempts gets one Warning Event naming the cause.
+// failed attempts gets one Warning Event naming the cause, also when it first waited
+// for the kubelet's answer.
 func TestPinFailingEvent(t *testing.T) {
 	tr := newTree(t, false)
 	dir := tr.podDir(uidA)
@@ -614,7 +615,12 @@ func TestPinFailingEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := newHarness(t, tr, pod("p", uidA, "1"))
+	// First the kubelet does not answer: the waits for it are no failures of the pod's
+	// and must not use up the attempts before the event.
+	h.policyDown.Store(true)
 	h.start()
+	time.Sleep(500 * time.Millisecond)
+	h.policyDown.Store(false)
 	h.eventually("NUMAPinFailing recorded", func() bool { return len(h.events("NUMAPinFailing")) == 1 })
 	ev := h.events("NUMAPinFailing")[0]
 	if ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Name != "p" || !strings.Contains(ev.Message, "cpuset.cpus") {
@@ -646,6 +652,12 @@ func TestUnknownCPUManagerPolicy(t *testing.T) {
 	}
 	if ev := h.events("NUMAPinFailing"); len(ev) != 0 {
 		t.Errorf("waiting for the kubelet recorded %v, want no failure event: the pod did not fail", ev)
+	}
+	// A kubelet silent for longer than the agent waits: the node stops counting as one
+	// that pins. Only State reads started.
+	h.p.started = h.p.started.Add(-pendingLimit - time.Second)
+	if got := h.p.State(); got != v1alpha1.PinningUnknown {
+		t.Errorf("state %q after the kubelet was silent for %v, want %q", got, pendingLimit, v1alpha1.PinningUnknown)
 	}
 	h.policyDown.Store(false)
 	h.eventually("pinned once the kubelet answers", func() bool { return tr.read(dir, "cpuset.cpus") == "2-3" })

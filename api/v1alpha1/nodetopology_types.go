@@ -120,15 +120,20 @@ type NUMANode struct {
 }
 
 // NUMAPinning says whether a node's agent carries out the ranker's NUMA decisions.
-// +kubebuilder:validation:Enum=Active;Pending;Off;KubeletStaticCPUManager;KubeletStaticMemoryManager
+// +kubebuilder:validation:Enum=Active;Pending;Unknown;Off;KubeletStaticCPUManager;KubeletStaticMemoryManager
 type NUMAPinning string
 
 const (
 	// PinningActive: the agent pins every pod annotated numa.sextant.io/nodes.
 	PinningActive NUMAPinning = "Active"
 	// PinningPending: the kubelet has not said yet whether it runs the static CPU
-	// manager policy; the agent pins the node's pods as soon as it has, unless it does.
+	// manager or Static memory manager policy; the agent pins the node's pods as soon as
+	// it has, unless it does.
 	PinningPending NUMAPinning = "Pending"
+	// PinningUnknown: as Pending, but the kubelet has not answered for longer than the
+	// agent waits (30 s): its PodResources socket is down or not where the agent looks.
+	// The agent pins nothing until it answers.
+	PinningUnknown NUMAPinning = "Unknown"
 	// PinningOff: the agent runs without NUMA pinning (--numa-pinning=false).
 	PinningOff NUMAPinning = "Off"
 	// PinningKubeletStaticCPUManager: the kubelet runs the static CPU manager policy and

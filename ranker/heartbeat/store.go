@@ -398,7 +398,7 @@ func internKind(k v1alpha1.DeviceKind) v1alpha1.DeviceKind {
 }
 
 func internPinning(p v1alpha1.NUMAPinning) v1alpha1.NUMAPinning {
-	for _, known := range []v1alpha1.NUMAPinning{v1alpha1.PinningActive, v1alpha1.PinningPending, v1alpha1.PinningOff, v1alpha1.PinningKubeletStaticCPUManager, v1alpha1.PinningKubeletStaticMemoryManager} {
+	for _, known := range []v1alpha1.NUMAPinning{v1alpha1.PinningActive, v1alpha1.PinningPending, v1alpha1.PinningUnknown, v1alpha1.PinningOff, v1alpha1.PinningKubeletStaticCPUManager, v1alpha1.PinningKubeletStaticMemoryManager} {
 		if p == known {
 			return known
 		}

@@ -428,8 +428,6 @@ func runAgent(ctx context.Context, o runOptions) error {
 	return nil
 }
 
-// logRuntime says which container runtime answers on endpoint, or that none does yet:
-// the runtime may come up after the agent, and the parts using it keep trying.
 // kubeletPolicies asks the kubelet's PodResources which of its managers set cpusets.
 func kubeletPolicies(kubelet *podresources.Client) numapin.KubeletPolicies {
 	return func(ctx context.Context) (numapin.KubeletPinning, error) {
@@ -438,6 +436,8 @@ func kubeletPolicies(kubelet *podresources.Client) numapin.KubeletPolicies {
 	}
 }
 
+// logRuntime says which container runtime answers on endpoint, or that none does yet:
+// the runtime may come up after the agent, and the parts using it keep trying.
 func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log logr.Logger) {
 	vctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()

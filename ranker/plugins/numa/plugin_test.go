@@ -412,6 +412,7 @@ func TestNodesThatDoNotPin(t *testing.T) {
 		{pinning: v1alpha1.PinningOff},
 		{pinning: v1alpha1.PinningKubeletStaticCPUManager},
 		{pinning: v1alpha1.PinningKubeletStaticMemoryManager, policy: single, wantFilter: fwk.Unschedulable},
+		{pinning: v1alpha1.PinningUnknown, policy: single, wantFilter: fwk.Unschedulable},
 		{pinning: v1alpha1.PinningActive, policy: single, wantStaged: "0"},
 		{pinning: v1alpha1.PinningPending, policy: single, wantStaged: "0"},
 		{pinning: "", policy: single, wantStaged: "0"},

@@ -57,11 +57,18 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 			return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
 		}
 		// The node's agent would not carry the choice out: nothing is written, and the
-		// pod counts as spread over the node's NUMA nodes, as a pod without the
-		// annotation does, which is not what the floor would be lowered by. The choice
-		// still places the pod's devices (DeviceAware).
+		// pod counts as spread over the node's NUMA nodes in proportion to their size,
+		// as a pod without the annotation does. The floor is lowered as if each NUMA
+		// node gave the whole request, which none does. The choice still places the
+		// pod's devices (DeviceAware).
 		s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
-		pl.floor.void()
+		free := nf.free()
+		every := make([]int32, len(free))
+		for i := range free {
+			every[i] = free[i].ID
+		}
+		k := int64(len(every))
+		pl.lowerFloor(free, every, Request{MilliCPU: s.req.MilliCPU * k, Memory: s.req.Memory * k})
 		return nil
 	}
 	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
