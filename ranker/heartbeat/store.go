@@ -478,7 +478,17 @@ func (s *Store) EachBandwidth(f func(node string, b *Bandwidth)) {
 var (
 	sharedMu sync.Mutex
 	shared   = map[string]*Store{}
+	offline  bool
 )
+
+// Offline makes Shared return an empty Store that never watches: for a process that
+// builds the plugins only to print the configuration they run with
+// (sextant-ranker --write-config-to), which needs no API server.
+func Offline() {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	offline = true
+}
 
 // Shared returns the one Store of the process for the API server of cfg, starting and
 // syncing it on first use, so that every plugin of every profile reads the same cache.
@@ -486,6 +496,11 @@ func Shared(ctx context.Context, cfg *rest.Config) (*Store, error) {
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
 	if s, ok := shared[cfg.Host]; ok {
+		return s, nil
+	}
+	if offline {
+		s := NewFromObjects()
+		shared[cfg.Host] = s
 		return s, nil
 	}
 	client, err := dynamic.NewForConfig(cfg)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
 
 	"sextant.io/sextant/internal/version"
+	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/bandwidth"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
@@ -49,6 +50,11 @@ DefaultBinder, or sextant-ranker does not start. Every kube-scheduler flag appli
 		}
 		if err := prepareConfig(cmd.Flags().Lookup("config").Value.String()); err != nil {
 			return err
+		}
+		// kube-scheduler builds every plugin before it writes the configuration and
+		// exits; the plugins' heartbeat store would wait for an API server first.
+		if f := cmd.Flags().Lookup("write-config-to"); f != nil && f.Value.String() != "" {
+			heartbeat.Offline()
 		}
 		return run(cmd, args)
 	}
