@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -442,17 +443,7 @@ func TestTopologyReporter(t *testing.T) {
 	}
 	now := topo
 	now.PCIDevices = []v1alpha1.PCIDevice{gpu("0000:3b:00.0")}
-	get := func() v1alpha1.NodeTopology {
-		obj, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Get(ctx, "node-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var nt v1alpha1.NodeTopology
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &nt); err != nil {
-			t.Fatal(err)
-		}
-		return nt
-	}
+	get := func() v1alpha1.NodeTopology { return publishedTopology(t, dyn, "node-1") }
 	if wrote, err := r.Offer(ctx, now); !wrote || err != nil {
 		t.Fatalf("first offer: wrote %v err %v", wrote, err)
 	}
@@ -523,6 +514,20 @@ func TestTopologyReporter(t *testing.T) {
 	}
 }
 
+// publishedTopology is the node's NodeTopology as the fake API server holds it.
+func publishedTopology(t *testing.T, dyn dynamic.Interface, node string) v1alpha1.NodeTopology {
+	t.Helper()
+	obj, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Get(context.Background(), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nt v1alpha1.NodeTopology
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &nt); err != nil {
+		t.Fatal(err)
+	}
+	return nt
+}
+
 // TestTopologyReporterPinning: the pinner's state is published, and its change is
 // written at the next offer though the topology is the same.
 func TestTopologyReporterPinning(t *testing.T) {
@@ -535,17 +540,7 @@ func TestTopologyReporterPinning(t *testing.T) {
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	published := func() v1alpha1.NUMAPinning {
-		obj, err := dyn.Resource(v1alpha1.GroupVersion.WithResource("nodetopologies")).Get(ctx, "node-1", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var nt v1alpha1.NodeTopology
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, &nt); err != nil {
-			t.Fatal(err)
-		}
-		return nt.Status.NUMAPinning
-	}
+	published := func() v1alpha1.NUMAPinning { return publishedTopology(t, dyn, "node-1").Status.NUMAPinning }
 	for i, want := range []v1alpha1.NUMAPinning{v1alpha1.PinningPending, v1alpha1.PinningKubeletStaticCPUManager, v1alpha1.PinningActive} {
 		state = want
 		clk.SetTime(clk.Now().Add(time.Second))
