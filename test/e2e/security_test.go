@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -613,4 +614,57 @@ func TestSecurityChartHardening(t *testing.T) {
 		return strings.HasPrefix(holder, "sextant-virtual-node-controller-"),
 			fmt.Sprintf("the lease sextant-sidecar-controller is held by %q, not a virtual-node controller pod", holder)
 	})
+}
+
+// TestSecurityNUMAPinnedPodsDoNotGrow: a pod bound with numa.sextant.io/nodes may shrink
+// its CPU request in place (pods/resize), and not grow its CPU or memory requests; a pod
+// without the annotation grows as the API server allows.
+func TestSecurityNUMAPinnedPodsDoNotGrow(t *testing.T) {
+	deployChart(t)
+	ctx := context.Background()
+	ns := testNamespace(t)
+	// The API server checks a resize against the node's allocatable before any policy.
+	node := readyFakeNode(t, "e2e-sec-resize-", nil, corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")})
+	pods := local.kube.CoreV1().Pods(ns)
+	bound := func(name string, ann map[string]string) {
+		t.Helper()
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{
+				// No scheduler of that name: the test binds it.
+				SchedulerName: "sextant-e2e-nobody",
+				Containers: []corev1.Container{{Name: "main", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+					}}},
+			},
+		}
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		})
+		// As the admin, whom the Binding policy lets pass, in the ranker's place.
+		if err := pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
+			Target: corev1.ObjectReference{Kind: "Node", Name: node.Name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound("pinned", map[string]string{annotations.NUMANodes: "0"})
+	bound("plain", nil)
+	resize := func(name, cpu, memory string, opts metav1.PatchOptions) error {
+		body := fmt.Sprintf(`{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":%q,"memory":%q}}}]}}`, cpu, memory)
+		_, err := pods.Patch(ctx, name, types.StrategicMergePatchType, []byte(body), opts, "resize")
+		return err
+	}
+	waitPolicy(t, "sextant-numa-resize", func() error {
+		return resize("pinned", "300m", "64Mi", metav1.PatchOptions{DryRun: dryRun})
+	})
+	wantDenied(t, resize("pinned", "300m", "64Mi", metav1.PatchOptions{}), "sextant-numa-resize", "a pinned pod grows its CPU request")
+	wantDenied(t, resize("pinned", "200m", "128Mi", metav1.PatchOptions{}), "sextant-numa-resize", "a pinned pod grows its memory request")
+	wantAllowed(t, resize("pinned", "100m", "64Mi", metav1.PatchOptions{}), "a pinned pod shrinks its CPU request")
+	wantAllowed(t, resize("plain", "300m", "128Mi", metav1.PatchOptions{}), "a pod without NUMA nodes grows")
 }
