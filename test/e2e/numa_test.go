@@ -421,8 +421,10 @@ func TestNUMAPinning(t *testing.T) {
 		t.Errorf("runtime updates %v, want the caught-up pod's running containers told through CRI", n)
 	}
 
-	// An in-place resize: the kubelet's own UpdateContainerResources must not undo it.
-	patch := `{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"20m"}}}]}}`
+	// An in-place resize, down from 5m (a pinned pod may not grow in place: the policy
+	// sextant-numa-resize): the kubelet's own UpdateContainerResources must not undo the
+	// pin.
+	patch := `{"spec":{"containers":[{"name":"main","resources":{"requests":{"cpu":"2m"}}}]}}`
 	if _, err := local.kube.CoreV1().Pods(ns).Patch(ctx, "during", types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "resize"); err != nil {
 		t.Fatalf("resize: %v", err)
 	}
@@ -436,7 +438,7 @@ func TestNUMAPinning(t *testing.T) {
 			return false, "no resources in main's status yet"
 		}
 		got := s.Resources.Requests.Cpu().String()
-		return got == "20m", fmt.Sprintf("resize not applied: main requests %s", got)
+		return got == "2m", fmt.Sprintf("resize not applied: main requests %s", got)
 	})
 	h.checkNow("during", "main", duringCPUs, "after an in-place resize")
 	checkContainerCgroups(t, ns, "during", duringCPUs)
