@@ -88,9 +88,9 @@ func (k *floorKeeper) void() { k.voids.Add(1) }
 
 // fitsFloor reports whether req fits one NUMA node of every node with NUMA nodes of the
 // snapshot whose node list is nodes, and whether it fits all NUMA nodes of every such
-// node together, and returns the nodes without and whether some node does not pin. It computes the floor when there is
-// none for this list, topology version and void count, or it is older than
-// floorRefresh, but not more often than every floorRetry.
+// node together, and returns the nodes without and whether some node does not pin. It
+// computes the floor when there is none for this list, topology version and void
+// count, or it is older than floorRefresh, but not more often than every floorRetry.
 func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (one, together bool, bare []fwk.NodeInfo, unpinned bool) {
 	if pl.nodes == nil || len(nodes) == 0 {
 		return false, false, nil, false
