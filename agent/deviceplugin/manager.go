@@ -408,13 +408,10 @@ func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceReques
 	p := Prefer(pods, req, ep.numaNodes(), admitting)
 	if p.Outcome == OutcomeFallback && m.cfg.FreshPods != nil {
 		// The kubelet may have the pod before the agent's watch does.
-		lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
-		fresh, err := m.cfg.FreshPods(lctx)
-		cancel()
-		if err != nil {
-			m.log.Error(err, "listing the node's pods from the API server failed", "resource", ep.resource)
-		} else if q := Prefer(fresh, req, ep.numaNodes(), admitting); q.Outcome != OutcomeFallback {
-			p = q
+		if fresh, err := m.freshPods(ctx, ep); err == nil {
+			if q := Prefer(fresh, req, ep.numaNodes(), admitting); q.Outcome != OutcomeFallback {
+				p = q
+			}
 		}
 	}
 	m.metrics.preferred.WithLabelValues(ep.resource, p.Outcome).Inc()
@@ -446,13 +443,9 @@ func (m *Manager) check(ctx context.Context, ep *endpoint, ids []string) *Mismat
 	if (mismatch != nil || !judged) && m.cfg.FreshPods != nil {
 		// The kubelet may have the pod before the agent's watch does, and a refusal
 		// fails a pod: both are worth the API server's word.
-		lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
-		fresh, err := m.cfg.FreshPods(lctx)
-		cancel()
-		if err != nil {
+		if fresh, err := m.freshPods(ctx, ep); err != nil {
 			// Lookups delay admission, never block it: without the API server's word
 			// nothing is refused, and the audit still checks the pod once it runs.
-			m.log.Error(err, "listing the node's pods from the API server failed; letting the allocation through", "resource", ep.resource)
 			mismatch = nil
 		} else {
 			mismatch, _ = CheckAllocation(fresh, resource, ids, admitting)
@@ -467,6 +460,18 @@ func (m *Manager) check(ctx context.Context, ep *endpoint, ids []string) *Mismat
 		m.log.Error(mismatch, "refused an allocation that is not the ranker's choice", "resource", ep.resource, "devices", ids, "pods", names)
 	}
 	return mismatch
+}
+
+// freshPods lists the node's pods from the API server, bounded by LookupTimeout, and
+// logs a failure.
+func (m *Manager) freshPods(ctx context.Context, ep *endpoint) ([]*corev1.Pod, error) {
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
+	defer cancel()
+	pods, err := m.cfg.FreshPods(lctx)
+	if err != nil {
+		m.log.Error(err, "listing the node's pods from the API server failed", "resource", ep.resource)
+	}
+	return pods, err
 }
 
 // admitting narrows candidates with the kubelet's PodResources: the pod being admitted

@@ -398,10 +398,19 @@ func internKind(k v1alpha1.DeviceKind) v1alpha1.DeviceKind {
 }
 
 func internPinning(p v1alpha1.NUMAPinning) v1alpha1.NUMAPinning {
-	for _, known := range []v1alpha1.NUMAPinning{v1alpha1.PinningActive, v1alpha1.PinningPending, v1alpha1.PinningUnknown, v1alpha1.PinningOff, v1alpha1.PinningKubeletStaticCPUManager, v1alpha1.PinningKubeletStaticMemoryManager} {
-		if p == known {
-			return known
-		}
+	switch p {
+	case v1alpha1.PinningActive:
+		return v1alpha1.PinningActive
+	case v1alpha1.PinningPending:
+		return v1alpha1.PinningPending
+	case v1alpha1.PinningUnknown:
+		return v1alpha1.PinningUnknown
+	case v1alpha1.PinningOff:
+		return v1alpha1.PinningOff
+	case v1alpha1.PinningKubeletStaticCPUManager:
+		return v1alpha1.PinningKubeletStaticCPUManager
+	case v1alpha1.PinningKubeletStaticMemoryManager:
+		return v1alpha1.PinningKubeletStaticMemoryManager
 	}
 	return p
 }

@@ -50,18 +50,19 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode(shortResource(nf.free(), nf.effective(s.req, s.policy))))
 	}
-	if !topo.Status.NUMAPinning.Pins() {
-		if s.policy == annotations.PolicySingleNUMANode {
-			// The agent stopped pinning since Filter looked.
-			filterRejections.WithLabelValues(reasonNoPinning).Inc()
-			return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
-		}
+	pins := topo.Status.NUMAPinning.Pins()
+	if !pins && s.policy == annotations.PolicySingleNUMANode {
+		// The agent stopped pinning since Filter looked.
+		filterRejections.WithLabelValues(reasonNoPinning).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
+	}
+	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
+	if !pins {
 		// The node's agent would not carry the choice out: nothing is written, and the
 		// pod counts as spread over the node's NUMA nodes in proportion to their size,
 		// as a pod without the annotation does. The floor is lowered as if each NUMA
 		// node gave the whole request, which none does. The choice still places the
 		// pod's devices (DeviceAware).
-		s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
 		free := nf.free()
 		every := make([]int32, len(free))
 		for i := range free {
@@ -71,7 +72,6 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		pl.lowerFloor(free, every, Request{MilliCPU: s.req.MilliCPU * k, Memory: s.req.Memory * k})
 		return nil
 	}
-	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
 	pl.ledger.Reserve(pod.UID, nodeName, reservation{nodes: ch.Nodes, req: s.req})
 	pl.lowerFloor(nf.free(), ch.Nodes, s.req)
 	binder.Stage(state, annotations.NUMANodes, annotations.FormatNUMANodes(ch.Nodes))
