@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sextant.io/sextant/agent/topology"
@@ -73,6 +74,17 @@ func (c Cpuset) Equal(o Cpuset) bool {
 
 // Within says whether every CPU and memory node of c is in o.
 func (c Cpuset) Within(o Cpuset) bool { return subset(c.CPUs, o.CPUs) && subset(c.Mems, o.Mems) }
+
+// Union is every CPU and memory node of c or o, in order.
+func (c Cpuset) Union(o Cpuset) Cpuset {
+	return Cpuset{CPUs: union(c.CPUs, o.CPUs), Mems: union(c.Mems, o.Mems)}
+}
+
+func union(a, b []int32) []int32 {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
 
 func subset(a, b []int32) bool {
 	in := make(map[int32]bool, len(b))

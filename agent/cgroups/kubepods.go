@@ -150,7 +150,9 @@ type Narrowed struct {
 //
 // On v1 a cgroup's set must contain its children's (the kernel refuses otherwise with
 // EBUSY), so the children are narrowed first, then the pod; a child created between the
-// two makes the pod's write fail, and Narrow starts over. memory_migrate is switched on
+// two makes the pod's write fail, and Narrow starts over. A child may not ask for more
+// than its parent has either, so a pod cgroup that holds another set (someone else
+// narrowed it) is first widened to both sets, which widens no child. memory_migrate is switched on
 // before mems narrow, so pages a running container already has move to the new nodes.
 // On v2 a child's effective set is always within its parent's, so narrowing the pod is
 // enough, and the kernel migrates memory itself.
@@ -166,6 +168,13 @@ func (h Hierarchy) Narrow(podDir string, cs Cpuset) (Narrowed, error) {
 			res.Children = len(children)
 		}
 		if h.Version == V1 {
+			if cur, err := h.Requested(podDir); err == nil && len(children) > 0 && !cs.Within(cur) {
+				wrote, err := h.narrowOne(podDir, cur.Union(cs))
+				res.Wrote = res.Wrote || wrote
+				if err != nil {
+					return res, err
+				}
+			}
 			for _, c := range children {
 				wrote, err := h.narrowOne(c, cs)
 				res.Wrote = res.Wrote || wrote
