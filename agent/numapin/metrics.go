@@ -9,7 +9,8 @@ const (
 	pathPodCgroup = "pod-cgroup"
 	// pathCatchUp: containers existed already; they were narrowed where they run.
 	pathCatchUp = "catch-up"
-	// pathRepair: a pod pinned before was found widened and narrowed again.
+	// pathRepair: a pod pinned before was found widened, or narrowed by someone else to
+	// another set, and narrowed to its own again.
 	pathRepair = "repair"
 )
 
@@ -27,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		pins: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sextant_numa_pins_total",
-			Help: "Pods the agent confined to the NUMA nodes in numa.sextant.io/nodes, by path: pod-cgroup (before any container existed: pinned from the first instruction), catch-up (containers ran first), repair (a pinned pod found widened).",
+			Help: "Pods the agent confined to the NUMA nodes in numa.sextant.io/nodes, by path: pod-cgroup (before any container existed: pinned from the first instruction), catch-up (containers ran first), repair (a pinned pod found widened, or narrowed by someone else to another set).",
 		}, []string{"path"}),
 		pinSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sextant_numa_pin_seconds",

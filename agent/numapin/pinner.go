@@ -134,6 +134,9 @@ type podState struct {
 	// refused is set once a decision was refused, so it is reported once.
 	refused string
 	changed bool // an annotation change was reported
+	// foreign is the set another writer had narrowed the pod's cgroup to when this
+	// process first looked (an agent restarted after it).
+	foreign string
 	// narrowedAt and path: when and how this process last narrowed the pod's cgroup.
 	narrowedAt time.Time
 	path       string
@@ -593,15 +596,12 @@ func (p *Pinner) decide(ctx context.Context, pod *corev1.Pod, st *podState, valu
 	} else if err != nil {
 		return err
 	}
-	// A restarted agent: a cgroup narrowed to another set holds an earlier decision,
-	// which stands.
+	// A pod cgroup this process finds narrowed to another set was narrowed by someone
+	// else: the annotation, which admission keeps as the ranker wrote it on the Binding,
+	// is the decision, so the set is repaired, not adopted.
 	if hasCgroup {
 		if cur, err := kp.Requested(dir); err == nil && len(cur.CPUs) > 0 && !cur.Equal(want) && p.narrowed(kp, dir, cur) {
-			p.metrics.failures.WithLabelValues(reasonChanged).Inc()
-			st.changed = true
-			p.event(ctx, pod, corev1.EventTypeWarning, "NUMAAnnotationChanged", "numa-changed",
-				fmt.Sprintf("%s is %q (%s) but the pod has run on %s since it was pinned; the first decision stands", annotations.NUMANodes, value, want, cur))
-			want = cur
+			st.foreign = cur.String()
 		}
 	}
 	st.value, st.want, st.decided = value, want, true
@@ -644,7 +644,7 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 			return err
 		}
 		switch {
-		case st.confirmed:
+		case st.confirmed, st.foreign != "":
 			st.path = pathRepair
 		case res.Children == 0 && st.path != pathCatchUp:
 			st.path = pathPodCgroup
@@ -655,6 +655,11 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 		if st.confirmed {
 			p.metrics.pins.WithLabelValues(pathRepair).Inc()
 			p.log.Info("a pinned pod's cgroup had been widened; narrowed it again", "pod", pod.Namespace+"/"+pod.Name, "cpuset", st.want.String())
+		} else if st.foreign != "" {
+			p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinRepaired", "numa-repaired",
+				fmt.Sprintf("The pod's cgroup held %s, not the set %s=%q means on this node (%s); narrowed it to that set", st.foreign, annotations.NUMANodes, st.value, st.want))
+			p.log.Info("a pod's cgroup had been narrowed to another set than its NUMA nodes; narrowed it to theirs", "pod", pod.Namespace+"/"+pod.Name,
+				"found", st.foreign, "cpuset", st.want.String())
 		}
 		// The kernel is the judge: on v2 the set in force is also bounded by the
 		// parents' (a kubepods cgroup without those CPUs, say).
@@ -696,7 +701,11 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 			p.metrics.pins.WithLabelValues(st.path).Inc()
 			p.metrics.pinSeconds.WithLabelValues(st.path).Observe(max(took, 0).Seconds())
 			// Recorded by the runtime worker: an API call here would delay the next pods' pins.
-			st.announce = fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond))
+			// A repaired pod was announced when it was first pinned, and NUMAPinRepaired
+			// said what changed.
+			if st.path != pathRepair {
+				st.announce = fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond))
+			}
 			p.log.Info("pinned a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "numaNodes", st.value,
 				"cpuset", st.want.String(), "path", st.path, "seconds", took.Seconds())
 		}

@@ -512,8 +512,8 @@ func TestAnnotationChangedAfterPin(t *testing.T) {
 }
 
 // TestRestart: a restarted agent writes nothing, records nothing and counts nothing for
-// pods already pinned; it keeps an earlier decision over a changed annotation; and it
-// catches up a pod that started while it was down.
+// pods already pinned; it repairs a pod cgroup someone else narrowed to another set than
+// the annotation's; and it catches up a pod that started while it was down.
 func TestRestart(t *testing.T) {
 	tr := newTree(t, false)
 	pinned, changed, missed := tr.podDir(uidA), tr.podDir(uidB), tr.podDir("2d0e8ca0-7d50-4e3c-9e80-4b3f5c6d7e8f")
@@ -527,8 +527,13 @@ func TestRestart(t *testing.T) {
 	before, _ := os.Stat(filepath.Join(pinned, "cpuset.cpus"))
 	h.start()
 	h.eventually("missed pod caught up", func() bool { return h.counter("sextant_numa_pins_total", pathCatchUp) == 1 })
-	h.eventually("change reported", func() bool { return len(h.events("NUMAAnnotationChanged")) == 1 })
+	h.eventually("foreign set repaired", func() bool { return tr.holds(changed, "0-1", "0") })
+	h.eventually("repair counted", func() bool { return h.counter("sextant_numa_pins_total", pathRepair) == 1 })
+	h.eventually("NUMAPinRepaired event", func() bool { return len(h.events("NUMAPinRepaired")) == 1 })
 	time.Sleep(300 * time.Millisecond)
+	if ev := h.events("NUMAAnnotationChanged"); len(ev) != 0 {
+		t.Errorf("NUMAAnnotationChanged events %+v after a restart, want none: the annotation did not change", ev)
+	}
 	if n := h.counter("sextant_numa_pins_total", pathPodCgroup); n != 0 {
 		t.Errorf("%v pod-cgroup pins counted after a restart, want 0", n)
 	}
@@ -540,8 +545,8 @@ func TestRestart(t *testing.T) {
 	if !after.ModTime().Equal(before.ModTime()) {
 		t.Error("the pinned pod's cgroup was written again")
 	}
-	if got := tr.read(changed, "cpuset.cpus"); got != "2-3" {
-		t.Errorf("changed pod: cpus %q, want its first decision 2-3 kept", got)
+	if got := tr.read(filepath.Join(changed, "c"), "cpuset.cpus"); got != "0-1" {
+		t.Errorf("changed pod's container: cpus %q, want 0-1", got)
 	}
 	if got := testutil.ToFloat64(h.p.metrics.pinned); got != 3 {
 		t.Errorf("pinned pods gauge %v, want 3", got)

@@ -26,6 +26,7 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"sextant.io/sextant/agent/cgroups"
 	"sextant.io/sextant/agent/deviceplugin"
 	"sextant.io/sextant/agent/podresources"
 	"sextant.io/sextant/agent/topology"
@@ -364,7 +365,8 @@ func (h *numaHarness) checkNow(name, ctr, cpus, when string) {
 // node's CPUs from its first instruction, in its main container, its native sidecar
 // and a container the kubelet restarts; it stays so across an agent restart, an
 // in-place resize and a kubelet restart; a pod that started while the agent was down
-// is caught up; a pod without the annotation keeps every CPU.
+// is caught up, and one narrowed to another set by hand meanwhile is repaired; a pod
+// without the annotation keeps every CPU.
 func TestNUMAPinning(t *testing.T) {
 	h := newNUMAHarness(t)
 	ctx := context.Background()
@@ -403,19 +405,39 @@ func TestNUMAPinning(t *testing.T) {
 	// Pinned before any container of the pod existed: from the first instruction.
 	pinnedEvent(t, ns, "pinned", "pod-cgroup")
 
-	// The agent restarts; a pod starts while it is down.
+	// The agent restarts; a pod starts while it is down, and someone else narrows the
+	// pinned pod's cgroup to the other NUMA node's CPUs.
 	h.agent.stop()
 	h.create(numaPod("during"))
 	duringCPUs := h.want("during")
 	h.prints("during", "main", 1)
+	var otherCPUs string
+	for _, c := range h.numaCPUs {
+		if c != cpus {
+			otherCPUs = c
+		}
+	}
+	narrowByHand(t, ns, "pinned", cgroups.Cpuset{CPUs: mustCPUs(t, otherCPUs), Mems: []int32{0}})
+	h.checkNow("pinned", "main", otherCPUs, "narrowed by hand while the agent was down")
 	h.agent.start()
 	pinnedEvent(t, ns, "during", "catch-up")
 	for _, c := range []string{"side", "main"} {
 		h.checkNow("during", c, duringCPUs, "caught up after the agent restart")
-		h.checkNow("pinned", c, cpus, "after the agent restart")
+		h.checkNow("pinned", c, cpus, "repaired after the agent restart")
 	}
-	if n := h.agent.counter(`sextant_numa_pins_total{path="pod-cgroup"}`) + h.agent.counter(`sextant_numa_pins_total{path="repair"}`); n != 0 {
-		t.Errorf("the restarted agent pinned %v pods again; the pinned pod needed nothing", n)
+	checkContainerCgroups(t, ns, "pinned", cpus)
+	eventually(t, time.Minute, func() (bool, string) {
+		list, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=NUMAPinRepaired"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 1 && list.Items[0].InvolvedObject.Name == "pinned", fmt.Sprintf("NUMAPinRepaired events %d, want one, on pinned", len(list.Items))
+	})
+	if n := h.agent.counter(`sextant_numa_pins_total{path="repair"}`); n != 1 {
+		t.Errorf("the restarted agent counted %v repairs, want 1: the pinned pod's cgroup narrowed by hand", n)
+	}
+	if n := h.agent.counter(`sextant_numa_pins_total{path="pod-cgroup"}`); n != 0 {
+		t.Errorf("the restarted agent counted %v pod-cgroup pins; no pod was new", n)
 	}
 	if n := h.agent.counter(`sextant_numa_runtime_updates_total{result="updated"}`); n < 2 {
 		t.Errorf("runtime updates %v, want the caught-up pod's running containers told through CRI", n)
@@ -452,8 +474,8 @@ func TestNUMAPinning(t *testing.T) {
 		h.checkNow(name, "main", want, "after a kubelet restart")
 		checkContainerCgroups(t, ns, name, want)
 	}
-	if n := h.agent.counter(`sextant_numa_pins_total{path="repair"}`); n != 0 {
-		t.Errorf("%v repairs: the kubelet widened a pinned pod", n)
+	if n := h.agent.counter(`sextant_numa_pins_total{path="repair"}`); n != 1 {
+		t.Errorf("%v repairs, want the one after the agent restart: the kubelet widened a pinned pod", n)
 	}
 	events, err := local.kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=NUMAPinned"})
 	if err != nil || len(events.Items) != 2 {
@@ -502,6 +524,27 @@ func checkContainerCgroups(t *testing.T, ns, name, cpus string) {
 		if got := strings.TrimSpace(string(b)); got != cpus {
 			t.Errorf("%s holds CPUs %s, want %s", f, got, cpus)
 		}
+	}
+}
+
+// narrowByHand narrows a running pod's v1 cpuset cgroups to cs as another writer on the
+// node would: the pod cgroup to both sets, its containers', then the pod cgroup's.
+func narrowByHand(t *testing.T, ns, name string, cs cgroups.Cpuset) {
+	t.Helper()
+	p, err := local.kube.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod, _ := filepath.Glob("/sys/fs/cgroup/cpuset/kubepods/*/pod" + string(p.UID))
+	if len(pod) != 1 {
+		t.Skipf("no cgroup v1 cpuset cgroup of pod %s found (%v)", name, pod)
+	}
+	h, err := cgroups.DetectHierarchy("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Narrow(pod[0], cs); err != nil {
+		t.Fatalf("narrow pod %s by hand: %v", name, err)
 	}
 }
 
