@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"sextant.io/sextant/agent/bandwidth"
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -172,13 +173,33 @@ func BandwidthStatus(snap bandwidth.Snapshot, agentVersion string) v1alpha1.Node
 	if in.known || out.known {
 		status.Total = &v1alpha1.Bandwidth{Ingress: in.direction(), Egress: out.direction()}
 	}
-	for _, nw := range snap.NetworkTotals() {
+	totals := snap.NetworkTotals()
+	for _, nw := range snap.Networks {
+		i := slices.IndexFunc(totals, func(t bandwidth.NetworkTotal) bool { return t.Name == nw.Name })
+		if i < 0 {
+			status.Networks = append(status.Networks, unmeasured(nw.Name))
+			continue
+		}
+		t := totals[i]
 		status.Networks = append(status.Networks, v1alpha1.NetworkBandwidth{
-			Name: nw.Name, Interfaces: nw.Interfaces,
-			Bandwidth: v1alpha1.Bandwidth{Ingress: direction(nw.Ingress), Egress: direction(nw.Egress)},
+			Name: t.Name, Interfaces: t.Interfaces,
+			Bandwidth: v1alpha1.Bandwidth{Ingress: direction(t.Ingress), Egress: direction(t.Egress)},
 		})
 	}
+	// Always the pod network, even with nothing measured on it: a report without
+	// networks is an agent older than networks to the ranker, which would take Total,
+	// the sum over every NIC, for the pod network.
+	if !slices.ContainsFunc(status.Networks, func(n v1alpha1.NetworkBandwidth) bool { return n.Name == annotations.PodNetwork }) {
+		status.Networks = append(status.Networks, unmeasured(annotations.PodNetwork))
+	}
 	return status
+}
+
+// unmeasured is a network none of whose interfaces has a sample yet (not attached, just
+// re-created, or none found): its capacity and remaining bandwidth are unknown, so the
+// ranker places no pod that requires bandwidth on it.
+func unmeasured(name string) v1alpha1.NetworkBandwidth {
+	return v1alpha1.NetworkBandwidth{Name: name, Interfaces: []string{}}
 }
 
 func direction(d bandwidth.DirectionSample) v1alpha1.DirectionBandwidth {

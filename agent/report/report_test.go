@@ -97,12 +97,15 @@ func TestBandwidthStatusNetworks(t *testing.T) {
 		{Name: "pod", Interfaces: []string{"bond0"}},
 		{Name: "storage", Interfaces: []string{"eth3", "eth4"}},
 		{Name: "fabric", Interfaces: []string{"ib0"}},
-		// Its interface attached but not sampled yet: not published.
+		// Its interface attached but not sampled yet: published as unmeasured.
 		{Name: "backup", Interfaces: []string{"eth9"}},
 	}
 	got := BandwidthStatus(snap, "")
-	if len(got.Networks) != 3 {
-		t.Fatalf("networks %+v, want pod, storage and fabric", got.Networks)
+	if len(got.Networks) != 4 {
+		t.Fatalf("networks %+v, want pod, storage, fabric and backup", got.Networks)
+	}
+	if b := got.Networks[3]; b.Name != "backup" || b.Interfaces == nil || len(b.Interfaces) != 0 || b.Ingress != (v1alpha1.DirectionBandwidth{}) || b.Egress != (v1alpha1.DirectionBandwidth{}) {
+		t.Errorf("backup network %+v, want no interfaces and nothing known", b)
 	}
 	checks := []struct {
 		name string
@@ -138,6 +141,41 @@ func TestBandwidthStatusNetworks(t *testing.T) {
 	same := BandwidthStatus(snap, "")
 	if bandwidthDue(cfg, &got, at, &same, at.Add(3*time.Second)) {
 		t.Error("an unchanged report is written before max-interval")
+	}
+}
+
+// TestBandwidthStatusPodNetworkUnmeasured: a current agent whose pod network has no
+// sample yet still publishes it, unmeasured; without it the ranker would read the report
+// as an agent's older than networks and take the sum over every NIC for the pod network.
+func TestBandwidthStatusPodNetworkUnmeasured(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name     string
+		networks []bandwidth.NetworkSample
+	}{
+		{"pod interface not sampled", []bandwidth.NetworkSample{{Name: "pod", Interfaces: []string{"eth0"}}, {Name: "storage", Interfaces: []string{"eth2", "eth3"}}}},
+		{"no pod interface found", []bandwidth.NetworkSample{{Name: "storage", Interfaces: []string{"eth2", "eth3"}}}},
+		{"no network sampled", []bandwidth.NetworkSample{{Name: "pod", Interfaces: []string{"eth0"}}}},
+		{"no network at all", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			snap := snapshot(at,
+				bandwidth.InterfaceSample{Name: "eth2", Ingress: dir(10e9, 0, 0), Egress: dir(10e9, 0, 0)},
+				bandwidth.InterfaceSample{Name: "eth3", Ingress: dir(10e9, 0, 0), Egress: dir(10e9, 0, 0)},
+			)
+			snap.Networks = c.networks
+			got := BandwidthStatus(snap, "")
+			i := slices.IndexFunc(got.Networks, func(n v1alpha1.NetworkBandwidth) bool { return n.Name == "pod" })
+			if i < 0 {
+				t.Fatalf("networks %+v, want the pod network among them", got.Networks)
+			}
+			if pod := got.Networks[i]; pod.Ingress.Remaining != nil || pod.Egress.Remaining != nil || len(pod.Interfaces) != 0 {
+				t.Errorf("pod network %+v, want no interfaces and no remaining bandwidth", pod)
+			}
+			if got.Total == nil || qstr(got.Total.Ingress.Remaining) != "20G" {
+				t.Errorf("total %+v, want the sum of eth2 and eth3 for people to read", got.Total)
+			}
+		})
 	}
 }
 
