@@ -31,11 +31,12 @@ const defaultWindow = 60 * time.Second
 // yet reflect, so that a burst of pods does not all land on the node whose last report
 // predates them.
 //
-// The rule: a pod reserves its expected (else required) rate per direction on its node
+// The rule: a pod reserves its expected (else required) rate per direction on its node,
+// at most what the node had left and at least its required rate (see amountsLocked),
 // from Reserve (or from when the ranker first sees it bound) until one of
 //   - a full NodeBandwidth of that node (window ≥ minWindow) arrives whose sampleTime
 //     is at least one peak window (status.window) after the pod was seen running with
-//     all its containers started: that report's peak, and so its remaining, was
+//     all its containers started (running, or run and exited): that report's peak, and so its remaining, was
 //     measured entirely while the pod ran, so it already accounts for the pod's
 //     traffic. (sampleTime and the pod's start are both the node's clock.) A partial
 //     report covers nothing: Filter does not use it either;
@@ -208,12 +209,12 @@ func (l *Ledger) Has(uid types.UID) (string, bool) {
 
 // Reserve records that pod, asking req, was placed on node by this scheduler.
 func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequest) {
-	in, _ := req.Ingress.Target()
-	eg, _ := req.Egress.Target()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.covered, pod.UID)
-	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, network: networkOf(req), ingress: in, egress: eg})
+	network := networkOf(req)
+	in, eg := l.amountsLocked(node, network, req)
+	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, network: network, ingress: in, egress: eg})
 	reservationsTotal.WithLabelValues("scheduled").Inc()
 }
 
@@ -278,19 +279,31 @@ func (l *Ledger) coveredBy(runningSince time.Time, report *heartbeat.Bandwidth) 
 	return !report.SampleTime.Before(runningSince.Add(window))
 }
 
-// runningSince returns when every container of the pod had started, or zero if the pod
-// is not running with all its containers up.
+// runningSince returns when every container of the running pod had started, or zero if
+// one has not started yet. A container that ran and finished (a Never or OnFailure pod),
+// or that crashed and waits to restart, has started: its traffic is in the reports as
+// much as it will ever be, and waiting for it to run would hold the reservation for the
+// pod's whole life, on top of reports that count its traffic.
 func runningSince(pod *v1.Pod) time.Time {
 	if pod.Status.Phase != v1.PodRunning || len(pod.Status.ContainerStatuses) == 0 {
 		return time.Time{}
 	}
 	var latest time.Time
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.State.Running == nil {
+		var started time.Time
+		switch {
+		case cs.State.Running != nil:
+			started = cs.State.Running.StartedAt.Time
+		case cs.State.Terminated != nil:
+			started = cs.State.Terminated.StartedAt.Time
+		case cs.LastTerminationState.Terminated != nil:
+			started = cs.LastTerminationState.Terminated.StartedAt.Time
+		}
+		if started.IsZero() {
 			return time.Time{}
 		}
-		if t := cs.State.Running.StartedAt.Time; t.After(latest) {
-			latest = t
+		if started.After(latest) {
+			latest = started
 		}
 	}
 	return latest
@@ -338,9 +351,9 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 			l.covered[pod.UID] = struct{}{}
 			return
 		}
-		in, _ := req.Ingress.Target()
-		eg, _ := req.Egress.Target()
-		r = &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, network: networkOf(req), ingress: in, egress: eg}
+		network := networkOf(req)
+		in, eg := l.amountsLocked(pod.Spec.NodeName, network, req)
+		r = &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, network: network, ingress: in, egress: eg}
 		l.addLocked(pod.UID, r)
 		reservationsTotal.WithLabelValues("observed").Inc()
 	}
@@ -351,6 +364,42 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		l.removeLocked(pod.UID, releaseCovered)
 		l.covered[pod.UID] = struct{}{}
 	}
+}
+
+// amountsLocked is what a pod placed on node reserves per direction (the ledger's lock
+// held): its expected (else required) rate, but no more than the node's network has
+// left beside the other reservations, and never less than its required rate. The
+// expected rate is a scoring target Filter never checked: uncapped, a pod asking 1 bit/s
+// required and 1 Pbit/s expected would shut every node it lands on to the pods after
+// it. Where the node reports nothing for the direction, only the required rate.
+func (l *Ledger) amountsLocked(node, network string, req annotations.BandwidthRequest) (ingress, egress int64) {
+	var nw *heartbeat.Network
+	if rec := l.reports.Node(node); rec != nil {
+		if report := rec.Bandwidth(); report != nil {
+			nw = report.Network(network)
+		}
+	}
+	var resIn, resEg int64
+	if n := l.byNode[node]; n != nil {
+		resIn, resEg = n.reserved(network)
+	}
+	if nw == nil {
+		nw = &heartbeat.Network{}
+	}
+	return capped(req.Ingress, nw.IngressKnown, nw.IngressRemaining-resIn), capped(req.Egress, nw.EgressKnown, nw.EgressRemaining-resEg)
+}
+
+// capped is one direction of amountsLocked, with left what the node has left for it.
+func capped(d annotations.Direction, known bool, left int64) int64 {
+	var required int64
+	if d.HasRequired {
+		required = d.Required
+	}
+	target, _ := d.Target()
+	if !known {
+		return required
+	}
+	return max(required, min(target, max(left, 0)))
 }
 
 // networkOf is the network a request reserves on: the pod network when the request

@@ -149,6 +149,32 @@ func TestLedgerRelease(t *testing.T) {
 			t.Error("a covered pod was reserved again")
 		}
 	})
+	// A container that ran and finished, or crashed and waits to restart, has started;
+	// one still waiting for its first start has not.
+	for _, c := range []struct {
+		name    string
+		state   v1.ContainerStatus
+		release bool
+	}{
+		{"a container completed", v1.ContainerStatus{Name: "setup", State: v1.ContainerState{
+			Terminated: &v1.ContainerStateTerminated{StartedAt: metav1.NewTime(now.Add(-time.Minute)), FinishedAt: metav1.NewTime(now)}}}, true},
+		{"a container crash-looping", v1.ContainerStatus{Name: "flaky",
+			State:                v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{StartedAt: metav1.NewTime(now), ExitCode: 1}}}, true},
+		{"a container not started yet", v1.ContainerStatus{Name: "late",
+			State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pl, pod := setup(t)
+			running := runningPod(pod, "n", now)
+			running.Status.ContainerStatuses = append(running.Status.ContainerStatuses, c.state)
+			pl.Ledger().ObservePod(running)
+			pl.Ledger().ObserveReport(report("n", "1G", "1G", now.Add(10*time.Minute)))
+			if released := pl.Ledger().Len() == 0; released != c.release {
+				t.Errorf("released by a report 10 minutes after the start: %v, want %v", released, c.release)
+			}
+		})
+	}
 	t.Run("partial report long after the start keeps it", func(t *testing.T) {
 		pl, pod := setup(t)
 		pl.Ledger().ObservePod(runningPod(pod, "n", now))
@@ -267,6 +293,51 @@ func TestLedgerRebuild(t *testing.T) {
 	if got := pl.Ledger().Len(); got != 1 {
 		t.Errorf("%d reservations left, want 1 (justBound never ran)", got)
 	}
+}
+
+// TestReservationCapped: a pod reserves its expected rate up to what its node's network
+// has left beside the other reservations, never less than its required rate, and only
+// the required rate where the node reports nothing for the direction.
+func TestReservationCapped(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		ann      map[string]string
+		reserved string // ingress reserved on n by an earlier pod
+		want     int64
+	}{
+		{"expected within what is left", map[string]string{annotations.IngressExpected: "400M"}, "", 400e6},
+		{"expected beyond the node", map[string]string{annotations.IngressRequired: "1", annotations.IngressExpected: "1P"}, "", 1e9},
+		{"expected beyond what others left", map[string]string{annotations.IngressExpected: "1G"}, "700M", 300e6},
+		{"required over what is left", map[string]string{annotations.IngressRequired: "500M", annotations.IngressExpected: "2G"}, "700M", 500e6},
+		{"nothing left, expected only", map[string]string{annotations.IngressExpected: "1G"}, "1G", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pl := testPlugin(t, testArgs(nil), report("n", "1G", "1G", now))
+			if c.reserved != "" {
+				other := testPod(map[string]string{annotations.IngressRequired: c.reserved})
+				other.UID = "other"
+				pl.Ledger().Reserve(other, "n", mustParse(t, other))
+			}
+			pod := testPod(c.ann)
+			before, _ := pl.Ledger().Reserved("n")
+			pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
+			if in, _ := pl.Ledger().Reserved("n"); in-before != c.want {
+				t.Errorf("reserved %s, want %s", annotations.FormatRate(in-before), annotations.FormatRate(c.want))
+			}
+			pl.Ledger().Unreserve(pod.UID)
+			if in, _ := pl.Ledger().Reserved("n"); in != before {
+				t.Errorf("after Unreserve %s reserved, want %s back", annotations.FormatRate(in), annotations.FormatRate(before))
+			}
+		})
+	}
+	t.Run("node without a report", func(t *testing.T) {
+		pl := testPlugin(t, testArgs(nil))
+		pod := testPod(map[string]string{annotations.IngressRequired: "100M", annotations.IngressExpected: "1P"})
+		pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
+		if in, _ := pl.Ledger().Reserved("n"); in != 100e6 {
+			t.Errorf("reserved %s, want the required 100M", annotations.FormatRate(in))
+		}
+	})
 }
 
 func TestReserveSkipsPodsWithoutRates(t *testing.T) {
