@@ -192,7 +192,30 @@ func BandwidthStatus(snap bandwidth.Snapshot, agentVersion string) v1alpha1.Node
 	if !slices.ContainsFunc(status.Networks, func(n v1alpha1.NetworkBandwidth) bool { return n.Name == annotations.PodNetwork }) {
 		status.Networks = append(status.Networks, unmeasured(annotations.PodNetwork))
 	}
+	trim(&status)
 	return status
+}
+
+// trim cuts the status's lists to the CRD's bounds, which an SR-IOV node's virtual
+// functions can pass: beyond them the API server refuses the whole status, and the
+// node's report would go stale. Only the lists of names shrink; every figure still
+// counts every interface. The pod network is kept.
+func trim(status *v1alpha1.NodeBandwidthStatus) {
+	if len(status.Interfaces) > v1alpha1.MaxInterfaces {
+		status.Interfaces = status.Interfaces[:v1alpha1.MaxInterfaces]
+	}
+	for i := range status.Networks {
+		if nw := &status.Networks[i]; len(nw.Interfaces) > v1alpha1.MaxNetworkInterfaces {
+			nw.Interfaces = nw.Interfaces[:v1alpha1.MaxNetworkInterfaces]
+		}
+	}
+	if len(status.Networks) > v1alpha1.MaxNetworks {
+		pod := slices.IndexFunc(status.Networks, func(n v1alpha1.NetworkBandwidth) bool { return n.Name == annotations.PodNetwork })
+		if pod >= v1alpha1.MaxNetworks {
+			status.Networks[v1alpha1.MaxNetworks-1] = status.Networks[pod]
+		}
+		status.Networks = status.Networks[:v1alpha1.MaxNetworks]
+	}
 }
 
 // unmeasured is a network none of whose interfaces has a sample yet (not attached, just

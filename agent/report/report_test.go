@@ -179,6 +179,45 @@ func TestBandwidthStatusPodNetworkUnmeasured(t *testing.T) {
 	}
 }
 
+// TestBandwidthStatusWithinTheCRD: a node with more interfaces and networks than the
+// CRD's lists take (an SR-IOV node's virtual functions) publishes a status the API
+// server accepts, with the pod network and every interface's figures.
+func TestBandwidthStatusWithinTheCRD(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	var ifaces []bandwidth.InterfaceSample
+	var vfs []string
+	for i := range 300 {
+		name := fmt.Sprintf("ens1f0v%d", i)
+		ifaces = append(ifaces, bandwidth.InterfaceSample{Name: name, Ingress: dir(1e9, 0, 0), Egress: dir(1e9, 0, 0)})
+		vfs = append(vfs, name)
+	}
+	snap := snapshot(at, ifaces...)
+	snap.Networks = []bandwidth.NetworkSample{{Name: "sriov", Interfaces: vfs}}
+	for i := range 40 {
+		snap.Networks = append(snap.Networks, bandwidth.NetworkSample{Name: fmt.Sprintf("n%d", i), Interfaces: []string{"eth9"}})
+	}
+	got := BandwidthStatus(snap, "")
+	if n := len(got.Interfaces); n > v1alpha1.MaxInterfaces {
+		t.Errorf("%d interfaces, the CRD takes %d", n, v1alpha1.MaxInterfaces)
+	}
+	if n := len(got.Networks); n > v1alpha1.MaxNetworks {
+		t.Errorf("%d networks, the CRD takes %d", n, v1alpha1.MaxNetworks)
+	}
+	if !slices.ContainsFunc(got.Networks, func(n v1alpha1.NetworkBandwidth) bool { return n.Name == "pod" }) {
+		t.Error("the pod network was trimmed")
+	}
+	sriov := got.Networks[0]
+	if n := len(sriov.Interfaces); sriov.Name != "sriov" || n > v1alpha1.MaxNetworkInterfaces {
+		t.Errorf("network %s lists %d interfaces, the CRD takes %d", sriov.Name, n, v1alpha1.MaxNetworkInterfaces)
+	}
+	if c := qstr(sriov.Ingress.Capacity); c != "300G" {
+		t.Errorf("sriov capacity %s, want 300G: every interface counts", c)
+	}
+	if c := qstr(got.Total.Ingress.Capacity); c != "300G" {
+		t.Errorf("total capacity %s, want 300G", c)
+	}
+}
+
 func qstr(q *resource.Quantity) string {
 	if q == nil {
 		return ""

@@ -5,6 +5,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// The CRD's bounds on a NodeBandwidth's lists, as its MaxItems markers state them: the
+// agent trims its report to them (an API server refuses the whole status beyond them),
+// the ranker refuses a report beyond them.
+const (
+	MaxInterfaces        = 256
+	MaxNetworks          = 32
+	MaxNetworkInterfaces = 64
+)
+
 // NodeBandwidth is the measured bandwidth of one node's NICs, per direction. The agent
 // on the node named like the object writes it; the ranker reads it. It is cluster-scoped
 // and owned by its Node, so it goes away with the node.

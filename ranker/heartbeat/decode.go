@@ -41,10 +41,6 @@ const (
 	MaxNUMANodes = 1024
 	MaxCPUs      = 8192
 	MaxDevices   = 4096
-	// maxInterfaces is the CRD's bound on a NodeBandwidth's interfaces.
-	maxInterfaces = 256
-	// maxNetworks is the CRD's bound on a NodeBandwidth's networks.
-	maxNetworks = 32
 )
 
 // Rejection is why a heartbeat object cannot be used: its node counts as having no
@@ -156,8 +152,8 @@ func ValidateBandwidth(nbw *v1alpha1.NodeBandwidth) error {
 	if st.Window != nil && st.Window.Duration < 0 {
 		return reject(ReasonOutOfRange, "window %s is negative", st.Window.Duration)
 	}
-	if n := len(st.Interfaces); n > maxInterfaces {
-		return reject(ReasonOutOfRange, "%d interfaces, more than %d", n, maxInterfaces)
+	if n := len(st.Interfaces); n > v1alpha1.MaxInterfaces {
+		return reject(ReasonOutOfRange, "%d interfaces, more than %d", n, v1alpha1.MaxInterfaces)
 	}
 	for i := range st.Interfaces {
 		if err := validateBoth(&st.Interfaces[i].Bandwidth); err != nil {
@@ -169,8 +165,8 @@ func ValidateBandwidth(nbw *v1alpha1.NodeBandwidth) error {
 			return fmt.Errorf("total: %w", err)
 		}
 	}
-	if n := len(st.Networks); n > maxNetworks {
-		return reject(ReasonOutOfRange, "%d networks, more than %d", n, maxNetworks)
+	if n := len(st.Networks); n > v1alpha1.MaxNetworks {
+		return reject(ReasonOutOfRange, "%d networks, more than %d", n, v1alpha1.MaxNetworks)
 	}
 	seen := make(map[string]bool, len(st.Networks))
 	for i := range st.Networks {
