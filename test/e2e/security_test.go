@@ -102,7 +102,7 @@ func heartbeat(gvr schema.GroupVersionResource, name string) *unstructured.Unstr
 // TestSecurityAgentWritesOnlyItsNode: the chart's agent account, with the node claim of
 // a token bound to node A, writes A's NodeBandwidth and NodeTopology and the sextant.io/
 // resources of A's status, and nothing for node B, nothing else of A's status, and
-// nothing at all without the claim. The chart's own agent (a pod on the local node,
+// nothing at all without the claim; it records events on pods as A only. The chart's own agent (a pod on the local node,
 // with the kubelet's pod-bound token) keeps publishing under the policies.
 func TestSecurityAgentWritesOnlyItsNode(t *testing.T) {
 	deployChart(t)
@@ -185,6 +185,24 @@ func TestSecurityAgentWritesOnlyItsNode(t *testing.T) {
 	} {
 		wantDenied(t, patch(kubeA, a.Name, body), "sextant-agent-node-status", "agent of A changes "+what+" of A")
 	}
+
+	// Events: as its own node (source.host), on pods.
+	event := func(host, kind string) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-sec-", Namespace: "default"},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Namespace: "default", Name: "e2e-sec"},
+			Reason: "SidecarStopped", Message: "e2e", Type: corev1.EventTypeNormal,
+			Source: corev1.EventSource{Component: "sextant-agent", Host: host}}
+	}
+	record := func(kube kubernetes.Interface, ev *corev1.Event) error {
+		_, err := kube.CoreV1().Events("default").Create(ctx, ev, metav1.CreateOptions{DryRun: dryRun})
+		return err
+	}
+	waitPolicy(t, "sextant-agent-events", func() error { return record(kubeA, event(b.Name, "Pod")) })
+	wantAllowed(t, record(kubeA, event(a.Name, "Pod")), "agent of A records an event on a pod as A")
+	wantDenied(t, record(kubeA, event(b.Name, "Pod")), "sextant-agent-events", "agent of A records an event as B")
+	wantDenied(t, record(kubeA, event("", "Pod")), "sextant-agent-events", "agent of A records an event without a source host")
+	wantDenied(t, record(kubeA, event(a.Name, "Node")), "sextant-agent-events", "agent of A records an event on a Node")
+	wantDenied(t, record(kubeNoClaim, event(a.Name, "Pod")), "sextant-agent-events", "agent without a node claim records an event")
 
 	// The chart's own agent writes its node's NodeBandwidth with the token the kubelet
 	// mounted: the claim is there and the policy lets it through. (Skipped while

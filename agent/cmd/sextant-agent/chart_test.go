@@ -39,6 +39,11 @@ func TestChartGrantsWhatTheAgentUses(t *testing.T) {
 							t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v (the agent acts on pods: %v)", want, got, o.actsOnPods(), o.actsOnPods())
 						}
 					}
+					for _, key := range []string{"ValidatingAdmissionPolicy/sextant-agent-events", "ValidatingAdmissionPolicyBinding/sextant-agent-events"} {
+						if _, got := objs[key]; got != o.actsOnPods() {
+							t.Errorf("%s rendered: %v, want %v, with the events rule it narrows", key, got, o.actsOnPods())
+						}
+					}
 					servesPlugin := o.heartbeats && o.devicePlugin
 					if got := rules["nodes/status patch"]; got != servesPlugin {
 						t.Errorf("ClusterRole sextant-agent grants nodes/status patch: %v, want %v (the agent serves the device plugin: %v)", got, servesPlugin, servesPlugin)
