@@ -66,6 +66,10 @@ func (b *BPF) Attach(ifindex int) error {
 	if _, ok := b.attached[ifindex]; ok {
 		return nil
 	}
+	return b.attach(ifindex)
+}
+
+func (b *BPF) attach(ifindex int) error {
 	if len(b.free) == 0 {
 		return fmt.Errorf("cannot meter ifindex %d: all %d slots are in use", ifindex, b.counters.Slots)
 	}
@@ -84,6 +88,33 @@ func (b *BPF) Attach(ifindex int) error {
 	}
 	b.free = b.free[:len(b.free)-1]
 	b.attached[ifindex] = &bound{slot: slot, progs: progs}
+	return nil
+}
+
+// Verify checks that the interface's programs are still attached on both hooks; its
+// error wraps ErrNotAttached when something else removed them.
+func (b *BPF) Verify(ifindex int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.attached[ifindex]; !ok {
+		return fmt.Errorf("ifindex %d: %w", ifindex, ErrNotAttached)
+	}
+	return b.att.Verify(ifindex)
+}
+
+// Reattach attaches the interface's programs again after Verify found them removed.
+// They keep their slot, so the counters carry on from where they stopped instead of
+// restarting from zero.
+func (b *BPF) Reattach(ifindex int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	bd, ok := b.attached[ifindex]
+	if !ok {
+		return b.attach(ifindex)
+	}
+	if err := b.att.Reattach(ifindex, tc.Programs{Ingress: bd.progs.SextantIngress, Egress: bd.progs.SextantEgress}); err != nil {
+		return fmt.Errorf("reattach to ifindex %d: %w", ifindex, err)
+	}
 	return nil
 }
 

@@ -16,7 +16,12 @@ import (
 type Link struct {
 	Name  string
 	Index int
-	Up    bool
+	// Up is the operational state, not IFF_UP: a NIC set up by its administrator but
+	// without carrier (cable or switch port down, a veth whose peer is down) carries
+	// nothing, and the meter leaves it out. It is what IFF_RUNNING says: operstate UP,
+	// or UNKNOWN on a link set up, because drivers that do not track a carrier (lo,
+	// tun, some virtual NICs) never report anything else.
+	Up bool
 	// Physical is true for interfaces backed by a device (a `device` link in
 	// sysfs): their sysfs speed is real; a veth's or a bridge's is made up.
 	Physical     bool
@@ -87,7 +92,7 @@ func (s SystemLinks) Links() ([]Link, error) {
 		links = append(links, Link{
 			Name:         a.Name,
 			Index:        a.Index,
-			Up:           a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown && a.Flags&(1<<0) != 0,
+			Up:           a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown && a.Flags&net.FlagUp != 0,
 			Physical:     err == nil,
 			DefaultRoute: defaults[a.Index],
 			SpeedMbps:    readSpeed(filepath.Join(dir, "speed")),

@@ -16,6 +16,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"sextant.io/sextant/agent/bandwidth/tc"
 )
 
 // CounterSource reads the cumulative counters of every interface it counts.
@@ -33,7 +35,17 @@ type Counters struct {
 type Attacher interface {
 	Attach(ifindex int) error
 	Detach(ifindex int) error
+	// Verify checks that counting still runs on an attached interface: another tool
+	// may have removed the programs (a CNI reinstall deleting the clsact qdisc, a
+	// detached tcx link). Its error wraps ErrNotAttached when they are gone; any other
+	// error means it could not tell.
+	Verify(ifindex int) error
+	// Reattach attaches again an interface that Verify found removed.
+	Reattach(ifindex int) error
 }
+
+// ErrNotAttached is what Attacher.Verify's error wraps when the programs were removed.
+var ErrNotAttached = tc.ErrNotAttached
 
 // Config is the meter's configuration; zero values take the defaults.
 type Config struct {
@@ -103,8 +115,9 @@ type NetworkSample struct {
 
 // InterfaceSample is one interface in a Snapshot.
 type InterfaceSample struct {
-	Name    string
-	Index   int
+	Name  string
+	Index int
+	// Up is always true: an interface that is down is left out of the snapshot.
 	Up      bool
 	Ingress DirectionSample
 	Egress  DirectionSample
@@ -135,14 +148,20 @@ type Meter struct {
 	networks []NetworkSample
 	// attachFailures counts failed attachments, for sextant_meter_attach_failures_total.
 	attachFailures uint64
-	snap           Snapshot
+	// reattachments counts attachments that something else removed and the meter
+	// restored, for sextant_meter_reattachments_total.
+	reattachments uint64
+	snap          Snapshot
 	// started is the time of the first sample, zero before it.
 	started time.Time
 }
 
 type iface struct {
-	link        Link
-	capacity    Capacity
+	link     Link
+	capacity Capacity
+	// lost: something else removed the programs and attaching them again failed, so the
+	// counters stand still.
+	lost        bool
 	ingress     tracker
 	egress      tracker
 	lastSampled time.Time
@@ -256,8 +275,8 @@ func (m *Meter) meteredLinks(links []Link) (map[int]Link, []NetworkSample) {
 	return metered, networks
 }
 
-// Rescan follows interfaces that appeared, disappeared, were renamed or
-// changed speed.
+// Rescan follows interfaces that appeared, disappeared, were renamed, changed speed or
+// went down or up, and attaches the meter again where something else removed it.
 func (m *Meter) Rescan() {
 	links, err := m.links.Links()
 	if err != nil {
@@ -275,7 +294,14 @@ func (m *Meter) Rescan() {
 		}
 		seen[l.Index] = true
 		if cur, ok := m.ifaces[l.Index]; ok {
+			switch {
+			case cur.link.Up && !l.Up:
+				m.log.Info("interface is down; leaving it out until it is up again", "interface", l.Name, "ifindex", l.Index)
+			case !cur.link.Up && l.Up:
+				m.log.Info("interface is up again", "interface", l.Name, "ifindex", l.Index)
+			}
 			cur.link, cur.capacity = l, m.capacity(l, links)
+			m.verify(l.Index, cur)
 			continue
 		}
 		if err := m.att.Attach(l.Index); err != nil {
@@ -283,7 +309,9 @@ func (m *Meter) Rescan() {
 			m.attachFailures++
 			continue
 		}
-		m.log.Info("metering interface", "interface", l.Name, "ifindex", l.Index)
+		// A NIC that is down is attached all the same, so that it is counted from the
+		// moment it comes up; Sample leaves it out until then.
+		m.log.Info("metering interface", "interface", l.Name, "ifindex", l.Index, "up", l.Up)
 		m.ifaces[l.Index] = &iface{
 			link:     l,
 			capacity: m.capacity(l, links),
@@ -301,6 +329,30 @@ func (m *Meter) Rescan() {
 		}
 		delete(m.ifaces, idx)
 	}
+}
+
+// verify attaches the meter to the interface again when something else removed it:
+// its counters would stand still, and the interface would read as idle, all of its
+// capacity free.
+func (m *Meter) verify(idx int, cur *iface) {
+	err := m.att.Verify(idx)
+	switch {
+	case err == nil:
+		cur.lost = false
+		return
+	case !errors.Is(err, ErrNotAttached):
+		m.log.Error(err, "checking that the meter is still attached failed; checking again at the next rescan", "interface", cur.link.Name)
+		return
+	}
+	m.log.Error(err, "the meter was removed from the interface by something else; attaching it again", "interface", cur.link.Name, "ifindex", idx)
+	if err := m.att.Reattach(idx); err != nil {
+		m.log.Error(err, "attaching the meter again failed; leaving the interface out and retrying at the next rescan", "interface", cur.link.Name)
+		m.attachFailures++
+		cur.lost = true
+		return
+	}
+	cur.lost = false
+	m.reattachments++
 }
 
 // Sample reads the counters once and updates rates, peaks and the snapshot.
@@ -324,6 +376,12 @@ func (m *Meter) Sample() {
 		cur.egress.observe(now, c.Egress)
 		if !cur.ingress.haveRate || !cur.egress.haveRate {
 			continue // one interval is needed before there is a rate to publish
+		}
+		// A NIC that is down carries nothing whatever its capacity, and one whose meter
+		// is gone reads as idle: published, either would make its network look free.
+		// Both are still sampled above, so their peaks carry on when they are back.
+		if !cur.link.Up || cur.lost {
+			continue
 		}
 		if cur.capacity.Ingress > 0 || cur.capacity.Egress > 0 {
 			since = latest(since, cur.ingress.first, cur.egress.first)
@@ -360,12 +418,18 @@ func direction(tr *tracker, capacity float64) DirectionSample {
 	return d
 }
 
-// Attachment is how many interfaces the meter is attached to now, and how many
-// attachments failed since it started.
-func (m *Meter) Attachment() (attached int, failures uint64) {
+// Attachment is how many interfaces the meter is attached to now, how many
+// attachments failed since it started, and how many it restored after something else
+// removed them.
+func (m *Meter) Attachment() (attached int, failures, reattachments uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.ifaces), m.attachFailures
+	for _, cur := range m.ifaces {
+		if !cur.lost {
+			attached++
+		}
+	}
+	return attached, m.attachFailures, m.reattachments
 }
 
 // Snapshot returns the latest sample; its Time is zero before the first.

@@ -2,6 +2,7 @@ package bandwidth
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -27,6 +28,11 @@ func (f *fakeSource) Read() (map[int]Counters, error) {
 type fakeAttacher struct {
 	attached map[int]bool
 	fail     map[int]bool
+	// lost: something else removed the programs, so the interface's counters froze.
+	lost map[int]bool
+	// verifyErr: Verify cannot tell (netlink failed, say).
+	verifyErr  map[int]error
+	reattached map[int]int
 }
 
 func (f *fakeAttacher) Attach(i int) error {
@@ -38,6 +44,25 @@ func (f *fakeAttacher) Attach(i int) error {
 }
 
 func (f *fakeAttacher) Detach(i int) error { delete(f.attached, i); return nil }
+
+func (f *fakeAttacher) Verify(i int) error {
+	switch {
+	case f.verifyErr[i] != nil:
+		return f.verifyErr[i]
+	case f.lost[i] || !f.attached[i]:
+		return fmt.Errorf("ifindex %d: no sextant filter on clsact ingress: %w", i, ErrNotAttached)
+	}
+	return nil
+}
+
+func (f *fakeAttacher) Reattach(i int) error {
+	if f.fail[i] {
+		return errors.New("attach failed")
+	}
+	f.attached[i], f.lost[i] = true, false
+	f.reattached[i]++
+	return nil
+}
 
 type fakeLinks struct {
 	links []Link
@@ -54,7 +79,7 @@ func newTestMeter(cfg Config, links []Link) (*Meter, *fakeSource, *fakeLinks, *f
 	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
 	src := &fakeSource{counters: map[int]Counters{}}
 	ll := &fakeLinks{links: links}
-	att := &fakeAttacher{attached: map[int]bool{}, fail: map[int]bool{}}
+	att := &fakeAttacher{attached: map[int]bool{}, fail: map[int]bool{}, lost: map[int]bool{}, verifyErr: map[int]error{}, reattached: map[int]int{}}
 	cfg.Logger = logr.Discard()
 	return New(cfg, ll, src, att, clk), src, ll, att, clk
 }
@@ -78,7 +103,7 @@ func TestRatePeakRemaining(t *testing.T) {
 	}{{
 		name:   "peak holds for the window then expires",
 		window: 3 * time.Second,
-		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
+		link:   Link{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 1000},
 		steps: []step{
 			{time.Second, 12_500_000, 100 * mbit, 100 * mbit, ptr(900 * mbit)},
 			{time.Second, 50_000_000, 400 * mbit, 400 * mbit, ptr(600 * mbit)},
@@ -92,7 +117,7 @@ func TestRatePeakRemaining(t *testing.T) {
 	}, {
 		name:   "uneven intervals divide by the real elapsed time",
 		window: time.Minute,
-		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 10000},
+		link:   Link{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 10000},
 		steps: []step{
 			{2 * time.Second, 25_000_000, 100 * mbit, 100 * mbit, ptr(9900 * mbit)},
 			{500 * time.Millisecond, 25_000_000, 400 * mbit, 400 * mbit, ptr(9600 * mbit)},
@@ -100,7 +125,7 @@ func TestRatePeakRemaining(t *testing.T) {
 	}, {
 		name:   "remaining floors at zero",
 		window: time.Minute,
-		link:   Link{Name: "veth1", Index: 5},
+		link:   Link{Name: "veth1", Index: 5, Up: true},
 		caps:   map[string]Capacity{"veth1": {Ingress: 100 * mbit, Egress: 100 * mbit}},
 		steps: []step{
 			{time.Second, 25_000_000, 200 * mbit, 200 * mbit, ptr(0)},
@@ -108,14 +133,14 @@ func TestRatePeakRemaining(t *testing.T) {
 	}, {
 		name:   "unknown capacity stays unknown",
 		window: time.Minute,
-		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 0},
+		link:   Link{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 0},
 		steps: []step{
 			{time.Second, 1_000_000, 8 * mbit, 8 * mbit, nil},
 		},
 	}, {
 		name:   "sysfs speed of a physical NIC wins over the flag",
 		window: time.Minute,
-		link:   Link{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
+		link:   Link{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 1000},
 		caps:   map[string]Capacity{"eth0": {Ingress: 10 * mbit, Egress: 10 * mbit}},
 		steps: []step{
 			{time.Second, 1_000_000, 8 * mbit, 8 * mbit, ptr(992 * mbit)},
@@ -123,7 +148,7 @@ func TestRatePeakRemaining(t *testing.T) {
 	}, {
 		name:   "a virtual NIC's made-up speed is ignored for the flag",
 		window: time.Minute,
-		link:   Link{Name: "veth1", Index: 5, SpeedMbps: 10000},
+		link:   Link{Name: "veth1", Index: 5, Up: true, SpeedMbps: 10000},
 		caps:   map[string]Capacity{"veth1": {Ingress: 200 * mbit, Egress: 300 * mbit}},
 		steps: []step{
 			{time.Second, 1_000_000, 8 * mbit, 8 * mbit, ptr(192 * mbit)},
@@ -174,7 +199,7 @@ func near(a, b float64) bool {
 }
 
 func TestCounterResetIsANewBaseline(t *testing.T) {
-	m, src, _, _, clk := newTestMeter(Config{Window: time.Minute, Interfaces: []string{"eth0"}}, []Link{{Name: "eth0", Index: 2}})
+	m, src, _, _, clk := newTestMeter(Config{Window: time.Minute, Interfaces: []string{"eth0"}}, []Link{{Name: "eth0", Index: 2, Up: true}})
 	m.Rescan()
 	src.counters[2] = Counters{Egress: Count{Bytes: 1_000_000, Packets: 10}}
 	m.Sample()
@@ -197,10 +222,10 @@ func TestCounterResetIsANewBaseline(t *testing.T) {
 }
 
 func TestInterfacesComeAndGoWithoutGaps(t *testing.T) {
-	eth0 := Link{Name: "eth0", Index: 2, Physical: true}
-	eth1 := Link{Name: "eth1", Index: 3, Physical: true}
-	veth := Link{Name: "veth9", Index: 9}
-	def := Link{Name: "wg0", Index: 4, DefaultRoute: true}
+	eth0 := Link{Name: "eth0", Index: 2, Up: true, Physical: true}
+	eth1 := Link{Name: "eth1", Index: 3, Up: true, Physical: true}
+	veth := Link{Name: "veth9", Index: 9, Up: true}
+	def := Link{Name: "wg0", Index: 4, Up: true, DefaultRoute: true}
 	m, src, ll, att, clk := newTestMeter(Config{}, []Link{eth0, veth, def})
 	att.fail[4] = true
 	tick := func() {
@@ -330,9 +355,9 @@ func TestReadSpeed(t *testing.T) {
 // A meter publishes the window it has actually measured: after it starts, and when an
 // interface the totals count appears, less than the configured one, growing to it.
 func TestObservedWindow(t *testing.T) {
-	eth0 := Link{Name: "eth0", Index: 2, SpeedMbps: 1000, Physical: true}
-	eth1 := Link{Name: "eth1", Index: 3, SpeedMbps: 1000, Physical: true}
-	veth := Link{Name: "veth9", Index: 9} // no capacity: not in the totals
+	eth0 := Link{Name: "eth0", Index: 2, Up: true, SpeedMbps: 1000, Physical: true}
+	eth1 := Link{Name: "eth1", Index: 3, Up: true, SpeedMbps: 1000, Physical: true}
+	veth := Link{Name: "veth9", Index: 9, Up: true} // no capacity: not in the totals
 	m, src, ll, _, clk := newTestMeter(Config{Window: 30 * time.Second, Interfaces: []string{"*"}}, []Link{eth0})
 	src.counters[2], src.counters[3], src.counters[9] = Counters{}, Counters{}, Counters{}
 	m.Rescan()
@@ -366,5 +391,135 @@ func TestObservedWindow(t *testing.T) {
 	}
 	if s := step(30 * time.Second); s.Window != 30*time.Second {
 		t.Errorf("long after eth1 appeared: window %s, want 30s", s.Window)
+	}
+}
+
+// A NIC that is down carries nothing, whatever its capacity, so it must not make its
+// network look free: a network's remaining is the largest of its NICs', and an idle NIC's
+// is its whole capacity. Here eth1 carries 9G of its 10G and eth2, an idle virtio NIC
+// whose capacity comes from --nic-capacity (no sysfs speed), is down.
+func TestDownNICAddsNoRemaining(t *testing.T) {
+	eth1 := Link{Name: "eth1", Index: 3, Up: true, Physical: true}
+	eth2 := Link{Name: "eth2", Index: 4, Physical: true} // down: no carrier
+	m, src, ll, _, clk := newTestMeter(Config{
+		Capacities: map[string]Capacity{"eth1": {10e9, 10e9}, "eth2": {10e9, 10e9}},
+		Networks:   []NetworkSpec{{"storage", []string{"eth1", "eth2"}}},
+	}, []Link{eth1, eth2})
+	src.counters[3], src.counters[4] = Counters{}, Counters{}
+	m.Rescan()
+	m.Sample()
+	// tick carries one second of traffic: 9G on eth1, eth2Bytes on eth2.
+	tick := func(eth2Bytes uint64) Snapshot {
+		clk.Step(time.Second)
+		c := src.counters[3]
+		c.Ingress.Bytes += 9e9 / 8
+		src.counters[3] = c
+		c = src.counters[4]
+		c.Ingress.Bytes += eth2Bytes
+		src.counters[4] = c
+		m.Sample()
+		return m.Snapshot()
+	}
+	check := func(when string, s Snapshot, wantIfaces string, wantRemaining float64) {
+		t.Helper()
+		var names []string
+		for _, i := range s.Interfaces {
+			names = append(names, i.Name)
+		}
+		if got := strings.Join(names, ","); got != wantIfaces {
+			t.Errorf("%s: interfaces %q, want %q", when, got, wantIfaces)
+		}
+		totals := s.NetworkTotals()
+		if len(totals) != 1 || totals[0].Ingress.Remaining == nil {
+			t.Fatalf("%s: network totals %+v, want storage with a known remaining", when, totals)
+		}
+		if got := *totals[0].Ingress.Remaining; !near(got, wantRemaining) {
+			t.Errorf("%s: storage ingress remaining %.0f, want %.0f", when, got, wantRemaining)
+		}
+	}
+	check("eth2 down", tick(0), "eth1", 1e9)
+
+	eth2.Up = true
+	ll.links = []Link{eth1, eth2}
+	m.Rescan()
+	check("eth2 up, idle", tick(0), "eth1,eth2", 10e9)
+	check("eth2 up, carrying 1G", tick(1e9/8), "eth1,eth2", 9e9)
+
+	eth2.Up = false
+	ll.links = []Link{eth1, eth2}
+	m.Rescan()
+	check("eth2 down again", tick(0), "eth1", 1e9)
+
+	// Back up with its counters restarted (a driver reset): a new baseline, not a
+	// negative rate, and the 1G it carried within the window still counts.
+	eth2.Up = true
+	ll.links = []Link{eth1, eth2}
+	m.Rescan()
+	src.counters[4] = Counters{Ingress: Count{Bytes: 100, Packets: 1}}
+	s := tick(0)
+	check("eth2 up after a counter reset", s, "eth1,eth2", 9e9)
+	if in := s.Interfaces[1].Ingress; in.Rate < 0 || in.Rate > 10e9 {
+		t.Errorf("eth2 after a counter reset: %v, want a sane rate", in)
+	}
+}
+
+// Something else removed the meter from eth0 (a CNI reinstall deleted the clsact qdisc,
+// say): its counters froze, and its rate would read 0 and its remaining the whole
+// capacity. The next rescan must notice and attach again.
+func TestRescanReattachesWhatWasRemoved(t *testing.T) {
+	eth0 := Link{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 10000}
+	eth1 := Link{Name: "eth1", Index: 3, Up: true, Physical: true, SpeedMbps: 10000}
+	m, src, _, att, clk := newTestMeter(Config{}, []Link{eth0, eth1})
+	src.counters[2], src.counters[3] = Counters{}, Counters{}
+	m.Rescan()
+	m.Sample()
+	att.lost[2] = true
+	m.Rescan()
+	if att.lost[2] || att.reattached[2] != 1 {
+		t.Fatalf("after a rescan: eth0 lost %v, reattached %d times; want attached again once", att.lost[2], att.reattached[2])
+	}
+	if att.reattached[3] != 0 {
+		t.Errorf("eth1, still attached, was reattached %d times", att.reattached[3])
+	}
+
+	// Attaching again fails: a failed attachment, retried at the next rescan. Meanwhile
+	// eth0's counters stand still, and it is left out rather than read as idle.
+	att.lost[2], att.fail[2] = true, true
+	m.Rescan()
+	clk.Step(time.Second)
+	m.Sample()
+	if s := m.Snapshot(); len(s.Interfaces) != 1 || s.Interfaces[0].Name != "eth1" {
+		t.Errorf("while eth0's meter is gone: interfaces %+v, want eth1 only", s.Interfaces)
+	}
+	if got := collect(t, m)["sextant_meter_attached_interfaces{,}"]; got != 1 {
+		t.Errorf("while eth0's meter is gone: sextant_meter_attached_interfaces = %v, want 1", got)
+	}
+	att.fail[2] = false
+	m.Rescan()
+	clk.Step(time.Second)
+	m.Sample()
+	if s := m.Snapshot(); len(s.Interfaces) != 2 {
+		t.Errorf("after eth0 was attached again: interfaces %+v, want eth0 and eth1", s.Interfaces)
+	}
+	if att.lost[2] || att.reattached[2] != 2 {
+		t.Fatalf("after a failed reattachment and a rescan: lost %v, reattached %d times; want attached again", att.lost[2], att.reattached[2])
+	}
+
+	// Verify cannot tell: nothing is touched.
+	att.verifyErr[2] = errors.New("netlink busy")
+	m.Rescan()
+	if att.reattached[2] != 2 || !att.attached[2] {
+		t.Fatalf("after a failed check: reattached %d times, attached %v; want left alone", att.reattached[2], att.attached[2])
+	}
+
+	got := collect(t, m)
+	for k, v := range map[string]float64{
+		"sextant_meter_attached_interfaces{,}":   2,
+		"sextant_meter_attach_failures_total{,}": 1,
+		"sextant_meter_reattachments_total{,}":   2,
+	} {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", k, g, ok, v)
+		}
 	}
 }

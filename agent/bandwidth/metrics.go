@@ -28,6 +28,9 @@ var (
 	descAttachFailures = prometheus.NewDesc("sextant_meter_attach_failures_total",
 		"Attachments of the eBPF meter to an interface that failed (each is retried at the next rescan).",
 		nil, nil)
+	descReattachments = prometheus.NewDesc("sextant_meter_reattachments_total",
+		"Times the eBPF meter found its programs removed from an interface by something else (a deleted clsact qdisc or filter, a detached tcx link) and attached them again.",
+		nil, nil)
 
 	descNetCapacity = prometheus.NewDesc("sextant_network_capacity_bytes_per_second",
 		"What the network's interfaces can carry together in this direction; absent when no interface's capacity is known.",
@@ -51,15 +54,16 @@ func NewCollector(m *Meter) *Collector { return &Collector{m: m} }
 
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descBytes, descPackets, descCapacity, descRate, descPeak, descRemaining,
-		descNetCapacity, descNetRate, descNetPeak, descNetRemaining, descAttached, descAttachFailures} {
+		descNetCapacity, descNetRate, descNetPeak, descNetRemaining, descAttached, descAttachFailures, descReattachments} {
 		ch <- d
 	}
 }
 
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	attached, failures := c.m.Attachment()
+	attached, failures, reattachments := c.m.Attachment()
 	ch <- prometheus.MustNewConstMetric(descAttached, prometheus.GaugeValue, float64(attached))
 	ch <- prometheus.MustNewConstMetric(descAttachFailures, prometheus.CounterValue, float64(failures))
+	ch <- prometheus.MustNewConstMetric(descReattachments, prometheus.CounterValue, float64(reattachments))
 	snap := c.m.Snapshot()
 	for _, n := range snap.NetworkTotals() {
 		for _, d := range []struct {

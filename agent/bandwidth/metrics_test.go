@@ -10,8 +10,8 @@ import (
 
 func TestCollectorExportsBaseUnits(t *testing.T) {
 	links := []Link{
-		{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
-		{Name: "eth1", Index: 3, Physical: true}, // capacity unknown
+		{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 1000},
+		{Name: "eth1", Index: 3, Up: true, Physical: true}, // capacity unknown
 	}
 	m, src, _, _, clk := newTestMeter(Config{}, links)
 	m.Rescan()
@@ -83,9 +83,9 @@ func labels(m *dto.Metric) string {
 // network found by the default route, storage named by flag.
 func TestCollectorExportsNetworks(t *testing.T) {
 	links := []Link{
-		{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000, DefaultRoute: true},
-		{Name: "eth1", Index: 3, Physical: true, SpeedMbps: 1000},
-		{Name: "eth2", Index: 4, Physical: true, SpeedMbps: 1000},
+		{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 1000, DefaultRoute: true},
+		{Name: "eth1", Index: 3, Up: true, Physical: true, SpeedMbps: 1000},
+		{Name: "eth2", Index: 4, Up: true, Physical: true, SpeedMbps: 1000},
 	}
 	m, src, _, _, clk := newTestMeter(Config{Networks: []NetworkSpec{{"storage", []string{"eth1", "eth2"}}}}, links)
 	m.Rescan()
@@ -114,8 +114,8 @@ func TestCollectorExportsNetworks(t *testing.T) {
 // the chart's SextantMeterNotAttached alert reads.
 func TestCollectorExportsAttachment(t *testing.T) {
 	links := []Link{
-		{Name: "eth0", Index: 2, Physical: true, SpeedMbps: 1000},
-		{Name: "eth1", Index: 3, Physical: true, SpeedMbps: 1000},
+		{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 1000},
+		{Name: "eth1", Index: 3, Up: true, Physical: true, SpeedMbps: 1000},
 	}
 	m, _, _, att, _ := newTestMeter(Config{}, links)
 	att.fail[3] = true

@@ -9,12 +9,15 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -235,6 +238,25 @@ func twoNamespaces(t *testing.T) (string, string) {
 		// after it.
 		sh(t, "ip", "netns", "exec", c.ns, "tc", "qdisc", "add", "dev", c.dev, "root", "tbf", "rate", "200mbit", "burst", "128kb", "limit", "4mb")
 	}
+	// The meter leaves out a link that is not operationally up yet, which the kernel
+	// settles asynchronously: wait, or the first rescan may find vb still down.
+	for _, c := range []struct{ ns, dev string }{{a, "va"}, {b, "vb"}} {
+		h := nsHandle(t, "/var/run/netns/"+c.ns)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			l, err := h.LinkByName(c.dev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Attrs().OperState == netlink.OperUp {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is %s 10s after it was set up", c.dev, l.Attrs().OperState)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 	return a, b
 }
 
@@ -291,4 +313,217 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestSystemLinksUpIsOperational: a link counts as up by its operational state, not by
+// IFF_UP alone. A veth set up while its peer is down has no carrier, and carries nothing.
+func TestSystemLinksUpIsOperational(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root for network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: needs iproute2's ip")
+	}
+	name := fmt.Sprintf("sextant-up-%d", os.Getpid())
+	sh(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	sh(t, "ip", "-n", name, "link", "add", "u0", "type", "veth", "peer", "name", "u1")
+	sh(t, "ip", "-n", name, "link", "set", "u0", "up")
+	// lo reports the operational state UNKNOWN, as drivers that do not track their
+	// carrier do: up when administratively up.
+	sh(t, "ip", "-n", name, "link", "set", "lo", "up")
+	sl := SystemLinks{SysfsRoot: t.TempDir(), NetnsPath: "/var/run/netns/" + name}
+	want := func(when string, want map[string]bool) {
+		t.Helper()
+		// The kernel settles the operational state asynchronously (linkwatch).
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			links, err := sl.Links()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			for _, l := range links {
+				if _, ok := want[l.Name]; ok {
+					got[l.Name] = l.Up
+				}
+			}
+			if fmt.Sprint(got) == fmt.Sprint(want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: up %v, want %v", when, got, want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	want("u0 set up, its peer down", map[string]bool{"u0": false, "u1": false, "lo": true})
+	sh(t, "ip", "-n", name, "link", "set", "u1", "up")
+	want("both ends up", map[string]bool{"u0": true, "u1": true})
+	sh(t, "ip", "-n", name, "link", "set", "u1", "down")
+	want("the peer down again", map[string]bool{"u0": false, "u1": false})
+}
+
+// TestMeterReattachesAfterRemoval removes the meter from a veth behind its back, as a
+// CNI reinstall would (tcx: its ingress link detached; clsact: the qdisc deleted, which
+// takes the filters with it), and checks that counting stopped and that the next rescan
+// attached it again.
+func TestMeterReattachesAfterRemoval(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root for network namespaces, tc and BPF")
+	}
+	for _, tool := range []string{"ip", "tc", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("skipping: needs %s on PATH", tool)
+		}
+	}
+	for _, mode := range []tc.Mode{tc.ModeTCX, tc.ModeClsact} {
+		t.Run(string(mode), func(t *testing.T) { testReattach(t, mode) })
+	}
+}
+
+func testReattach(t *testing.T, mode tc.Mode) {
+	nsA, nsB := twoNamespaces(t)
+	pathB := "/var/run/netns/" + nsB
+	b, err := LoadBPF(tc.Options{Mode: mode, NetnsPath: pathB})
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	m := New(Config{Interfaces: []string{"vb"}, Logger: logr.Discard()}, SystemLinks{SysfsRoot: t.TempDir(), NetnsPath: pathB}, b, b, nil)
+	h := nsHandle(t, pathB)
+	vb, err := h.LinkByName("vb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := vb.Attrs().Index
+	packets := func() uint64 {
+		c, err := b.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c[idx].Ingress.Packets
+	}
+	// counts sends a few datagrams from A to vb and reports whether vb's ingress counter
+	// moved.
+	counts := func() bool {
+		before := packets()
+		// Each redirection is a new socket: an ICMP port unreachable from the last one
+		// cannot fail the next. Delivery over a veth is near-immediate; allow a moment.
+		sh(t, "ip", "netns", "exec", nsA, "bash", "-c", "for i in 1 2 3; do echo x 2>/dev/null >/dev/udp/10.231.0.2/9; done; true")
+		for range 20 {
+			if packets() > before {
+				return true
+			}
+			time.Sleep(25 * time.Millisecond)
+		}
+		return false
+	}
+
+	m.Rescan()
+	if b.Mode() != string(mode) {
+		t.Fatalf("attached with %q, want %q", b.Mode(), mode)
+	}
+	if !counts() {
+		t.Fatal("the meter counts nothing on vb's ingress before anything was removed")
+	}
+	switch mode {
+	case tc.ModeTCX:
+		inNetns(t, pathB, func() {
+			res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: ebpf.AttachTCXIngress})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, p := range res.Programs {
+				id, ok := p.LinkID()
+				if !ok {
+					continue
+				}
+				l, err := link.NewFromID(id)
+				if err != nil {
+					t.Error(err)
+					continue
+				}
+				if err := l.Detach(); err != nil {
+					t.Errorf("detach tcx link %d: %v", id, err)
+				}
+				l.Close()
+			}
+		})
+	case tc.ModeClsact:
+		sh(t, "ip", "netns", "exec", nsB, "tc", "qdisc", "del", "dev", "vb", "clsact")
+	}
+	if counts() {
+		t.Fatal("the meter still counts after its removal: the test removed the wrong thing")
+	}
+	m.Rescan()
+	if !counts() {
+		t.Fatal("after a rescan, the meter counts nothing on vb's ingress: it was not attached again")
+	}
+	if got := collect(t, m)["sextant_meter_reattachments_total{,}"]; got != 1 {
+		t.Errorf("sextant_meter_reattachments_total = %v, want 1", got)
+	}
+	m.Rescan()
+	if got := collect(t, m)["sextant_meter_reattachments_total{,}"]; got != 1 {
+		t.Errorf("after another rescan, sextant_meter_reattachments_total = %v, want still 1", got)
+	}
+
+	// Attached once per hook, not stacked.
+	switch mode {
+	case tc.ModeTCX:
+		inNetns(t, pathB, func() {
+			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				res, err := link.QueryPrograms(link.QueryOptions{Target: idx, Attach: at})
+				if err != nil {
+					t.Error(err)
+				} else if len(res.Programs) != 1 {
+					t.Errorf("%d programs on %s, want the meter's once", len(res.Programs), at)
+				}
+			}
+		})
+	case tc.ModeClsact:
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			fs, err := h.FilterList(vb, parent)
+			if err != nil || len(fs) != 1 {
+				t.Errorf("filters on clsact %#x: %d (%v), want the meter's once", parent, len(fs), err)
+			}
+		}
+	}
+	// The clsact qdisc was added again by the meter, so it goes with the meter.
+	if err := m.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	qs, err := h.QdiscList(vb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Type() == "clsact" {
+			t.Errorf("a clsact qdisc is left on vb after the meter detached")
+		}
+	}
+}
+
+// inNetns runs fn on a thread in the network namespace at path: tcx queries resolve the
+// ifindex in the calling thread's namespace. The thread stays locked, so the runtime
+// discards it with the goroutine rather than reuse it in the wrong namespace.
+func inNetns(t *testing.T, path string, fn func()) {
+	t.Helper()
+	target, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		if err := netns.Set(target); err != nil {
+			t.Errorf("enter netns %s: %v", path, err)
+			return
+		}
+		fn()
+	}()
+	<-done
 }

@@ -12,12 +12,17 @@
 //   - clsact filters outlive the process, so they sit at a fixed priority and
 //     handle and carry a fixed name: attaching replaces an earlier copy in
 //     place, and detaching deletes exactly that filter.
+//
+// Other software can still remove what the attacher attached (delete the clsact
+// qdisc, detach a tcx link): Verify notices, and Reattach puts the programs back under
+// the same rules.
 package tc
 
 import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 
@@ -36,6 +41,15 @@ type Attacher interface {
 	// Detach removes this attacher's programs from the interface; an
 	// interface that is gone is not an error.
 	Detach(ifindex int) error
+	// Verify checks that the programs Attach hung on the interface are still on both
+	// hooks: another tool may have removed them (a CNI reinstall deleting the clsact
+	// qdisc, a detached tcx link), and then they count nothing. Its error wraps
+	// ErrNotAttached when they are gone, and says which; any other error means it could
+	// not tell.
+	Verify(ifindex int) error
+	// Reattach hangs the programs on the interface again after Verify found them
+	// removed, replacing what is left of the earlier attachment.
+	Reattach(ifindex int, progs Programs) error
 	// Close detaches from every interface.
 	Close() error
 	// Mode says how programs are attached: "tcx" or "clsact" (empty until
@@ -66,6 +80,9 @@ type Options struct {
 	NetnsPath string
 }
 
+// ErrNotAttached is wrapped by Verify's error when the programs are no longer attached.
+var ErrNotAttached = errors.New("the meter's programs are no longer attached")
+
 // Filter identity in clsact mode. Priority 1 runs the meter before other
 // filters, so it sees every frame even when a later filter ends the chain
 // with a verdict; the handle and name make the filter recognisably ours.
@@ -91,6 +108,9 @@ func New(opts Options) (Attacher, error) {
 type attachment struct {
 	links  []link.Link // tcx
 	clsact bool
+	// progIDs are the ingress and egress programs' IDs, which Verify looks for on the
+	// hooks; zero where the kernel does not tell.
+	progIDs [2]ebpf.ProgramID
 	// ownQdisc: this attacher added the clsact qdisc, so it may remove it
 	// again once it holds no filters at all.
 	ownQdisc bool
@@ -118,6 +138,11 @@ func (a *attacher) Attach(ifindex int, progs Programs) error {
 	if _, ok := a.attached[ifindex]; ok {
 		return nil
 	}
+	return a.attach(ifindex, progs)
+}
+
+func (a *attacher) attach(ifindex int, progs Programs) error {
+	ids := programIDs(progs)
 	if a.mode == ModeAuto || a.mode == ModeTCX {
 		var links []link.Link
 		err := a.inNetns(func() (err error) {
@@ -126,7 +151,7 @@ func (a *attacher) Attach(ifindex int, progs Programs) error {
 		})
 		if err == nil {
 			a.mode = ModeTCX
-			a.attached[ifindex] = &attachment{links: links}
+			a.attached[ifindex] = &attachment{links: links, progIDs: ids}
 			return nil
 		}
 		if a.mode == ModeTCX || !errors.Is(err, ebpf.ErrNotSupported) {
@@ -141,8 +166,73 @@ func (a *attacher) Attach(ifindex int, progs Programs) error {
 	}); err != nil {
 		return err
 	}
-	a.attached[ifindex] = &attachment{clsact: true, ownQdisc: added}
+	a.attached[ifindex] = &attachment{clsact: true, ownQdisc: added, progIDs: ids}
 	return nil
+}
+
+// programIDs returns the programs' IDs, zero where the kernel does not give one (before
+// 4.13): Verify then takes any sextant filter for ours.
+func programIDs(progs Programs) (ids [2]ebpf.ProgramID) {
+	for i, p := range []*ebpf.Program{progs.Ingress, progs.Egress} {
+		if info, err := p.Info(); err == nil {
+			ids[i], _ = info.ID()
+		}
+	}
+	return ids
+}
+
+func (a *attacher) Verify(ifindex int) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.attached[ifindex]
+	if !ok {
+		return fmt.Errorf("ifindex %d: %w", ifindex, ErrNotAttached)
+	}
+	if at.clsact {
+		return a.withHandle(func(h *netlink.Handle) error { return verifyClsact(h, ifindex, at) })
+	}
+	if len(at.links) == 0 {
+		// An earlier Reattach closed them and failed to attach again.
+		return fmt.Errorf("ifindex %d has no tcx links: %w", ifindex, ErrNotAttached)
+	}
+	return a.inNetns(func() error { return verifyTCX(ifindex, at.progIDs) })
+}
+
+func (a *attacher) Reattach(ifindex int, progs Programs) error {
+	if progs.Ingress == nil || progs.Egress == nil {
+		return errors.New("both an ingress and an egress program are needed")
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	at, ok := a.attached[ifindex]
+	if !ok {
+		return a.attach(ifindex, progs)
+	}
+	at.progIDs = programIDs(progs)
+	if at.clsact {
+		// Replacing our filters is what attaching does anyway. The qdisc is ours if we
+		// add it now, or if it is the one we added before (verifyClsact forgets that
+		// one once it saw it gone).
+		var added bool
+		err := a.withHandle(func(h *netlink.Handle) (err error) {
+			added, err = attachClsact(h, progs, ifindex)
+			return err
+		})
+		at.ownQdisc = at.ownQdisc || added
+		return err
+	}
+	// Close what is left first: a link still attached would hold its hook, and tcx
+	// refuses the same program twice on one.
+	for _, l := range at.links {
+		if err := l.Close(); err != nil {
+			return fmt.Errorf("close tcx link on ifindex %d: %w", ifindex, err)
+		}
+	}
+	at.links = nil
+	return a.inNetns(func() (err error) {
+		at.links, err = attachTCX(progs, ifindex)
+		return err
+	})
 }
 
 func (a *attacher) Detach(ifindex int) error {
@@ -241,14 +331,34 @@ func (a *attacher) withHandle(fn func(*netlink.Handle) error) error {
 	return fn(h)
 }
 
+var tcxHooks = [2]ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress}
+
+// verifyTCX checks that both programs are on their tcx hook; it must run in the
+// interface's namespace.
+func verifyTCX(ifindex int, ids [2]ebpf.ProgramID) error {
+	for i, hook := range tcxHooks {
+		if ids[i] == 0 {
+			continue // unknown: nothing to look for
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: hook})
+		if err != nil {
+			return fmt.Errorf("list tcx %s programs of ifindex %d: %w", hook, ifindex, err)
+		}
+		if !slices.ContainsFunc(res.Programs, func(p link.AttachedProgram) bool { return p.ID == ids[i] }) {
+			return fmt.Errorf("ifindex %d: the meter's %s link was detached: %w", ifindex, hook, ErrNotAttached)
+		}
+	}
+	return nil
+}
+
 func attachTCX(progs Programs, ifindex int) ([]link.Link, error) {
 	var links []link.Link
 	for _, p := range []struct {
 		prog   *ebpf.Program
 		attach ebpf.AttachType
 	}{
-		{progs.Ingress, ebpf.AttachTCXIngress},
-		{progs.Egress, ebpf.AttachTCXEgress},
+		{progs.Ingress, tcxHooks[0]},
+		{progs.Egress, tcxHooks[1]},
 	} {
 		// At the head of the chain for the same reason as the clsact
 		// priority: a program before the meter could end the chain.
@@ -316,6 +426,38 @@ func attachClsact(h *netlink.Handle, progs Programs, ifindex int) (added bool, e
 		}
 	}
 	return added, nil
+}
+
+// verifyClsact checks that our filters, running our programs, are on both clsact hooks.
+// When the clsact qdisc itself is gone, the attachment stops owning a qdisc: one found
+// there later was added by someone else, and is theirs to remove.
+func verifyClsact(h *netlink.Handle, ifindex int, at *attachment) error {
+	lnk, err := h.LinkByIndex(ifindex)
+	if err != nil {
+		return fmt.Errorf("find ifindex %d: %w", ifindex, err)
+	}
+	for i, parent := range clsactParents {
+		f, err := ourFilter(h, lnk, parent.parent)
+		if err != nil {
+			return err
+		}
+		if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, FilterNamePrefix) && (at.progIDs[i] == 0 || bf.Id == int(at.progIDs[i])) {
+			continue
+		}
+		qdiscs, err := h.QdiscList(lnk)
+		if err != nil {
+			return fmt.Errorf("list qdiscs of %s: %w", lnk.Attrs().Name, err)
+		}
+		if !slices.ContainsFunc(qdiscs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
+			at.ownQdisc = false
+			return fmt.Errorf("%s: the clsact qdisc was deleted: %w", lnk.Attrs().Name, ErrNotAttached)
+		}
+		if f != nil {
+			return fmt.Errorf("%s: another filter replaced the meter's %s filter: %w", lnk.Attrs().Name, parent.name, ErrNotAttached)
+		}
+		return fmt.Errorf("%s: the meter's %s filter was deleted: %w", lnk.Attrs().Name, parent.name, ErrNotAttached)
+	}
+	return nil
 }
 
 func clsactQdisc(ifindex int) *netlink.GenericQdisc {

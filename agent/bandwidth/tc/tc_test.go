@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -267,5 +268,152 @@ func TestClsactRemovesOnlyTheQdiscItAdded(t *testing.T) {
 	}
 	if !hasClsact() {
 		t.Fatal("sextant removed a clsact qdisc it did not add")
+	}
+}
+
+// TestClsactVerifyAndReattach: Verify notices a filter or the qdisc removed behind the
+// attacher's back, Reattach restores it, and the ownership rule holds throughout: the
+// qdisc is removed at the end only if the attacher added the one that is there.
+func TestClsactVerifyAndReattach(t *testing.T) {
+	path, ifindex := testNetns(t)
+	ns := strings.TrimPrefix(path, "/var/run/netns/")
+	h := handle(t, path)
+	hasClsact := func() bool {
+		l, err := h.LinkByIndex(ifindex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs, err := h.QdiscList(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(qs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" })
+	}
+	progs := loadPrograms(t)
+	a, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err := a.Attach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(ifindex); err != nil {
+		t.Fatalf("verify right after attaching: %v", err)
+	}
+
+	// Our egress filter deleted: the qdisc, ours, stays ours.
+	if err := h.FilterDel(filterFor(ifindex, netlink.HANDLE_MIN_EGRESS, FilterNamePrefix+"egress", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(ifindex); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "egress filter was deleted") {
+		t.Fatalf("verify without the egress filter: %v, want ErrNotAttached naming the egress filter", err)
+	}
+	if err := a.Reattach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(ifindex); err != nil {
+		t.Fatalf("verify after reattaching: %v", err)
+	}
+	if in, eg, foreign := ourFilters(t, h, ifindex); in != 1 || eg != 1 || foreign != 0 {
+		t.Fatalf("after reattaching: %d ingress, %d egress sextant filters and %d others; want 1, 1, 0", in, eg, foreign)
+	}
+
+	// The qdisc deleted, and another tool adds its own before the meter attaches again:
+	// that one is not the meter's to remove.
+	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	if err := a.Verify(ifindex); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "clsact qdisc was deleted") {
+		t.Fatalf("verify without the qdisc: %v, want ErrNotAttached naming the qdisc", err)
+	}
+	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "m0", "clsact")
+	if err := a.Reattach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(ifindex); err != nil {
+		t.Fatalf("verify after reattaching: %v", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !hasClsact() {
+		t.Fatal("sextant removed the clsact qdisc another tool added after sextant's was deleted")
+	}
+
+	// The qdisc deleted, and the meter adds it again: that one is the meter's.
+	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	b, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err := b.Attach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	if err := b.Verify(ifindex); !errors.Is(err, ErrNotAttached) {
+		t.Fatalf("verify without the qdisc: %v, want ErrNotAttached", err)
+	}
+	if err := b.Reattach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if hasClsact() {
+		t.Fatal("the clsact qdisc sextant added again outlived sextant's filters")
+	}
+}
+
+// TestTCXVerifyAndReattach: Verify notices a tcx link detached from outside (bpftool
+// link detach, say), and Reattach restores it without stacking a second copy.
+func TestTCXVerifyAndReattach(t *testing.T) {
+	path, ifindex := testNetns(t)
+	progs := loadPrograms(t)
+	a, _ := New(Options{Mode: ModeTCX, NetnsPath: path})
+	if err := a.Attach(ifindex, progs); err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			t.Skip("skipping: the kernel has no tcx")
+		}
+		t.Fatal(err)
+	}
+	defer a.Close()
+	in := &attacher{opts: Options{NetnsPath: path}}
+	query := func(hook ebpf.AttachType) []link.AttachedProgram {
+		var res *link.QueryResult
+		if err := in.inNetns(func() (err error) {
+			res, err = link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: hook})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return res.Programs
+	}
+	if err := a.Verify(ifindex); err != nil {
+		t.Fatalf("verify right after attaching: %v", err)
+	}
+	for _, p := range query(ebpf.AttachTCXEgress) {
+		id, _ := p.LinkID()
+		l, err := link.NewFromID(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Detach(); err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+	}
+	if err := a.Verify(ifindex); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "TCXEgress") {
+		t.Fatalf("verify after the egress link was detached: %v, want ErrNotAttached naming egress", err)
+	}
+	if err := a.Reattach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Verify(ifindex); err != nil {
+		t.Fatalf("verify after reattaching: %v", err)
+	}
+	for _, hook := range tcxHooks {
+		if n := len(query(hook)); n != 1 {
+			t.Errorf("%d programs on %s after reattaching, want the meter's once", n, hook)
+		}
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, hook := range tcxHooks {
+		if n := len(query(hook)); n != 0 {
+			t.Errorf("%d programs on %s after close, want none", n, hook)
+		}
 	}
 }
