@@ -190,7 +190,7 @@ func TestSecurityAgentWritesOnlyItsNode(t *testing.T) {
 	event := func(host, kind string) *corev1.Event {
 		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-sec-", Namespace: "default"},
 			InvolvedObject: corev1.ObjectReference{APIVersion: "v1", Kind: kind, Namespace: "default", Name: "e2e-sec"},
-			Reason: "SidecarStopped", Message: "e2e", Type: corev1.EventTypeNormal,
+			Reason:         "SidecarStopped", Message: "e2e", Type: corev1.EventTypeNormal,
 			Source: corev1.EventSource{Component: "sextant-agent", Host: host}}
 	}
 	record := func(kube kubernetes.Interface, ev *corev1.Event) error {
