@@ -30,7 +30,10 @@ const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
 const DefaultNamespace = "k8s.io"
 
 // StopMarkLabel is the containerd label MarkStop writes. It lives on the container
-// object, so it survives the agent and vanishes with the container.
+// object, so it survives the agent and vanishes with the container. containerd's CRI
+// plugin also copies the image's labels into the container's, so an image can put a
+// value here before MarkStop ever runs: its reader must tell its own marks (the agent's
+// name the container's ID).
 const StopMarkLabel = "sextant.io/sidecar-stop"
 
 // exitTopic is containerd's event for a task's process having exited.

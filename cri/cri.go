@@ -38,7 +38,8 @@ type Container struct {
 	FinishedAt time.Time
 	// ExitCode is meaningful only in StateExited.
 	ExitCode int32
-	// StopMark is what MarkStop last recorded on the container, empty if nothing.
+	// StopMark is the container's StopMarkLabel: what MarkStop last recorded on it, or
+	// what its image's labels put there; empty if nothing.
 	StopMark string
 }
 
@@ -61,7 +62,7 @@ type Runtime interface {
 	// then SIGKILL once timeout has passed. It returns once the container exited.
 	StopContainer(ctx context.Context, id string, timeout time.Duration) error
 	// MarkStop records mark on the container itself, where it outlives the caller: a
-	// restarted agent reads it back as Container.StopMark.
+	// restarted agent reads it back as Container.StopMark (which the image can also set).
 	MarkStop(ctx context.Context, id, mark string) error
 	// Exits streams the exits of containers' main processes until ctx ends or the
 	// stream breaks; the error channel then receives why (nil when ctx ended).

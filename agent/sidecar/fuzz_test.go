@@ -6,30 +6,39 @@ import (
 )
 
 // FuzzStopMark: a stop mark is read back from a containerd label, which anyone with the
-// socket can write. Whatever it holds, parsing never panics, and a mark that parses
-// prints as a mark that parses to the same values (what a restarted agent relies on).
+// socket, and any image, can write. Whatever it holds, parsing never panics, a mark
+// that parses is the container's own, and it prints as a mark that parses to the same
+// values (what a restarted agent relies on).
 func FuzzStopMark(f *testing.F) {
+	const id = "c0ffee"
 	for _, s := range []string{
-		"v1:1763805600123456789:30", "v1:1763805600123456789:30:recorded", "v1:0:0", "v1:-1:0",
-		"", "v1", "v1:1", "v1:x:2", "v1:1:-3", "v1:1:2:done", "v1:1:2:recorded:x", "v2:1:2",
-		"v1:+5:3", "v1:9223372036854775807:9223372036", "v1:1:9223372037", "v1:-9223372036854775808:1",
+		"v2:c0ffee:1763805600123456789:30", "v2:c0ffee:1763805600123456789:30:recorded", "v2:c0ffee:0:2", "v2:c0ffee:-1:2",
+		"", "v2", "v2:c0ffee", "v2:c0ffee:1", "v2:c0ffee:x:2", "v2:c0ffee:1:-3", "v2:c0ffee:1:0", "v2:c0ffee:1:2:done",
+		"v2:c0ffee:1:2:recorded:x", "v2:other:1:2", "v2::1:2", "v1:1:2", "v1:1:2:recorded", "v3:c0ffee:1:2",
+		"v2:c0ffee:+5:3", "v2:c0ffee:9223372036854775807:2305843009", "v2:c0ffee:1:2305843010", "v2:c0ffee:-9223372036854775808:2",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		m, err := parseStopMark(s)
+		m, err := parseStopMark(s, id)
 		if err != nil {
 			return
 		}
-		if m.Grace < 0 {
-			t.Fatalf("parse(%q): negative grace %v", s, m.Grace)
+		if m.ID != id {
+			t.Fatalf("parse(%q) for %s: a mark of %q", s, id, m.ID)
+		}
+		if _, err := parseStopMark(s, id+"0"); err == nil {
+			t.Fatalf("parse(%q) reads as the mark of two containers", s)
+		}
+		if m.Grace <= 0 {
+			t.Fatalf("parse(%q): grace %v", s, m.Grace)
 		}
 		out := m.String()
-		back, err := parseStopMark(out)
+		back, err := parseStopMark(out, id)
 		if err != nil {
 			t.Fatalf("parse(%q) = %+v prints %q, which does not parse: %v", s, m, out, err)
 		}
-		if !back.Requested.Equal(m.Requested) || back.Grace != m.Grace || back.Recorded != m.Recorded {
+		if back != m && (!back.Requested.Equal(m.Requested) || back.Grace != m.Grace || back.Recorded != m.Recorded || back.ID != m.ID) {
 			t.Fatalf("parse(%q) = %+v, printed %q, parsed back %+v", s, m, out, back)
 		}
 		if back.String() != out {

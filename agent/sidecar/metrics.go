@@ -13,6 +13,9 @@ type Metrics struct {
 const (
 	resultStopped = "stopped"
 	resultFailed  = "failed"
+	// resultSkipped is a sidecar the rules say to stop and the agent leaves running,
+	// counted once per pod and container (see leftRunning).
+	resultSkipped = "skipped"
 )
 
 // NewMetrics registers the terminator's metrics with reg (nil: not registered).
@@ -27,7 +30,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		stops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sextant_sidecar_stops_total",
-			Help: "Sidecar containers the agent stopped, by result (stopped, failed: the runtime refused or the container kept running).",
+			Help: "Sidecar containers the agent stopped, by result (stopped, failed: the runtime refused or the container kept running; skipped: left running, a regular container without the wrapper in an OnFailure pod).",
 		}, []string{"result"}),
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sextant_sidecar_event_stream_restarts_total",
@@ -36,6 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	m.stops.WithLabelValues(resultStopped)
 	m.stops.WithLabelValues(resultFailed)
+	m.stops.WithLabelValues(resultSkipped)
 	if reg != nil {
 		reg.MustRegister(m.stopSeconds, m.stops, m.restarts)
 	}

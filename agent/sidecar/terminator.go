@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"sextant.io/sextant/agent/nodepods"
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/liveness"
@@ -37,6 +38,9 @@ type Config struct {
 	Workers int
 	// Component names the agent in the Events it records.
 	Component string
+	// APITimeout bounds each call to the API server (default 10s): a call that hangs
+	// must not hold a worker, and with every worker held, every stop on the node.
+	APITimeout time.Duration
 }
 
 // Terminator stops the sidecars of its node's pods as the rules say. It learns of exits
@@ -60,6 +64,7 @@ type Terminator struct {
 	exits    map[string]cri.Exit  // recent exits seen as events, by container ID
 	settled  map[types.UID]bool   // finished pods with nothing left to do
 	recorded map[string]time.Time // container IDs whose stop this process recorded
+	left     map[leftKey]bool     // sidecars left running whose Event this process recorded
 	// following is true while a subscription to the exit stream is open; false while
 	// it is broken and being retried, so readiness shows an agent that hears no exits.
 	following atomic.Bool
@@ -67,6 +72,12 @@ type Terminator struct {
 	// beat is marked while the pod cache syncs and whenever a worker takes the probe
 	// the resync puts in the queue.
 	beat liveness.Beat
+}
+
+// leftKey is one container of one pod, whatever its attempt.
+type leftKey struct {
+	pod       types.UID
+	container string
 }
 
 // exitMemory is how long an exit seen as an event overrides what the runtime's
@@ -86,6 +97,9 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 	if cfg.Component == "" {
 		cfg.Component = "sextant-agent"
 	}
+	if cfg.APITimeout <= 0 {
+		cfg.APITimeout = 10 * time.Second
+	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
@@ -103,6 +117,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 		exits:    map[string]cri.Exit{},
 		settled:  map[types.UID]bool{},
 		recorded: map[string]time.Time{},
+		left:     map[leftKey]bool{},
 	}
 	_, err = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    t.enqueuePod,
@@ -114,6 +129,11 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 			if pod, ok := obj.(*corev1.Pod); ok {
 				t.mu.Lock()
 				delete(t.settled, pod.UID)
+				for k := range t.left {
+					if k.pod == pod.UID {
+						delete(t.left, k)
+					}
+				}
 				t.mu.Unlock()
 			}
 		},
@@ -307,19 +327,26 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		states[name] = stateOf(c)
 	}
 
+	// A failure to record (the API refusing an Event for now) holds up nothing else:
+	// the other sidecars are still stopped, and the pod comes back for the record.
+	var errs []error
 	pending := false
+	marks := map[string]stopMark{}
 	for _, name := range roles.Sidecars {
 		c, ok := latest[name]
 		if !ok || c.StopMark == "" {
 			continue
 		}
-		if t.stopping(c.ID) {
-			pending = true // this process is on it
+		mark, err := parseStopMark(c.StopMark, c.ID)
+		if err != nil {
+			// Not a mark an agent wrote on this container: an image's label, or an older
+			// agent's (see markVersion). The container is treated as unmarked.
+			t.log.Info("ignoring a stop mark", "pod", key, "container", name, "id", c.ID, "reason", err.Error())
 			continue
 		}
-		mark, err := parseStopMark(c.StopMark)
-		if err != nil {
-			t.log.Error(err, "ignoring a stop mark this agent cannot read", "pod", key, "container", name)
+		marks[name] = mark
+		if t.stopping(c.ID) {
+			pending = true // this process is on it
 			continue
 		}
 		switch {
@@ -327,7 +354,7 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		case c.State == cri.StateExited:
 			// Stopped by an earlier run that did not live to record it.
 			if err := t.record(ctx, pod, c, mark, lastMainFinished(roles, states)); err != nil {
-				return err
+				errs = append(errs, err)
 			}
 		case c.State == cri.StateRunning:
 			// An earlier run asked it to stop and died: see the stop through without
@@ -340,17 +367,84 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 	d := sidecarrules.Decide(pod.Spec.RestartPolicy, roles, states)
 	for _, name := range d.Stop {
 		c := latest[name]
-		if c.StopMark != "" {
+		if _, ok := marks[name]; ok {
 			continue // handled above
 		}
+		if leftRunning(pod, name) {
+			if err := t.recordLeftRunning(ctx, pod, name); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
 		pending = true
-		mark := stopMark{Requested: t.now(), Grace: roles.GracePeriod}
+		mark := stopMark{ID: c.ID, Requested: t.now(), Grace: roles.GracePeriod}
 		t.startStop(ctx, pod, c, mark, false, d.LastMainFinished)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
 	if !pending && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed) {
 		t.mu.Lock()
 		t.settled[pod.UID] = true
 		t.mu.Unlock()
+	}
+	return nil
+}
+
+// leftRunning reports whether the agent leaves a sidecar the rules say to stop running:
+// a regular container that sextant-sidecar-wrapper does not run exits non-zero (143)
+// when stopped, and in an OnFailure pod the kubelet restarts it, the agent would stop it
+// again, and the Job counts each restart against its backoffLimit, so a Job whose main
+// containers succeeded would end Failed. In a Never pod it is stopped: its exit code
+// fails the pod, as without sextant, but the Job is not left running for ever.
+func leftRunning(pod *corev1.Pod, name string) bool {
+	if pod.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
+		return false
+	}
+	for i := range pod.Spec.Containers {
+		if c := &pod.Spec.Containers[i]; c.Name == name {
+			return !sidecarrules.IsWrapped(c)
+		}
+	}
+	return false // a native sidecar, whose exit code the kubelet does not count
+}
+
+// recordLeftRunning says, once per pod and container, that the sidecar is left running
+// and what to do about it: a Warning Event, whose name is derived from the pod and the
+// container so that a restarted agent creates it once, and the metric.
+func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, container string) error {
+	k := leftKey{pod.UID, container}
+	t.mu.Lock()
+	done := t.left[k]
+	t.mu.Unlock()
+	if done {
+		return nil
+	}
+	msg := fmt.Sprintf("Sidecar container %s is left running: it is a regular container that sextant-sidecar-wrapper does not run, "+
+		"so stopped it would exit non-zero, and under restartPolicy OnFailure the kubelet would restart it and the Job count "+
+		"each restart against its backoffLimit. Let the webhook wrap it: in the pod template, give the container a command, "+
+		"or name its image's entrypoint in the annotation %s (a JSON array), or let it be a native sidecar (drop %s: \"false\")",
+		container, annotations.SidecarCommand(container), annotations.SidecarNative)
+	now := metav1.NewTime(t.now())
+	ev := &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: leftEventName(pod, container), Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
+			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, container)},
+		Reason: "SidecarNotStopped", Message: msg, Type: corev1.EventTypeWarning,
+		Source:         corev1.EventSource{Component: t.cfg.Component, Host: t.cfg.NodeName},
+		FirstTimestamp: now, LastTimestamp: now, Count: 1,
+		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
+	}
+	if err := t.createEvent(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("record that %s is left running: %w", container, err)
+	}
+	t.mu.Lock()
+	first := !t.left[k]
+	t.left[k] = true
+	t.mu.Unlock()
+	if first {
+		t.metrics.stops.WithLabelValues(resultSkipped).Inc()
+		t.log.Info("left a sidecar running: stopped, it would be restarted", "pod", pod.Namespace+"/"+pod.Name, "container", container)
 	}
 	return nil
 }
@@ -521,7 +615,7 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
 	}
-	if _, err := t.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := t.createEvent(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("record the stop of %s: %w", c.Name, err)
 	}
 	mark.Recorded = true
@@ -548,9 +642,18 @@ func (t *Terminator) warn(ctx context.Context, pod *corev1.Pod, container string
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
 	}
-	if _, err := t.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+	if err := t.createEvent(ctx, ev); err != nil {
 		t.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name)
 	}
+}
+
+// createEvent creates ev within the API deadline: a worker that waited on a hung API
+// server for ever would hold up every pod behind it.
+func (t *Terminator) createEvent(ctx context.Context, ev *corev1.Event) error {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.APITimeout)
+	defer cancel()
+	_, err := t.kube.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
 }
 
 // eventName is the name of the Event that records the stop of one container.
@@ -564,6 +667,22 @@ func eventName(pod, containerID string) string {
 		pod = pod[:max]
 	}
 	return pod + suffix + id
+}
+
+// leftEventName is the name of the Event that says a sidecar is left running: one per
+// pod and container, whatever the container's attempt. The pod's UID is in it, as
+// another pod of the same name may come.
+func leftEventName(pod *corev1.Pod, container string) string {
+	uid := string(pod.UID)
+	if len(uid) > 8 {
+		uid = uid[:8]
+	}
+	suffix := ".sidecar-not-stopped." + uid + "." + container
+	name := pod.Name
+	if max := 253 - len(suffix); len(name) > max {
+		name = name[:max]
+	}
+	return name + suffix
 }
 
 func fieldPath(pod *corev1.Pod, container string) string {

@@ -3,8 +3,10 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,10 +16,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/nodepods"
@@ -171,7 +178,26 @@ type harness struct {
 
 func start(t *testing.T, rt *fakeRuntime, pods ...*corev1.Pod) *harness {
 	t.Helper()
-	h := &harness{rt: rt, kube: fake.NewClientset(), reg: prometheus.NewRegistry(), done: make(chan struct{})}
+	return startWith(t, setup{}, rt, pods...)
+}
+
+// setup is what a test changes about the terminator startWith runs.
+type setup struct {
+	// cfg is the terminator's Config; NodeName and a Resync far beyond the test are
+	// filled in.
+	cfg Config
+	// kube is the API the pods are created in; nil: a new fake clientset.
+	kube *fake.Clientset
+	// client, if set, is what the terminator talks to instead of kube directly.
+	client func(kubernetes.Interface) kubernetes.Interface
+}
+
+func startWith(t *testing.T, s setup, rt *fakeRuntime, pods ...*corev1.Pod) *harness {
+	t.Helper()
+	if s.kube == nil {
+		s.kube = fake.NewClientset()
+	}
+	h := &harness{rt: rt, kube: s.kube, reg: prometheus.NewRegistry(), done: make(chan struct{})}
 	for _, p := range pods {
 		if _, err := h.kube.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -180,7 +206,13 @@ func start(t *testing.T, rt *fakeRuntime, pods ...*corev1.Pod) *harness {
 	h.metrics = NewMetrics(h.reg)
 	// A resync far beyond the test: stops must come from events and pod updates.
 	informer := nodepods.NewInformer(h.kube, node)
-	term, err := New(Config{NodeName: node, Resync: time.Hour}, h.kube, informer, rt, h.metrics, logr.Discard())
+	cfg := s.cfg
+	cfg.NodeName, cfg.Resync = node, time.Hour
+	var client kubernetes.Interface = h.kube
+	if s.client != nil {
+		client = s.client(h.kube)
+	}
+	term, err := New(cfg, client, informer, rt, h.metrics, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +356,7 @@ func TestRestartAdoptsStopInProgress(t *testing.T) {
 	finished := time.Now().Add(-time.Second)
 	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: finished})
 	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning,
-		StopMark: stopMark{Requested: time.Now(), Grace: 30 * time.Second}.String()})
+		StopMark: markFor("proxy", stopMark{Requested: time.Now(), Grace: 30 * time.Second})})
 	h := start(t, rt, pod)
 
 	time.Sleep(200 * time.Millisecond)
@@ -345,7 +377,7 @@ func TestRestartFinishesOverdueStop(t *testing.T) {
 	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
 	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: time.Now().Add(-time.Minute)})
 	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning,
-		StopMark: stopMark{Requested: time.Now().Add(-40 * time.Second), Grace: 30 * time.Second}.String()})
+		StopMark: markFor("proxy", stopMark{Requested: time.Now().Add(-40 * time.Second), Grace: 30 * time.Second})})
 	h := start(t, rt, pod)
 	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
 	ids, timeouts := rt.stopCalls()
@@ -364,12 +396,12 @@ func TestRestartRecordsUnrecordedStop(t *testing.T) {
 	done := time.Now().Add(-time.Second)
 	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: done.Add(-300 * time.Millisecond)})
 	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateExited, FinishedAt: done,
-		StopMark: stopMark{Requested: done.Add(-200 * time.Millisecond), Grace: 30 * time.Second}.String()})
+		StopMark: markFor("proxy", stopMark{Requested: done.Add(-200 * time.Millisecond), Grace: 30 * time.Second})})
 	// A Recorded mark is done: nothing more.
 	second := jobPod("job2", "uid2", corev1.RestartPolicyNever)
 	rt.add(cri.Container{ID: "main2", PodUID: "uid2", Name: "main", State: cri.StateExited, FinishedAt: done})
 	rt.add(cri.Container{ID: "proxy2", PodUID: "uid2", Name: "proxy", State: cri.StateExited, FinishedAt: done,
-		StopMark: stopMark{Requested: done, Grace: 30 * time.Second, Recorded: true}.String()})
+		StopMark: markFor("proxy2", stopMark{Requested: done, Grace: 30 * time.Second, Recorded: true})})
 	h := start(t, rt, pod, second)
 	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
 	time.Sleep(100 * time.Millisecond)
@@ -408,4 +440,295 @@ func histogramOf(t *testing.T, reg *prometheus.Registry, name string) interface 
 	}
 	t.Fatalf("no histogram %s", name)
 	return nil
+}
+
+// markFor is the mark an agent writes on container id.
+func markFor(id string, m stopMark) string {
+	m.ID = id
+	return m.String()
+}
+
+// regularSidecarPod is jobPod with its sidecar a regular container running command.
+func regularSidecarPod(name string, uid types.UID, policy corev1.RestartPolicy, command []string) *corev1.Pod {
+	pod := jobPod(name, uid, policy)
+	proxy := pod.Spec.InitContainers[0]
+	proxy.RestartPolicy, proxy.Command = nil, command
+	pod.Spec.InitContainers = nil
+	pod.Spec.Containers = append(pod.Spec.Containers, proxy)
+	return pod
+}
+
+// A regular sidecar the wrapper does not run exits 143 when stopped: under OnFailure
+// the kubelet restarts it, the agent would stop it again, and the Job counts every
+// restart against its backoffLimit. The agent leaves it running and says so, once.
+func TestUnwrappedRegularSidecarUnderOnFailure(t *testing.T) {
+	const wrapper = sidecarrules.WrapperPath
+	cases := []struct {
+		name     string
+		policy   corev1.RestartPolicy
+		native   bool
+		command  []string
+		wantStop bool
+	}{
+		{"onfailure, regular, image entrypoint", corev1.RestartPolicyOnFailure, false, nil, false},
+		{"onfailure, regular, own command", corev1.RestartPolicyOnFailure, false, []string{"/bin/proxy", wrapper}, false},
+		{"onfailure, regular, wrapped", corev1.RestartPolicyOnFailure, false, []string{wrapper}, true},
+		{"onfailure, native, unwrapped", corev1.RestartPolicyOnFailure, true, nil, true},
+		{"never, regular, unwrapped", corev1.RestartPolicyNever, false, nil, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rt := newFakeRuntime()
+			rt.stopExit = 143 // what an unwrapped sidecar ends with on SIGTERM
+			pod := jobPod("job", "uid", c.policy)
+			if !c.native {
+				pod = regularSidecarPod("job", "uid", c.policy, c.command)
+			}
+			now := time.Now()
+			rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateRunning, CreatedAt: now})
+			rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning, CreatedAt: now})
+			h := start(t, rt, pod)
+			rt.exit("main", 0, time.Now())
+
+			if c.wantStop {
+				waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+				if ids, _ := rt.stopCalls(); len(ids) != 1 || ids[0] != "proxy" {
+					t.Errorf("StopContainer calls = %v, want proxy once", ids)
+				}
+				if ev := h.events(t)[0]; ev.Reason != "SidecarStopped" {
+					t.Errorf("event %s: %s, want SidecarStopped", ev.Reason, ev.Message)
+				}
+				return
+			}
+			waitFor(t, "the warning", func() bool { return len(h.events(t)) == 1 })
+			ev := h.events(t)[0]
+			if ev.Reason != "SidecarNotStopped" || ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.FieldPath != "spec.containers{proxy}" {
+				t.Errorf("event = %s %s on %s, want a SidecarNotStopped Warning on spec.containers{proxy}", ev.Type, ev.Reason, ev.InvolvedObject.FieldPath)
+			}
+			for _, want := range []string{"proxy", "OnFailure", "command", "sidecar.sextant.io/command-proxy", "native"} {
+				if !strings.Contains(ev.Message, want) {
+					t.Errorf("event message %q does not mention %q", ev.Message, want)
+				}
+			}
+			waitFor(t, `sextant_sidecar_stops_total{result="skipped"} to reach 1`, func() bool {
+				return testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultSkipped)) == 1
+			})
+			// Another look at the pod (its status changed) asks the API for nothing more.
+			creates := func() int {
+				n := 0
+				for _, a := range h.kube.Actions() {
+					if a.GetVerb() == "create" && a.GetResource().Resource == "events" {
+						n++
+					}
+				}
+				return n
+			}
+			before := creates()
+			pod.Labels = map[string]string{"touched": "1"}
+			if _, err := h.kube.CoreV1().Pods("ns").Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			if n := creates(); n != before {
+				t.Errorf("a second look at the pod created %d more events", n-before)
+			}
+			// A restarted agent records nothing new.
+			h.stop()
+			h2 := startWith(t, setup{kube: h.kube}, rt)
+			waitFor(t, "the restarted agent to skip the sidecar", func() bool {
+				return testutil.ToFloat64(h2.metrics.stops.WithLabelValues(resultSkipped)) == 1
+			})
+			if evs := h2.events(t); len(evs) != 1 {
+				t.Errorf("%d events after a restart, want the one", len(evs))
+			}
+			if ids, _ := rt.stopCalls(); len(ids) != 0 {
+				t.Errorf("StopContainer calls = %v, want none", ids)
+			}
+		})
+	}
+}
+
+// The kubelet never stops a container with less than 2 s of grace, and a grace period
+// beyond what a time.Duration holds must not wrap into a negative one.
+func TestStopGracePeriodBounds(t *testing.T) {
+	cases := []struct {
+		name  string
+		grace int64
+		want  time.Duration
+	}{
+		{"zero", 0, 2 * time.Second},
+		{"one second", 1, 2 * time.Second},
+		{"two seconds", 2, 2 * time.Second},
+		{"beyond a time.Duration", 10_000_000_000, sidecarrules.MaxGracePeriod},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rt := newFakeRuntime()
+			pod := jobPod("job", "uid", corev1.RestartPolicyNever)
+			pod.Spec.TerminationGracePeriodSeconds = ptr.To(c.grace)
+			rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: time.Now()})
+			rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning})
+			h := start(t, rt, pod)
+			waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+			waitFor(t, "the recorded mark", func() bool { return strings.HasSuffix(rt.mark("proxy"), ":recorded") })
+			_, timeouts := rt.stopCalls()
+			if len(timeouts) != 1 {
+				t.Fatalf("StopContainer calls with %v, want one", timeouts)
+			}
+			got := timeouts[0]
+			if got != c.want {
+				t.Errorf("StopContainer timeout = %v, want %v", got, c.want)
+			}
+			m, err := parseStopMark(rt.mark("proxy"), "proxy")
+			if err != nil || m.Grace != got {
+				t.Errorf("mark %q parses to %+v, %v; want the grace period of the stop, %v", rt.mark("proxy"), m, err, got)
+			}
+		})
+	}
+}
+
+// containerd copies an image's labels into its containers' labels: an image can carry
+// a stop mark. One that is not the container's own is no mark.
+func TestForgedStopMarkIgnored(t *testing.T) {
+	other := strings.Repeat("ab", 32) // another container's ID
+	at := time.Now().Add(-time.Minute).UnixNano()
+	cases := []struct {
+		name        string
+		mainRunning bool
+		mark        string
+	}{
+		{"stop in progress, main running", true, fmt.Sprintf("v1:%d:0", at)},
+		{"another container's stop in progress, main running", true, fmt.Sprintf("v2:%s:%d:0", other, at)},
+		{"recorded, main done", false, fmt.Sprintf("v1:%d:30:recorded", at)},
+		{"another container's record, main done", false, fmt.Sprintf("v2:%s:%d:30:recorded", other, at)},
+		{"garbage, main done", false, "stopped"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rt := newFakeRuntime()
+			pod := jobPod("job", "uid", corev1.RestartPolicyNever)
+			main := cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateRunning}
+			if !c.mainRunning {
+				main.State, main.FinishedAt = cri.StateExited, time.Now()
+			}
+			rt.add(main)
+			rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning, StopMark: c.mark})
+			h := start(t, rt, pod)
+			if c.mainRunning {
+				time.Sleep(200 * time.Millisecond)
+				if ids, _ := rt.stopCalls(); len(ids) != 0 {
+					t.Fatalf("stopped %v while the main container runs", ids)
+				}
+				rt.exit("main", 0, time.Now())
+			}
+			waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+			// A stop of its own: SIGTERM with the pod's grace period, not the forged one.
+			if ids, timeouts := rt.stopCalls(); len(ids) != 1 || ids[0] != "proxy" || timeouts[0] != 5*time.Second {
+				t.Errorf("StopContainer calls = %v with %v, want proxy once with the pod's 5s", ids, timeouts)
+			}
+		})
+	}
+}
+
+// A stop an earlier agent made but did not record, whose Event the API refuses for now,
+// does not hold up the stop of the pod's other sidecar; the record is retried.
+func TestFailedRecordDoesNotHoldOtherStops(t *testing.T) {
+	rt := newFakeRuntime()
+	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
+	logs := pod.Spec.InitContainers[0]
+	logs.Name = "logs"
+	pod.Spec.InitContainers = append(pod.Spec.InitContainers, logs)
+	done := time.Now().Add(-time.Second)
+	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: done})
+	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateExited, FinishedAt: done,
+		StopMark: markFor("proxy", stopMark{Requested: done, Grace: 5 * time.Second})})
+	rt.add(cri.Container{ID: "logs", PodUID: "uid", Name: "logs", State: cri.StateRunning})
+
+	kube := fake.NewClientset()
+	var refusing atomic.Bool
+	refusing.Store(true)
+	kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ev := a.(k8stesting.CreateAction).GetObject().(*corev1.Event)
+		if refusing.Load() && ev.InvolvedObject.FieldPath == "spec.initContainers{proxy}" {
+			return true, nil, apierrors.NewTooManyRequests("slow down", 1)
+		}
+		return false, nil, nil
+	})
+	h := startWith(t, setup{kube: kube}, rt, pod)
+	waitFor(t, "the other sidecar to be stopped", func() bool {
+		ids, _ := rt.stopCalls()
+		return slices.Contains(ids, "logs")
+	})
+	refusing.Store(false)
+	waitFor(t, "both stops recorded", func() bool { return len(h.events(t)) == 2 })
+	if ids, _ := rt.stopCalls(); len(ids) != 1 {
+		t.Errorf("StopContainer calls = %v, want logs once", ids)
+	}
+	waitFor(t, "the earlier stop's mark recorded", func() bool { return strings.HasSuffix(rt.mark("proxy"), ":recorded") })
+}
+
+// hangingAPI is an API server whose Event creation for one pod does not answer until
+// released or until the caller gives up.
+type hangingAPI struct {
+	kubernetes.Interface
+	pod     string
+	release chan struct{}
+	hangs   atomic.Int32 // calls that hung, in all
+}
+
+func (a *hangingAPI) CoreV1() corev1client.CoreV1Interface {
+	return hangingCore{CoreV1Interface: a.Interface.CoreV1(), api: a}
+}
+
+type hangingCore struct {
+	corev1client.CoreV1Interface
+	api *hangingAPI
+}
+
+func (c hangingCore) Events(ns string) corev1client.EventInterface {
+	return hangingEvents{EventInterface: c.CoreV1Interface.Events(ns), api: c.api}
+}
+
+type hangingEvents struct {
+	corev1client.EventInterface
+	api *hangingAPI
+}
+
+func (e hangingEvents) Create(ctx context.Context, ev *corev1.Event, opts metav1.CreateOptions) (*corev1.Event, error) {
+	if ev.InvolvedObject.Name == e.api.pod {
+		e.api.hangs.Add(1)
+		select {
+		case <-e.api.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return e.EventInterface.Create(ctx, ev, opts)
+}
+
+// An API call that does not answer holds a worker only until its deadline: with one
+// worker, another pod's sidecar is still stopped.
+func TestHungEventCallDoesNotHoldTheWorker(t *testing.T) {
+	rt := newFakeRuntime()
+	done := time.Now().Add(-time.Second)
+	a := jobPod("job-a", "uid-a", corev1.RestartPolicyNever)
+	rt.add(cri.Container{ID: "main-a", PodUID: "uid-a", Name: "main", State: cri.StateExited, FinishedAt: done})
+	rt.add(cri.Container{ID: "proxy-a", PodUID: "uid-a", Name: "proxy", State: cri.StateExited, FinishedAt: done,
+		StopMark: markFor("proxy-a", stopMark{Requested: done, Grace: 5 * time.Second})})
+	b := jobPod("job-b", "uid-b", corev1.RestartPolicyNever)
+	rt.add(cri.Container{ID: "main-b", PodUID: "uid-b", Name: "main", State: cri.StateRunning})
+	rt.add(cri.Container{ID: "proxy-b", PodUID: "uid-b", Name: "proxy", State: cri.StateRunning})
+
+	api := &hangingAPI{pod: "job-a", release: make(chan struct{})}
+	startWith(t, setup{
+		cfg:    Config{Workers: 1, APITimeout: 100 * time.Millisecond},
+		client: func(k kubernetes.Interface) kubernetes.Interface { api.Interface = k; return api },
+	}, rt, a, b)
+	defer close(api.release)
+	waitFor(t, "the worker to call the hung API", func() bool { return api.hangs.Load() > 0 })
+	rt.exit("main-b", 0, time.Now())
+	waitFor(t, "job-b's sidecar to be stopped", func() bool {
+		ids, _ := rt.stopCalls()
+		return slices.Contains(ids, "proxy-b")
+	})
 }

@@ -12,6 +12,7 @@
 package sidecarrules
 
 import (
+	"math"
 	"strings"
 	"time"
 
@@ -35,6 +36,32 @@ func IsSidecar(c *corev1.Container) bool {
 	return false
 }
 
+// The wrapper's place in a sidecar the webhook prepared: its emptyDir is mounted at
+// WrapperDir and the container's command is WrapperPath. The webhook writes them and the
+// agent reads them (IsWrapped), so they live here rather than in either.
+const (
+	WrapperDir  = "/.sextant"
+	WrapperPath = WrapperDir + "/sextant-sidecar-wrapper"
+)
+
+// IsWrapped reports whether the container runs under sextant-sidecar-wrapper, which
+// turns a stop into exit 0 whatever its command does with the signal.
+func IsWrapped(c *corev1.Container) bool {
+	return len(c.Command) > 0 && c.Command[0] == WrapperPath
+}
+
+// The bounds of the grace period a sidecar is stopped with.
+const (
+	// MinGracePeriod is the kubelet's minimumGracePeriodInSeconds: it never stops a
+	// container with less, and containerd turns a stop timeout of 0 into an outright
+	// SIGKILL, whose 137 the wrapper cannot turn into 0.
+	MinGracePeriod = 2 * time.Second
+	// MaxGracePeriod is a quarter of what a time.Duration holds, in whole seconds: the
+	// API takes any int64 for terminationGracePeriodSeconds, and a deadline built from
+	// the grace period (twice it and a margin) must not overflow either.
+	MaxGracePeriod = time.Duration(math.MaxInt64/4/int64(time.Second)) * time.Second
+)
+
 // IsNativeSidecar reports whether an init container is restartable, i.e. runs beside
 // the main containers for the pod's life.
 func IsNativeSidecar(c *corev1.Container) bool {
@@ -47,7 +74,8 @@ type Roles struct {
 	Mains []string
 	// Sidecars are the marked containers: regular ones and native sidecars.
 	Sidecars []string
-	// GracePeriod is the pod's terminationGracePeriodSeconds (default 30s).
+	// GracePeriod is the pod's terminationGracePeriodSeconds (default 30s), within
+	// [MinGracePeriod, MaxGracePeriod].
 	GracePeriod time.Duration
 }
 
@@ -73,7 +101,10 @@ func PodRoles(pod *corev1.Pod) (r Roles, ok bool) {
 	}
 	r.GracePeriod = 30 * time.Second
 	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil && *g >= 0 {
-		r.GracePeriod = time.Duration(*g) * time.Second
+		// Compared in seconds: time.Duration(*g) * time.Second wraps negative from
+		// about 292 years on.
+		r.GracePeriod = time.Duration(min(*g, int64(MaxGracePeriod/time.Second))) * time.Second
+		r.GracePeriod = max(r.GracePeriod, MinGracePeriod)
 	}
 	return r, len(r.Mains) > 0 && len(r.Sidecars) > 0
 }

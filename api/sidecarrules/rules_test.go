@@ -1,6 +1,7 @@
 package sidecarrules
 
 import (
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -116,5 +117,59 @@ func TestPodRoles(t *testing.T) {
 	pod.Spec.InitContainers = nil
 	if _, ok := PodRoles(pod); ok {
 		t.Error("a pod without sidecars is acted on")
+	}
+}
+
+// The grace period a stop is given: never less than the kubelet's 2 s (0 would be an
+// outright SIGKILL), and a value beyond what a time.Duration holds clamped, not wrapped.
+func TestPodRolesGracePeriod(t *testing.T) {
+	cases := []struct {
+		name    string
+		seconds *int64
+		lo, hi  time.Duration
+	}{
+		{"unset", nil, 30 * time.Second, 30 * time.Second},
+		{"zero", ptr.To[int64](0), 2 * time.Second, 2 * time.Second},
+		{"one", ptr.To[int64](1), 2 * time.Second, 2 * time.Second},
+		{"two", ptr.To[int64](2), 2 * time.Second, 2 * time.Second},
+		{"an hour", ptr.To[int64](3600), time.Hour, time.Hour},
+		// Room for the terminator to double it and add a margin without overflow.
+		{"beyond a time.Duration", ptr.To[int64](10_000_000_000), 50 * 365 * 24 * time.Hour, math.MaxInt64 / 4},
+		{"the largest int64", ptr.To[int64](math.MaxInt64), 50 * 365 * 24 * time.Hour, math.MaxInt64 / 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := &corev1.Pod{Spec: corev1.PodSpec{
+				RestartPolicy:                 corev1.RestartPolicyNever,
+				TerminationGracePeriodSeconds: c.seconds,
+				Containers: []corev1.Container{{Name: "main"},
+					{Name: "proxy", Env: []corev1.EnvVar{{Name: EnvSidecar, Value: "true"}}}},
+			}}
+			r, ok := PodRoles(pod)
+			if !ok {
+				t.Fatal("PodRoles: not ok")
+			}
+			if r.GracePeriod < c.lo || r.GracePeriod > c.hi || r.GracePeriod%time.Second != 0 {
+				t.Errorf("GracePeriod = %v, want whole seconds in [%v, %v]", r.GracePeriod, c.lo, c.hi)
+			}
+		})
+	}
+}
+
+func TestIsWrapped(t *testing.T) {
+	cases := []struct {
+		command []string
+		want    bool
+	}{
+		{nil, false},
+		{[]string{"/bin/proxy"}, false},
+		{[]string{"/bin/sh", "-c", WrapperPath}, false},
+		{[]string{WrapperPath}, true},
+		{[]string{WrapperPath, "extra"}, true},
+	}
+	for _, c := range cases {
+		if got := IsWrapped(&corev1.Container{Name: "proxy", Command: c.command}); got != c.want {
+			t.Errorf("IsWrapped(command %q) = %v, want %v", c.command, got, c.want)
+		}
 	}
 }

@@ -19,9 +19,10 @@ import (
 const (
 	// EnvCommand is where the wrapper finds the command (downward API).
 	EnvCommand = "SEXTANT_SIDECAR_COMMAND"
-	// WrapperDir is where the wrapper is mounted in sidecars, WrapperPath the binary.
-	WrapperDir  = "/.sextant"
-	WrapperPath = WrapperDir + "/sextant-sidecar-wrapper"
+	// WrapperDir is where the wrapper is mounted in sidecars, WrapperPath the binary;
+	// the agent tells a wrapped sidecar by them too, so they are defined in sidecarrules.
+	WrapperDir  = sidecarrules.WrapperDir
+	WrapperPath = sidecarrules.WrapperPath
 	// WrapperVolume is the emptyDir holding the wrapper; InstallContainer copies it in.
 	WrapperVolume    = "sextant-sidecar"
 	InstallContainer = "sextant-sidecar-install"
@@ -89,10 +90,17 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 	native := !strings.EqualFold(pod.Annotations[annotations.SidecarNative], "false")
 
 	wrapped := false
-	wrap := func(c *corev1.Container) error {
+	wrap := func(c *corev1.Container, regular bool) error {
 		ok, warning, err := cfg.wrap(pod, c)
 		if err != nil {
 			return err
+		}
+		if !ok && regular && pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure {
+			// Stopped, it would exit 143, be restarted and count against the Job's
+			// backoffLimit, again and again: the agent leaves it running instead.
+			warning += fmt.Sprintf("; as a regular container of an OnFailure pod, sidecar %s is not stopped at all, "+
+				"so its Job does not complete: give it a command, name its entrypoint in the annotation %s, "+
+				"or let it be a native sidecar", c.Name, annotations.SidecarCommand(c.Name))
 		}
 		if warning != "" {
 			res.Warnings = append(res.Warnings, warning)
@@ -101,7 +109,7 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 		return nil
 	}
 	for _, i := range markedNative {
-		if err := wrap(&pod.Spec.InitContainers[i]); err != nil {
+		if err := wrap(&pod.Spec.InitContainers[i], false); err != nil {
 			return Result{}, err
 		}
 	}
@@ -112,7 +120,7 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 			keep = append(keep, c)
 			continue
 		}
-		if err := wrap(&c); err != nil {
+		if err := wrap(&c, !native); err != nil {
 			return Result{}, err
 		}
 		if native {

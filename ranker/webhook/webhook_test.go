@@ -185,6 +185,39 @@ func TestMutateNativeOptOut(t *testing.T) {
 	}
 }
 
+// A regular sidecar that cannot be wrapped is not stopped by the agent in an OnFailure
+// pod: the warning says so, and what to do.
+func TestMutateWarnsUnwrappedRegularSidecar(t *testing.T) {
+	cases := []struct {
+		name        string
+		policy      corev1.RestartPolicy
+		native      string
+		wantStopped bool
+	}{
+		{"onfailure, opted out", corev1.RestartPolicyOnFailure, "false", false},
+		{"onfailure, native", corev1.RestartPolicyOnFailure, "", true},
+		{"never, opted out", corev1.RestartPolicyNever, "false", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := jobPod(c.policy, sidecar("envoy"))
+			if c.native != "" {
+				pod.Annotations[annotations.SidecarNative] = c.native
+			}
+			res, err := cfg.Mutate(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Warnings) != 1 {
+				t.Fatalf("warnings = %q, want one", res.Warnings)
+			}
+			if notStopped := strings.Contains(res.Warnings[0], "not stopped at all"); notStopped == c.wantStopped {
+				t.Errorf("warning %q: says it is not stopped %v, want %v", res.Warnings[0], notStopped, !c.wantStopped)
+			}
+		})
+	}
+}
+
 func TestMutateWrapsExistingNativeSidecar(t *testing.T) {
 	pod := jobPod(corev1.RestartPolicyNever)
 	native := sidecar("proxy", "sleep")
