@@ -338,6 +338,9 @@ func (m *Meter) verify(idx int, cur *iface) {
 	err := m.att.Verify(idx)
 	switch {
 	case err == nil:
+		if cur.lost {
+			m.restart(cur)
+		}
 		cur.lost = false
 		return
 	case !errors.Is(err, ErrNotAttached):
@@ -345,6 +348,10 @@ func (m *Meter) verify(idx int, cur *iface) {
 		return
 	}
 	m.log.Error(err, "the meter was removed from the interface by something else; attaching it again", "interface", cur.link.Name, "ifindex", idx)
+	// The counters stood still for as long as the programs were gone, which reads as
+	// idle: the rates start over, and the window with them, as for a new interface,
+	// so no report claims a full window over what was not measured.
+	m.restart(cur)
 	if err := m.att.Reattach(idx); err != nil {
 		m.log.Error(err, "attaching the meter again failed; leaving the interface out and retrying at the next rescan", "interface", cur.link.Name)
 		m.attachFailures++
@@ -353,6 +360,12 @@ func (m *Meter) verify(idx int, cur *iface) {
 	}
 	cur.lost = false
 	m.reattachments++
+}
+
+// restart forgets the interface's rates and peaks: the next samples start them again.
+func (m *Meter) restart(cur *iface) {
+	cur.ingress = tracker{window: m.cfg.Window}
+	cur.egress = tracker{window: m.cfg.Window}
 }
 
 // Sample reads the counters once and updates rates, peaks and the snapshot.

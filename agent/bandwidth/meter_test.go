@@ -466,6 +466,41 @@ func TestDownNICAddsNoRemaining(t *testing.T) {
 // Something else removed the meter from eth0 (a CNI reinstall deleted the clsact qdisc,
 // say): its counters froze, and its rate would read 0 and its remaining the whole
 // capacity. The next rescan must notice and attach again.
+// TestReattachedWindowStartsAgain: while its programs were gone an interface's counters
+// stood still, which reads as idle; once attached again its peak covers only what was
+// measured since, and the report's window says so.
+func TestReattachedWindowStartsAgain(t *testing.T) {
+	eth0 := Link{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 10000}
+	m, src, _, att, clk := newTestMeter(Config{Window: 30 * time.Second}, []Link{eth0})
+	src.counters[2] = Counters{}
+	m.Rescan()
+	m.Sample()
+	tick := func(bits uint64) Snapshot {
+		clk.Step(time.Second)
+		c := src.counters[2]
+		c.Ingress.Bytes += bits / 8
+		src.counters[2] = c
+		m.Sample()
+		return m.Snapshot()
+	}
+	for range 40 {
+		tick(9e9)
+	}
+	if s := m.Snapshot(); s.Window != 30*time.Second {
+		t.Fatalf("window %s after 40 s, want 30s", s.Window)
+	}
+	// Something removes the programs: the counters stand still for 40 s.
+	att.lost[2] = true
+	for range 40 {
+		tick(0)
+	}
+	m.Rescan()
+	tick(1e9)
+	if s := tick(1e9); s.Window > 2*time.Second {
+		t.Errorf("window %s right after attaching again, want what was measured since (at most 2s)", s.Window)
+	}
+}
+
 func TestRescanReattachesWhatWasRemoved(t *testing.T) {
 	eth0 := Link{Name: "eth0", Index: 2, Up: true, Physical: true, SpeedMbps: 10000}
 	eth1 := Link{Name: "eth1", Index: 3, Up: true, Physical: true, SpeedMbps: 10000}
@@ -496,8 +531,11 @@ func TestRescanReattachesWhatWasRemoved(t *testing.T) {
 	}
 	att.fail[2] = false
 	m.Rescan()
-	clk.Step(time.Second)
-	m.Sample()
+	// Its rates start over: one interval before eth0 has one again.
+	for range 2 {
+		clk.Step(time.Second)
+		m.Sample()
+	}
 	if s := m.Snapshot(); len(s.Interfaces) != 2 {
 		t.Errorf("after eth0 was attached again: interfaces %+v, want eth0 and eth1", s.Interfaces)
 	}

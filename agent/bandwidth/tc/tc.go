@@ -211,8 +211,8 @@ func (a *attacher) Reattach(ifindex int, progs Programs) error {
 	at.progIDs = programIDs(progs)
 	if at.clsact {
 		// Replacing our filters is what attaching does anyway. The qdisc is ours if we
-		// add it now, or if it is the one we added before (verifyClsact forgets that
-		// one once it saw it gone).
+		// add it now (verifyClsact forgot the one we had added once our filters were
+		// gone from it).
 		var added bool
 		err := a.withHandle(func(h *netlink.Handle) (err error) {
 			added, err = attachClsact(h, progs, ifindex)
@@ -444,12 +444,16 @@ func verifyClsact(h *netlink.Handle, ifindex int, at *attachment) error {
 		if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, FilterNamePrefix) && (at.progIDs[i] == 0 || bf.Id == int(at.progIDs[i])) {
 			continue
 		}
+		// Our filter is gone, and with it what told the qdisc was ours: another tool may
+		// have deleted it and added its own between two checks. Not knowing, the
+		// attacher leaves whatever clsact qdisc is there to others; an empty one it
+		// added may stay behind, which costs nothing.
+		at.ownQdisc = false
 		qdiscs, err := h.QdiscList(lnk)
 		if err != nil {
 			return fmt.Errorf("list qdiscs of %s: %w", lnk.Attrs().Name, err)
 		}
 		if !slices.ContainsFunc(qdiscs, func(q netlink.Qdisc) bool { return q.Type() == "clsact" }) {
-			at.ownQdisc = false
 			return fmt.Errorf("%s: the clsact qdisc was deleted: %w", lnk.Attrs().Name, ErrNotAttached)
 		}
 		if f != nil {

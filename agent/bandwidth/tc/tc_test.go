@@ -298,7 +298,8 @@ func TestClsactVerifyAndReattach(t *testing.T) {
 		t.Fatalf("verify right after attaching: %v", err)
 	}
 
-	// Our egress filter deleted: the qdisc, ours, stays ours.
+	// Our egress filter deleted: the meter attaches it again (and, unable to tell the
+	// qdisc is still the one it added, leaves it to others from then on).
 	if err := h.FilterDel(filterFor(ifindex, netlink.HANDLE_MIN_EGRESS, FilterNamePrefix+"egress", 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -333,6 +334,28 @@ func TestClsactVerifyAndReattach(t *testing.T) {
 	}
 	if !hasClsact() {
 		t.Fatal("sextant removed the clsact qdisc another tool added after sextant's was deleted")
+	}
+
+	// The qdisc deleted and added again by another tool between two checks: the meter
+	// sees only its filters gone, and the qdisc is still not its to remove.
+	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	c, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err := c.Attach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "m0", "clsact")
+	if err := c.Verify(ifindex); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "filter was deleted") {
+		t.Fatalf("verify with another clsact qdisc: %v, want ErrNotAttached naming a filter", err)
+	}
+	if err := c.Reattach(ifindex, progs); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !hasClsact() {
+		t.Fatal("sextant removed a clsact qdisc another tool added in place of sextant's")
 	}
 
 	// The qdisc deleted, and the meter adds it again: that one is the meter's.
