@@ -168,17 +168,24 @@ func (h Hierarchy) Narrow(podDir string, cs Cpuset) (Narrowed, error) {
 			res.Children = len(children)
 		}
 		if h.Version == V1 {
+			var before *Cpuset // what the pod asked for before it was widened
 			if cur, err := h.Requested(podDir); err == nil && len(children) > 0 && !cs.Within(cur) {
 				wrote, err := h.narrowOne(podDir, cur.Union(cs))
 				res.Wrote = res.Wrote || wrote
 				if err != nil {
 					return res, err
 				}
+				before = &cur
 			}
 			for _, c := range children {
 				wrote, err := h.narrowOne(c, cs)
 				res.Wrote = res.Wrote || wrote
 				if err != nil && !errors.Is(err, ErrGone) { // a container that ended is no matter
+					if before != nil {
+						// Best effort: containers made before the next try would start
+						// on the union.
+						_, _ = h.narrowOne(podDir, *before)
+					}
 					return res, err
 				}
 			}

@@ -701,11 +701,9 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 			p.metrics.pins.WithLabelValues(st.path).Inc()
 			p.metrics.pinSeconds.WithLabelValues(st.path).Observe(max(took, 0).Seconds())
 			// Recorded by the runtime worker: an API call here would delay the next pods' pins.
-			// A repaired pod was announced when it was first pinned, and NUMAPinRepaired
-			// said what changed.
-			if st.path != pathRepair {
-				st.announce = fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond))
-			}
+			// The event's name is the pod's: for a pod an earlier agent announced (most
+			// repaired ones), nothing new is recorded.
+			st.announce = fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond))
 			p.log.Info("pinned a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "numaNodes", st.value,
 				"cpuset", st.want.String(), "path", st.path, "seconds", took.Seconds())
 		}
