@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -370,7 +371,7 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		if _, ok := marks[name]; ok {
 			continue // handled above
 		}
-		if leftRunning(pod, name) {
+		if leftRunning(pod, name, ctrs, c) {
 			if err := t.recordLeftRunning(ctx, pod, name); err != nil {
 				errs = append(errs, err)
 			}
@@ -391,22 +392,30 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 	return nil
 }
 
-// leftRunning reports whether the agent leaves a sidecar the rules say to stop running:
-// a regular container that sextant-sidecar-wrapper does not run exits non-zero (143)
-// when stopped, and in an OnFailure pod the kubelet restarts it, the agent would stop it
-// again, and the Job counts each restart against its backoffLimit, so a Job whose main
-// containers succeeded would end Failed. In a Never pod it is stopped: its exit code
-// fails the pod, as without sextant, but the Job is not left running for ever.
-func leftRunning(pod *corev1.Pod, name string) bool {
+// leftRunning reports whether the agent leaves running a sidecar the rules say to stop
+// (cur, its latest attempt, of the pod's containers ctrs): a regular container that
+// sextant-sidecar-wrapper does not run, in an OnFailure pod, that an agent stopped once
+// already and that exited non-zero then, so the kubelet restarted it. Stopped again it
+// would be restarted again, and the Job counts each restart against its backoffLimit: a
+// Job whose main containers succeeded would end Failed. Many sidecars exit 0 on
+// SIGTERM, so such a sidecar is stopped once, and left running only after that stop
+// failed it. In a Never pod it is always stopped: its exit code fails the pod, as
+// without sextant, but the Job is not left running for ever.
+func leftRunning(pod *corev1.Pod, name string, ctrs []cri.Container, cur cri.Container) bool {
 	if pod.Spec.RestartPolicy != corev1.RestartPolicyOnFailure {
 		return false
 	}
-	for i := range pod.Spec.Containers {
-		if c := &pod.Spec.Containers[i]; c.Name == name {
-			return !sidecarrules.IsWrapped(c)
-		}
+	i := slices.IndexFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == name })
+	if i < 0 || sidecarrules.IsWrapped(&pod.Spec.Containers[i]) {
+		return false // a native sidecar, whose exit code the kubelet does not count, or wrapped
 	}
-	return false // a native sidecar, whose exit code the kubelet does not count
+	return slices.ContainsFunc(ctrs, func(c cri.Container) bool {
+		if c.Name != name || c.ID == cur.ID || c.Attempt >= cur.Attempt || c.State != cri.StateExited || c.ExitCode == 0 {
+			return false
+		}
+		_, err := parseStopMark(c.StopMark, c.ID)
+		return err == nil // an agent's stop, not a crash of its own
+	})
 }
 
 // recordLeftRunning says, once per pod and container, that the sidecar is left running
@@ -421,7 +430,7 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 		return nil
 	}
 	msg := fmt.Sprintf("Sidecar container %s is left running: it is a regular container that sextant-sidecar-wrapper does not run, "+
-		"so stopped it would exit non-zero, and under restartPolicy OnFailure the kubelet would restart it and the Job count "+
+		"stopped once it exited non-zero, and under restartPolicy OnFailure the kubelet restarts it and the Job counts "+
 		"each restart against its backoffLimit. Let the webhook wrap it: in the pod template, give the container a command, "+
 		"or name its image's entrypoint in the annotation %s (a JSON array), or let it be a native sidecar (drop %s: \"false\")",
 		container, annotations.SidecarCommand(container), annotations.SidecarNative)

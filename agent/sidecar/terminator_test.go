@@ -464,22 +464,26 @@ func regularSidecarPod(name string, uid types.UID, policy corev1.RestartPolicy, 
 func TestUnwrappedRegularSidecarUnderOnFailure(t *testing.T) {
 	const wrapper = sidecarrules.WrapperPath
 	cases := []struct {
-		name     string
-		policy   corev1.RestartPolicy
-		native   bool
-		command  []string
-		wantStop bool
+		name    string
+		policy  corev1.RestartPolicy
+		native  bool
+		command []string
+		// exit is what the sidecar ends with when stopped; restarted, the kubelet
+		// starts it again (OnFailure and non-zero).
+		exit      int32
+		restarted bool
 	}{
-		{"onfailure, regular, image entrypoint", corev1.RestartPolicyOnFailure, false, nil, false},
-		{"onfailure, regular, own command", corev1.RestartPolicyOnFailure, false, []string{"/bin/proxy", wrapper}, false},
-		{"onfailure, regular, wrapped", corev1.RestartPolicyOnFailure, false, []string{wrapper}, true},
-		{"onfailure, native, unwrapped", corev1.RestartPolicyOnFailure, true, nil, true},
-		{"never, regular, unwrapped", corev1.RestartPolicyNever, false, nil, true},
+		{"onfailure, regular, image entrypoint", corev1.RestartPolicyOnFailure, false, nil, 143, true},
+		{"onfailure, regular, own command", corev1.RestartPolicyOnFailure, false, []string{"/bin/proxy", wrapper}, 143, true},
+		{"onfailure, regular, exits 0 on SIGTERM", corev1.RestartPolicyOnFailure, false, nil, 0, false},
+		{"onfailure, regular, wrapped", corev1.RestartPolicyOnFailure, false, []string{wrapper}, 0, false},
+		{"onfailure, native, unwrapped", corev1.RestartPolicyOnFailure, true, nil, 143, false},
+		{"never, regular, unwrapped", corev1.RestartPolicyNever, false, nil, 143, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rt := newFakeRuntime()
-			rt.stopExit = 143 // what an unwrapped sidecar ends with on SIGTERM
+			rt.stopExit = c.exit
 			pod := jobPod("job", "uid", c.policy)
 			if !c.native {
 				pod = regularSidecarPod("job", "uid", c.policy, c.command)
@@ -490,18 +494,30 @@ func TestUnwrappedRegularSidecarUnderOnFailure(t *testing.T) {
 			h := start(t, rt, pod)
 			rt.exit("main", 0, time.Now())
 
-			if c.wantStop {
-				waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
-				if ids, _ := rt.stopCalls(); len(ids) != 1 || ids[0] != "proxy" {
-					t.Errorf("StopContainer calls = %v, want proxy once", ids)
-				}
-				if ev := h.events(t)[0]; ev.Reason != "SidecarStopped" {
-					t.Errorf("event %s: %s, want SidecarStopped", ev.Reason, ev.Message)
-				}
+			// Every such sidecar is stopped once.
+			waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+			if ids, _ := rt.stopCalls(); len(ids) != 1 || ids[0] != "proxy" {
+				t.Errorf("StopContainer calls = %v, want proxy once", ids)
+			}
+			if ev := h.events(t)[0]; ev.Reason != "SidecarStopped" {
+				t.Errorf("event %s: %s, want SidecarStopped", ev.Reason, ev.Message)
+			}
+			if !c.restarted {
 				return
 			}
-			waitFor(t, "the warning", func() bool { return len(h.events(t)) == 1 })
-			ev := h.events(t)[0]
+			// The kubelet restarts it: the new attempt is left running, with a warning.
+			rt.add(cri.Container{ID: "proxy-1", PodUID: "uid", Name: "proxy", Attempt: 1, State: cri.StateRunning, CreatedAt: time.Now()})
+			pod.Labels = map[string]string{"restarted": "1"}
+			if _, err := h.kube.CoreV1().Pods("ns").Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the warning", func() bool { return len(h.events(t)) == 2 })
+			var ev corev1.Event
+			for _, e := range h.events(t) {
+				if e.Reason != "SidecarStopped" {
+					ev = e
+				}
+			}
 			if ev.Reason != "SidecarNotStopped" || ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.FieldPath != "spec.containers{proxy}" {
 				t.Errorf("event = %s %s on %s, want a SidecarNotStopped Warning on spec.containers{proxy}", ev.Type, ev.Reason, ev.InvolvedObject.FieldPath)
 			}
@@ -532,17 +548,17 @@ func TestUnwrappedRegularSidecarUnderOnFailure(t *testing.T) {
 			if n := creates(); n != before {
 				t.Errorf("a second look at the pod created %d more events", n-before)
 			}
-			// A restarted agent records nothing new.
+			// A restarted agent records nothing new and stops nothing.
 			h.stop()
 			h2 := startWith(t, setup{kube: h.kube}, rt)
-			waitFor(t, "the restarted agent to skip the sidecar", func() bool {
+			waitFor(t, "the restarted agent to leave the sidecar running", func() bool {
 				return testutil.ToFloat64(h2.metrics.stops.WithLabelValues(resultSkipped)) == 1
 			})
-			if evs := h2.events(t); len(evs) != 1 {
-				t.Errorf("%d events after a restart, want the one", len(evs))
+			if evs := h2.events(t); len(evs) != 2 {
+				t.Errorf("%d events after a restart, want the two", len(evs))
 			}
-			if ids, _ := rt.stopCalls(); len(ids) != 0 {
-				t.Errorf("StopContainer calls = %v, want none", ids)
+			if ids, _ := rt.stopCalls(); len(ids) != 1 {
+				t.Errorf("StopContainer calls = %v, want proxy's only", ids)
 			}
 		})
 	}

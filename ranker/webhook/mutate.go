@@ -96,10 +96,10 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 			return err
 		}
 		if !ok && regular && pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure {
-			// Stopped, it would exit 143, be restarted and count against the Job's
-			// backoffLimit, again and again: the agent leaves it running instead.
-			warning += fmt.Sprintf("; as a regular container of an OnFailure pod, sidecar %s is not stopped at all, "+
-				"so its Job does not complete: give it a command, name its entrypoint in the annotation %s, "+
+			// Stopped, it may exit non-zero and be restarted, which counts against the
+			// Job's backoffLimit: the agent then leaves it running.
+			warning += fmt.Sprintf("; as a regular container of an OnFailure pod, sidecar %s is stopped once: if it exits non-zero on SIGTERM, "+
+				"the kubelet restarts it, it is not stopped again, and its Job does not complete: give it a command, name its entrypoint in the annotation %s, "+
 				"or let it be a native sidecar", c.Name, annotations.SidecarCommand(c.Name))
 		}
 		if warning != "" {

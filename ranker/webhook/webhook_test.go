@@ -211,7 +211,7 @@ func TestMutateWarnsUnwrappedRegularSidecar(t *testing.T) {
 			if len(res.Warnings) != 1 {
 				t.Fatalf("warnings = %q, want one", res.Warnings)
 			}
-			if notStopped := strings.Contains(res.Warnings[0], "not stopped at all"); notStopped == c.wantStopped {
+			if notStopped := strings.Contains(res.Warnings[0], "not stopped again"); notStopped == c.wantStopped {
 				t.Errorf("warning %q: says it is not stopped %v, want %v", res.Warnings[0], notStopped, !c.wantStopped)
 			}
 		})
