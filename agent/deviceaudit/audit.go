@@ -20,6 +20,8 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
+
+	"sextant.io/sextant/agent/nodepods"
 )
 
 // ReasonMismatch is the reason of the Warning event on a pod whose devices differ from
@@ -336,7 +338,7 @@ func (a *Auditor) events(ctx context.Context, ms []Mismatch) []types.UID {
 func (a *Auditor) event(ctx context.Context, pod *corev1.Pod, msg string) bool {
 	now := metav1.NewTime(a.now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: eventName(pod, "device-mismatch"), Namespace: pod.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: nodepods.EventName(pod, "device-mismatch"), Namespace: pod.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
 			Name: pod.Name, UID: pod.UID},
 		Reason: ReasonMismatch, Message: msg, Type: corev1.EventTypeWarning,
@@ -352,19 +354,6 @@ func (a *Auditor) event(ctx context.Context, pod *corev1.Pod, msg string) bool {
 		return false
 	}
 	return true
-}
-
-func eventName(pod *corev1.Pod, suffix string) string {
-	uid := string(pod.UID)
-	if len(uid) > 8 {
-		uid = uid[:8]
-	}
-	tail := "." + uid + "." + suffix
-	name := pod.Name
-	if max := 253 - len(tail); len(name) > max {
-		name = name[:max]
-	}
-	return name + tail
 }
 
 // Metrics are the auditor's Prometheus metrics.

@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sextant.io/sextant/agent/nodepods"
 )
 
 // event records an Event on the pod. Its name is derived from the pod and the kind of
@@ -13,7 +15,7 @@ import (
 func (p *Pinner) event(ctx context.Context, pod *corev1.Pod, typ, reason, suffix, msg string) {
 	now := metav1.NewTime(p.now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: eventName(pod, suffix), Namespace: pod.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: nodepods.EventName(pod, suffix), Namespace: pod.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
 			Name: pod.Name, UID: pod.UID},
 		Reason: reason, Message: msg, Type: typ,
@@ -24,17 +26,4 @@ func (p *Pinner) event(ctx context.Context, pod *corev1.Pod, typ, reason, suffix
 	if _, err := p.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		p.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
 	}
-}
-
-func eventName(pod *corev1.Pod, suffix string) string {
-	uid := string(pod.UID)
-	if len(uid) > 8 {
-		uid = uid[:8]
-	}
-	tail := "." + uid + "." + suffix
-	name := pod.Name
-	if max := 253 - len(tail); len(name) > max {
-		name = name[:max]
-	}
-	return name + tail
 }

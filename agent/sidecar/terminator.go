@@ -436,7 +436,7 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 		container, annotations.SidecarCommand(container), annotations.SidecarNative)
 	now := metav1.NewTime(t.now())
 	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: leftEventName(pod, container), Namespace: pod.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: nodepods.EventName(pod, "sidecar-not-stopped."+container), Namespace: pod.Namespace},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
 			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, container)},
 		Reason: "SidecarNotStopped", Message: msg, Type: corev1.EventTypeWarning,
@@ -676,22 +676,6 @@ func eventName(pod, containerID string) string {
 		pod = pod[:max]
 	}
 	return pod + suffix + id
-}
-
-// leftEventName is the name of the Event that says a sidecar is left running: one per
-// pod and container, whatever the container's attempt. The pod's UID is in it, as
-// another pod of the same name may come.
-func leftEventName(pod *corev1.Pod, container string) string {
-	uid := string(pod.UID)
-	if len(uid) > 8 {
-		uid = uid[:8]
-	}
-	suffix := ".sidecar-not-stopped." + uid + "." + container
-	name := pod.Name
-	if max := 253 - len(suffix); len(name) > max {
-		name = name[:max]
-	}
-	return name + suffix
 }
 
 func fieldPath(pod *corev1.Pod, container string) string {
