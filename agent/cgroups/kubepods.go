@@ -152,8 +152,9 @@ type Narrowed struct {
 // EBUSY), so the children are narrowed first, then the pod; a child created between the
 // two makes the pod's write fail, and Narrow starts over. A child may not ask for more
 // than its parent has either, so a pod cgroup that holds another set (someone else
-// narrowed it) is first widened to both sets, which widens no child. memory_migrate is switched on
-// before mems narrow, so pages a running container already has move to the new nodes.
+// narrowed it) is first widened to both sets, which widens no child. memory_migrate is
+// switched on before mems narrow, so pages a running container already has move to the
+// new nodes.
 // On v2 a child's effective set is always within its parent's, so narrowing the pod is
 // enough, and the kernel migrates memory itself.
 func (h Hierarchy) Narrow(podDir string, cs Cpuset) (Narrowed, error) {

@@ -102,8 +102,9 @@ func heartbeat(gvr schema.GroupVersionResource, name string) *unstructured.Unstr
 // TestSecurityAgentWritesOnlyItsNode: the chart's agent account, with the node claim of
 // a token bound to node A, writes A's NodeBandwidth and NodeTopology and the sextant.io/
 // resources of A's status, and nothing for node B, nothing else of A's status, and
-// nothing at all without the claim; it records events on pods as A only. The chart's own agent (a pod on the local node,
-// with the kubelet's pod-bound token) keeps publishing under the policies.
+// nothing at all without the claim; it records events on pods as A only. The chart's
+// own agent (a pod on the local node, with the kubelet's pod-bound token) keeps
+// publishing under the policies.
 func TestSecurityAgentWritesOnlyItsNode(t *testing.T) {
 	deployChart(t)
 	ctx := context.Background()

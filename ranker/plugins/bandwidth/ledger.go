@@ -36,10 +36,10 @@ const defaultWindow = 60 * time.Second
 // from Reserve (or from when the ranker first sees it bound) until one of
 //   - a full NodeBandwidth of that node (window ≥ minWindow) arrives whose sampleTime
 //     is at least one peak window (status.window) after the pod was seen running with
-//     all its containers started (running, or run and exited): that report's peak, and so its remaining, was
-//     measured entirely while the pod ran, so it already accounts for the pod's
-//     traffic. (sampleTime and the pod's start are both the node's clock.) A partial
-//     report covers nothing: Filter does not use it either;
+//     all its containers started (running, or run and exited): that report's peak,
+//     and so its remaining, was measured entirely while the pod ran, so it already
+//     accounts for the pod's traffic. (sampleTime and the pod's start are both the
+//     node's clock.) A partial report covers nothing: Filter does not use it either;
 //   - the pod is deleted or finishes (Succeeded/Failed);
 //   - the scheduler calls Unreserve (binding failed or was rejected).
 //
