@@ -747,6 +747,69 @@ func TestSidecarOnFailureRetries(t *testing.T) {
 	h.checkStopped(pod, 3*time.Second, []string{"main"}, "proxy")
 }
 
+// TestSidecarOnFailureUnwrappedStoppedOnce: restartPolicy OnFailure, a sidecar kept a
+// regular container (sidecar.sextant.io/native: "false") that runs its image's
+// entrypoint, which the webhook cannot wrap: `sh -c "sleep 3600"`, which ignores SIGTERM
+// as PID 1. The agent stops
+// it once; killed at the end of the grace period it exits 137 and the kubelet starts it
+// again. That attempt is left running, with one SidecarNotStopped event: stopped again
+// and again, its restarts would use up the Job's backoffLimit.
+func TestSidecarOnFailureUnwrappedStoppedOnce(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	sidecar := h.sidecar("proxy")
+	sidecar.Args = []string{"-c", "sleep 3600"} // the image's entrypoint is /bin/sh
+	spec := h.jobPodSpec(corev1.RestartPolicyOnFailure, []corev1.Container{h.main("main", "sleep 2; exit 0")}, []corev1.Container{sidecar})
+	spec.TerminationGracePeriodSeconds = ptr.To[int64](2)
+	job := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "unwrapped", Namespace: h.ns},
+		Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](3), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{sidecarLabel: h.id},
+				Annotations: map[string]string{annotations.SidecarNative: "false"}},
+			Spec: spec,
+		}},
+	}
+	if _, err := local.kube.BatchV1().Jobs(h.ns).Create(context.Background(), job, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := h.jobPod("unwrapped")
+	if proxy := findContainer(pod.Spec.Containers, "proxy"); proxy == nil || sidecarrules.IsWrapped(proxy) {
+		t.Fatalf("sidecar %+v: want a regular container the webhook did not wrap", proxy)
+	}
+	// Stopped once, killed, started again by the kubelet: the SidecarNotStopped event.
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		list, err := local.kube.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{
+			FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)),
+				fields.OneTermEqualSelector("reason", "SidecarNotStopped")).String(),
+		})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(list.Items) == 1, fmt.Sprintf("%d SidecarNotStopped events, want 1; pods:\n%s", len(list.Items), h.describePods("unwrapped"))
+	})
+	c := h.containers(pod)["proxy"]
+	if c.Attempt < 1 || c.State != cri.StateRunning {
+		t.Fatalf("proxy attempt %d is %s, want a later attempt running", c.Attempt, c.State)
+	}
+	// Left running: two grace periods later it still runs, stopped once in all.
+	time.Sleep(5 * time.Second)
+	if now := h.containers(pod)["proxy"]; now.ID != c.ID || now.State != cri.StateRunning {
+		t.Errorf("proxy is %s as %s, want still running as %s", now.State, now.ID, c.ID)
+	}
+	if n := h.stopEvents(pod)["spec.containers{proxy}"]; n != 1 {
+		t.Errorf("%d SidecarStopped events for proxy, want 1: it is stopped once", n)
+	}
+	j, err := local.kube.BatchV1().Jobs(h.ns).Get(context.Background(), "unwrapped", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cond := range j.Status.Conditions {
+		if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+			t.Errorf("the Job failed (%s): one restart is within its backoffLimit", cond.Message)
+		}
+	}
+}
+
 // TestSidecarTwoMainsTwoSidecars: both sidecars are stopped once, after the later of the
 // two main containers.
 func TestSidecarTwoMainsTwoSidecars(t *testing.T) {
