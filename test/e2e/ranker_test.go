@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
@@ -714,9 +715,10 @@ func publishTopologyPinning(t *testing.T, nodeName string, numaNodes, cpusPer in
 	if _, err := client.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	node.Status.Capacity["sextant.io/gpu"] = *resource.NewQuantity(int64(gpu), resource.DecimalSI)
-	node.Status.Allocatable["sextant.io/gpu"] = *resource.NewQuantity(int64(gpu), resource.DecimalSI)
-	if _, err := local.kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+	// A merge patch, not an update of the Node read above: the fake node's keeper renews
+	// its Ready condition meanwhile, and an update would conflict with that.
+	patch := fmt.Sprintf(`{"status":{"capacity":{"sextant.io/gpu":"%d"},"allocatable":{"sextant.io/gpu":"%d"}}}`, gpu, gpu)
+	if _, err := local.kube.CoreV1().Nodes().Patch(ctx, nodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
 		t.Fatal(err)
 	}
 }
