@@ -24,8 +24,12 @@ type Link struct {
 	Up bool
 	// Physical is true for interfaces backed by a device (a `device` link in
 	// sysfs): their sysfs speed is real; a veth's or a bridge's is made up.
-	Physical     bool
-	DefaultRoute bool
+	Physical bool
+	// VirtualFunction is true for an SR-IOV virtual function (a `device/physfn` link
+	// in sysfs). It shares its physical function's line, and the SR-IOV CNI moves it
+	// into a pod's namespace, taking along whatever is attached to its hooks.
+	VirtualFunction bool
+	DefaultRoute    bool
 	// SpeedMbps is the sysfs speed, 0 when unknown.
 	SpeedMbps int64
 	// Kind is netlink's link type: device, bond, bridge, vlan, macvlan, veth, ...
@@ -79,6 +83,7 @@ func (s SystemLinks) Links() ([]Link, error) {
 		a := nl.Attrs()
 		dir := filepath.Join(s.root(), "sys", "class", "net", a.Name)
 		_, err := os.Lstat(filepath.Join(dir, "device"))
+		_, vfErr := os.Lstat(filepath.Join(dir, "device", "physfn"))
 		var addrs []net.IP
 		// Without its addresses the link can still be metered; it is only not found by
 		// the Node's IP.
@@ -90,16 +95,17 @@ func (s SystemLinks) Links() ([]Link, error) {
 			}
 		}
 		links = append(links, Link{
-			Name:         a.Name,
-			Index:        a.Index,
-			Up:           a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown && a.Flags&net.FlagUp != 0,
-			Physical:     err == nil,
-			DefaultRoute: defaults[a.Index],
-			SpeedMbps:    readSpeed(filepath.Join(dir, "speed")),
-			Kind:         nl.Type(),
-			MasterIndex:  a.MasterIndex,
-			ParentIndex:  a.ParentIndex,
-			Addrs:        addrs,
+			Name:            a.Name,
+			Index:           a.Index,
+			Up:              a.OperState == netlink.OperUp || a.OperState == netlink.OperUnknown && a.Flags&net.FlagUp != 0,
+			Physical:        err == nil,
+			VirtualFunction: vfErr == nil,
+			DefaultRoute:    defaults[a.Index],
+			SpeedMbps:       readSpeed(filepath.Join(dir, "speed")),
+			Kind:            nl.Type(),
+			MasterIndex:     a.MasterIndex,
+			ParentIndex:     a.ParentIndex,
+			Addrs:           addrs,
 		})
 	}
 	return links, nil

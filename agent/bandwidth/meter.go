@@ -57,7 +57,7 @@ type Config struct {
 	// NICs that appear and disappear (default 10s).
 	RescanInterval time.Duration
 	// Interfaces selects interfaces by name or shell pattern (eth*); empty
-	// selects the physical NICs plus the default-route interfaces.
+	// selects what DefaultSelected does.
 	Interfaces []string
 	// Capacities come from --nic-capacity. They count for virtual
 	// interfaces, and for physical NICs whose sysfs speed is not valid.
@@ -210,9 +210,17 @@ func (m *Meter) Close() error {
 	return errors.Join(errs...)
 }
 
+// DefaultSelected says whether l is metered when no interfaces are named: the physical
+// NICs and the default-route interfaces. Virtual functions left in the host are not
+// metered unless named: each would add its physical function's line rate again to the
+// node's total.
+func DefaultSelected(l Link) bool {
+	return l.Physical && !l.VirtualFunction || l.DefaultRoute
+}
+
 func (m *Meter) selected(l Link) bool {
 	if len(m.cfg.Interfaces) == 0 {
-		return l.Physical || l.DefaultRoute
+		return DefaultSelected(l)
 	}
 	for _, pat := range m.cfg.Interfaces {
 		if ok, _ := path.Match(pat, l.Name); ok {

@@ -293,6 +293,32 @@ func TestInterfacesComeAndGoWithoutGaps(t *testing.T) {
 	}
 }
 
+// TestVirtualFunctionsNotMeteredUnlessNamed: an SR-IOV virtual function left in the
+// host is a device too, but the default selection leaves it out; a VF holding the
+// default route, or named, is metered.
+func TestVirtualFunctionsNotMeteredUnlessNamed(t *testing.T) {
+	pf := Link{Name: "ens1f0", Index: 2, Up: true, Physical: true, SpeedMbps: 25000}
+	vf := Link{Name: "ens1f0v0", Index: 3, Up: true, Physical: true, VirtualFunction: true, SpeedMbps: 25000}
+	vfRoute := Link{Name: "ens1f0v1", Index: 4, Up: true, Physical: true, VirtualFunction: true, SpeedMbps: 25000, DefaultRoute: true}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want map[int]bool
+	}{
+		{"default selection", Config{}, map[int]bool{2: true, 4: true}},
+		{"named", Config{Interfaces: []string{"ens1f0*"}}, map[int]bool{2: true, 3: true, 4: true}},
+		{"in a network", Config{Networks: []NetworkSpec{{Name: "fabric", Interfaces: []string{"ens1f0v0"}}}}, map[int]bool{2: true, 3: true, 4: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, _, _, att, _ := newTestMeter(tc.cfg, []Link{pf, vf, vfRoute})
+			m.Rescan()
+			if fmt.Sprint(att.attached) != fmt.Sprint(tc.want) {
+				t.Fatalf("attached %v, want %v", att.attached, tc.want)
+			}
+		})
+	}
+}
+
 func TestParseCapacities(t *testing.T) {
 	tests := []struct {
 		in      []string

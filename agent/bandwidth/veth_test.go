@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
@@ -362,6 +363,55 @@ func TestSystemLinksUpIsOperational(t *testing.T) {
 	want("both ends up", map[string]bool{"u0": true, "u1": true})
 	sh(t, "ip", "-n", name, "link", "set", "u1", "down")
 	want("the peer down again", map[string]bool{"u0": false, "u1": false})
+}
+
+// TestSystemLinksVirtualFunction reads a virtual function from sysfs: a device link
+// with a physfn link under it.
+func TestSystemLinksVirtualFunction(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root for network namespaces")
+	}
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("skipping: needs iproute2's ip")
+	}
+	name := fmt.Sprintf("sextant-vf-%d", os.Getpid())
+	sh(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	sh(t, "ip", "-n", name, "link", "add", "pf0", "type", "veth", "peer", "name", "vf0")
+	root := t.TempDir()
+	for dir, link := range map[string]string{"pf0": "", "vf0": "physfn"} {
+		dev := filepath.Join(root, "sys", "devices", dir)
+		if err := os.MkdirAll(filepath.Join(root, "sys", "class", "net", dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(dev, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(dev, filepath.Join(root, "sys", "class", "net", dir, "device")); err != nil {
+			t.Fatal(err)
+		}
+		if link != "" {
+			if err := os.Symlink(filepath.Join(root, "sys", "devices", "pf0"), filepath.Join(dev, link)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	links, err := SystemLinks{SysfsRoot: root, NetnsPath: "/var/run/netns/" + name}.Links()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, l := range links {
+		got[l.Name] = fmt.Sprintf("physical=%t vf=%t selected=%t", l.Physical, l.VirtualFunction, DefaultSelected(l))
+	}
+	want := map[string]string{
+		"lo":  "physical=false vf=false selected=false",
+		"pf0": "physical=true vf=false selected=true",
+		"vf0": "physical=true vf=true selected=false",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("links %v, want %v", got, want)
+	}
 }
 
 // TestMeterReattachesAfterRemoval removes the meter from a veth behind its back, as a

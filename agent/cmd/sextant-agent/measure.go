@@ -48,7 +48,7 @@ tc programs and filters keep running, and a running sextant agent keeps its own.
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVar(&o.interfaces, "interface", nil, "interface to measure; repeat for more (default: the physical NICs plus the default-route interface)")
+	f.StringArrayVar(&o.interfaces, "interface", nil, "interface to measure; repeat for more (default: the physical NICs, not SR-IOV virtual functions, plus the default-route interface)")
 	f.DurationVar(&o.duration, "duration", 10*time.Second, "how long to count; Ctrl-C stops early and reports what was counted so far")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	f.StringVar(&o.attachMode, "attach-mode", "auto", "how to attach: auto (tcx where the kernel has it, else clsact), tcx or clsact")
@@ -105,7 +105,7 @@ func runMeasure(ctx context.Context, out io.Writer, o measureOptions) error {
 	}
 	if len(o.interfaces) == 0 {
 		for _, l := range links {
-			if l.Physical || l.DefaultRoute {
+			if bandwidth.DefaultSelected(l) {
 				chosen = append(chosen, l)
 			}
 		}

@@ -132,7 +132,7 @@ NodeTopology says which (status.numaPinning).`,
 	f.StringVar(&o.sysfsRoot, "sysfs-root", "/", "directory holding sys/ and proc/ of the node (a host mount in a container)")
 	f.StringVar(&o.netns, "netns", "", "network namespace whose NICs to meter, as a path such as /var/run/netns/NAME (default: the agent's own)")
 	f.StringVar(&o.attachMode, "attach-mode", "auto", "how to attach: auto (tcx where the kernel has it, else clsact), tcx or clsact")
-	f.StringSliceVar(&o.interfaces, "interfaces", nil, "NICs to meter, by name or shell pattern (eth*), comma-separated (default: the physical NICs plus the default-route interface)")
+	f.StringSliceVar(&o.interfaces, "interfaces", nil, "NICs to meter, by name or shell pattern (eth*), comma-separated (default: the physical NICs, not SR-IOV virtual functions, plus the default-route interface)")
 	f.StringArrayVar(&o.networks, "network", nil, "a network of the node, as NAME=IFACE[,IFACE...] (shell patterns allowed; NAME a DNS label such as storage), metered and published apart from the others; pods name it in bandwidth.sextant.io/network. The pod network is found without it (the interface holding the Node's InternalIP, else the default route's); pod=... overrides that. Repeatable")
 	f.StringArrayVar(&o.nicCapacities, "nic-capacity", nil, "capacity of a NIC whose sysfs speed is unknown, as IF=RATE or IF=ingress:RATE,egress:RATE in bits/s (e.g. eth0=10G); repeatable")
 	f.DurationVar(&o.sampleInterval, "sample-interval", time.Second, "how often the counters are sampled")
