@@ -33,14 +33,7 @@ const shapedRate = 200e6 // bits/s, the tbf rate on both veth ends
 // shaped to 200 Mbit/s between two namespaces the test creates, and checks the
 // meter against the kernel's own counters of the same interface.
 func TestMeterAgainstKernelStatistics(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root for network namespaces, tc and BPF")
-	}
-	for _, tool := range []string{"ip", "tc", "iperf3"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: needs %s on PATH", tool)
-		}
-	}
+	needRootAnd(t, "ip", "tc", "iperf3")
 	for _, mode := range []tc.Mode{tc.ModeTCX, tc.ModeClsact} {
 		t.Run(string(mode), func(t *testing.T) { testAgainstKernel(t, mode) })
 	}
@@ -216,12 +209,7 @@ func checkWithin(t *testing.T, what string, got, want, tolerance float64) {
 // shaped with tbf, and removes them (with the veth and qdiscs) at cleanup.
 func twoNamespaces(t *testing.T) (string, string) {
 	t.Helper()
-	a := fmt.Sprintf("sextant-a-%d", os.Getpid())
-	b := fmt.Sprintf("sextant-b-%d", os.Getpid())
-	for _, ns := range []string{a, b} {
-		sh(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-	}
+	a, b := namespace(t, "sextant-a"), namespace(t, "sextant-b")
 	sh(t, "ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b)
 	for _, c := range []struct{ ns, dev, addr string }{{a, "va", "10.231.0.1/30"}, {b, "vb", "10.231.0.2/30"}} {
 		// IPv6 off: its autoconfiguration chatter would make "quiet" less quiet.
@@ -316,18 +304,35 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// needRootAnd skips the test unless it runs as root (network namespaces, tc and BPF
+// need it) with each of tools on PATH.
+func needRootAnd(t *testing.T, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipping: needs root for network namespaces, tc and BPF")
+	}
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("skipping: needs %s on PATH", tool)
+		}
+	}
+}
+
+// namespace adds a network namespace named after prefix and this process, deleted when
+// the test ends, and returns its name.
+func namespace(t *testing.T, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", prefix, os.Getpid())
+	sh(t, "ip", "netns", "add", name)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	return name
+}
+
 // TestSystemLinksUpIsOperational: a link counts as up by its operational state, not by
 // IFF_UP alone. A veth set up while its peer is down has no carrier, and carries nothing.
 func TestSystemLinksUpIsOperational(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root for network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: needs iproute2's ip")
-	}
-	name := fmt.Sprintf("sextant-up-%d", os.Getpid())
-	sh(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	needRootAnd(t, "ip")
+	name := namespace(t, "sextant-up")
 	sh(t, "ip", "-n", name, "link", "add", "u0", "type", "veth", "peer", "name", "u1")
 	sh(t, "ip", "-n", name, "link", "set", "u0", "up")
 	// lo reports the operational state UNKNOWN, as drivers that do not track their
@@ -368,15 +373,8 @@ func TestSystemLinksUpIsOperational(t *testing.T) {
 // TestSystemLinksVirtualFunction reads a virtual function from sysfs: a device link
 // with a physfn link under it.
 func TestSystemLinksVirtualFunction(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root for network namespaces")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: needs iproute2's ip")
-	}
-	name := fmt.Sprintf("sextant-vf-%d", os.Getpid())
-	sh(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	needRootAnd(t, "ip")
+	name := namespace(t, "sextant-vf")
 	sh(t, "ip", "-n", name, "link", "add", "pf0", "type", "veth", "peer", "name", "vf0")
 	root := t.TempDir()
 	for dir, link := range map[string]string{"pf0": "", "vf0": "physfn"} {
@@ -419,14 +417,7 @@ func TestSystemLinksVirtualFunction(t *testing.T) {
 // takes the filters with it), and checks that counting stopped and that the next rescan
 // attached it again.
 func TestMeterReattachesAfterRemoval(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root for network namespaces, tc and BPF")
-	}
-	for _, tool := range []string{"ip", "tc", "bash"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("skipping: needs %s on PATH", tool)
-		}
-	}
+	needRootAnd(t, "ip", "tc", "bash")
 	for _, mode := range []tc.Mode{tc.ModeTCX, tc.ModeClsact} {
 		t.Run(string(mode), func(t *testing.T) { testReattach(t, mode) })
 	}
