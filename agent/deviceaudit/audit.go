@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -349,7 +348,7 @@ func (a *Auditor) event(ctx context.Context, pod *corev1.Pod, msg string) bool {
 	if a.kube == nil {
 		return true
 	}
-	if _, err := a.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := nodepods.CreateEvent(ctx, a.kube, a.cfg.NodeName, ev, a.log); err != nil {
 		a.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", ReasonMismatch)
 		return false
 	}

@@ -227,6 +227,46 @@ func TestAuditor(t *testing.T) {
 	a.mu.Unlock()
 }
 
+// TestAuditorForeignEvent: another node's agent, which may list every pod, created an
+// event under the name this node's warning takes; the warning is recorded all the same.
+func TestAuditorForeignEvent(t *testing.T) {
+	swapped := mkPod("swapped", true, annotations.Allocation{gpu: {devC}}, ctr("main", gpu, 1))
+	squat := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Name: "swapped.swapped-.device-mismatch", Namespace: "ns"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "ns", Name: "swapped", UID: swapped.UID},
+		Reason:         "Nothing", Type: corev1.EventTypeNormal,
+		Source: corev1.EventSource{Component: "sextant-agent", Host: "node-2"}, ReportingInstance: "sextant-agent-node-2",
+	}
+	kube := fake.NewClientset(squat)
+	// The fake does not generate names; the API server does.
+	kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if ev := a.(k8stesting.CreateAction).GetObject().(*corev1.Event); ev.Name == "" {
+			ev.Name = ev.GenerateName + "x1y2z"
+		}
+		return false, nil, nil
+	})
+	list := []*podresourcesapi.PodResources{listed("swapped", cres("main", gpu, devD))}
+	a := New(Config{NodeName: "node-1", Component: "sextant-agent"}, kube,
+		func(context.Context) ([]*podresourcesapi.PodResources, error) { return list, nil },
+		func() ([]*corev1.Pod, error) { return []*corev1.Pod{swapped}, nil }, nil, logr.Discard())
+	if _, err := a.Audit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var warned bool
+	for _, ev := range evs.Items {
+		if ev.Source.Host == "node-1" && ev.Reason == ReasonMismatch && ev.Type == corev1.EventTypeWarning && ev.InvolvedObject.UID == swapped.UID {
+			warned = true
+		}
+	}
+	if !warned {
+		t.Errorf("no %s Warning from node-1 among %d events: node-2's event under its name silenced it", ReasonMismatch, len(evs.Items))
+	}
+}
+
 func TestAuditorListFails(t *testing.T) {
 	m := NewMetrics(nil)
 	a := New(Config{}, nil, func(context.Context) ([]*podresourcesapi.PodResources, error) { return nil, errors.New("no kubelet") },

@@ -1,6 +1,15 @@
 package nodepods
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+)
 
 // EventName is the name of the Event the agent records about pod for what suffix says
 // (e.g. "numa-pinned"). It is derived from the pod, its UID's first characters (another
@@ -17,4 +26,36 @@ func EventName(pod *corev1.Pod, suffix string) string {
 		name = name[:max]
 	}
 	return name + tail
+}
+
+// CreateEvent creates ev, under a fixed name such as EventName's, as the agent of node.
+// Every agent may list all pods and so predict the names: an Event already holding the
+// name stands for ev only if this agent wrote it in an earlier run. The
+// sextant-agent-events policy makes an agent's events carry its own node as source.host,
+// so one with another host, or none, is someone else's, perhaps another node's agent
+// silencing this one's warning; ev is then created again under a name the server
+// generates, which no one can take ahead.
+func CreateEvent(ctx context.Context, kube kubernetes.Interface, node string, ev *corev1.Event, log logr.Logger) error {
+	events := kube.CoreV1().Events(ev.Namespace)
+	_, err := events.Create(ctx, ev, metav1.CreateOptions{})
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	held, err := events.Get(ctx, ev.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read the event holding the name %s: %w", ev.Name, err)
+	}
+	if held.Source.Host == node && held.ReportingInstance == ev.ReportingInstance {
+		return nil
+	}
+	again := ev.DeepCopy()
+	again.Name, again.GenerateName = "", ev.Name+"."
+	created, err := events.Create(ctx, again, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("record the event %s under a generated name: %w", ev.Name, err)
+	}
+	log.Info("an event this agent did not write held this event's name; recorded it under a generated name",
+		"event", ev.Namespace+"/"+ev.Name, "generated", created.Name,
+		"heldBy", held.Source.Host, "heldByInstance", held.ReportingInstance, "reason", ev.Reason)
+	return nil
 }

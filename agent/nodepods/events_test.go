@@ -1,13 +1,20 @@
 package nodepods
 
 import (
+	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestEventName(t *testing.T) {
@@ -26,5 +33,97 @@ func TestEventName(t *testing.T) {
 		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
 			t.Errorf("EventName(%.20s…, %q) = %q is not a valid object name: %v", c.name, c.suffix, got, errs)
 		}
+	}
+}
+
+func TestCreateEvent(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "job-x", Namespace: "ns", UID: "1c9d7b9f-6c4f-4d2b-8d7f-3a2e4b5c6d7e"}}
+	name := EventName(pod, "device-mismatch")
+	event := func(host string) *corev1.Event {
+		return &corev1.Event{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pod.Namespace},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
+				Name: pod.Name, UID: pod.UID},
+			Reason: "DeviceAllocationMismatch", Message: "from " + host, Type: corev1.EventTypeWarning,
+			Source:            corev1.EventSource{Component: "sextant-agent", Host: host},
+			ReportingInstance: "sextant-agent-" + host,
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		held    *corev1.Event // the event already holding the name
+		failGet bool
+		// want: the events from node-b there afterwards, by name ("generated" for one the
+		// server named)
+		want    []string
+		wantErr string
+	}{
+		{name: "free", want: []string{name}},
+		{name: "held by this node", held: event("node-b"), want: []string{name}},
+		{name: "held by another node", held: event("node-a"), want: []string{"generated"}},
+		{name: "held by no host", held: event(""), want: []string{"generated"}},
+		{name: "held, get fails", held: event("node-a"), failGet: true, wantErr: "apiserver away"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			kube := fake.NewClientset()
+			if c.held != nil {
+				if _, err := kube.CoreV1().Events("ns").Create(context.Background(), c.held, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The fake does not generate names; the API server does.
+			generated := 0
+			kube.PrependReactor("create", "events", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				ev := a.(k8stesting.CreateAction).GetObject().(*corev1.Event)
+				if ev.Name == "" && ev.GenerateName != "" {
+					generated++
+					ev.Name = ev.GenerateName + "gen" + strconv.Itoa(generated)
+				}
+				return false, nil, nil
+			})
+			if c.failGet {
+				kube.PrependReactor("get", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, errors.New("apiserver away")
+				})
+			}
+			err := CreateEvent(context.Background(), kube, "node-b", event("node-b"), logr.Discard())
+			if c.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), c.wantErr) || !strings.Contains(err.Error(), name) {
+					t.Fatalf("CreateEvent = %v, want an error naming %s and saying %q", err, name, c.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("CreateEvent = %v", err)
+			}
+			list, err := kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ours []string
+			for _, ev := range list.Items {
+				if ev.Source.Host != "node-b" {
+					if ev.Name != name || c.held == nil || ev.Message != c.held.Message {
+						t.Errorf("event %s from %q, want only the one held before", ev.Name, ev.Source.Host)
+					}
+					continue
+				}
+				if ev.Reason != "DeviceAllocationMismatch" || ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.UID != pod.UID ||
+					ev.InvolvedObject.Name != pod.Name || ev.ReportingInstance != "sextant-agent-node-b" {
+					t.Errorf("event %s: %s %s on %s/%s from %s", ev.Name, ev.Type, ev.Reason, ev.InvolvedObject.Name, ev.InvolvedObject.UID, ev.ReportingInstance)
+				}
+				switch {
+				case ev.Name == name:
+					ours = append(ours, ev.Name)
+				case strings.HasPrefix(ev.Name, name+"."):
+					ours = append(ours, "generated")
+				default:
+					t.Errorf("event %s, want %s or a name generated from it", ev.Name, name)
+				}
+			}
+			if strings.Join(ours, ",") != strings.Join(c.want, ",") {
+				t.Errorf("events from node-b %q, want %q", ours, c.want)
+			}
+		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"sextant.io/sextant/agent/nodepods"
@@ -23,7 +22,7 @@ func (p *Pinner) event(ctx context.Context, pod *corev1.Pod, typ, reason, suffix
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "sextant.io/numa-pinning", ReportingInstance: p.cfg.Component + "-" + p.cfg.NodeName,
 	}
-	if _, err := p.kube.CoreV1().Events(pod.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := nodepods.CreateEvent(ctx, p.kube, p.cfg.NodeName, ev, p.log); err != nil {
 		p.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -444,7 +443,7 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
 	}
-	if err := t.createEvent(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := t.createEvent(ctx, ev); err != nil {
 		return fmt.Errorf("record that %s is left running: %w", container, err)
 	}
 	t.mu.Lock()
@@ -624,7 +623,7 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 		FirstTimestamp: now, LastTimestamp: now, Count: 1,
 		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
 	}
-	if err := t.createEvent(ctx, ev); err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := t.createEvent(ctx, ev); err != nil {
 		return fmt.Errorf("record the stop of %s: %w", c.Name, err)
 	}
 	mark.Recorded = true
@@ -661,8 +660,7 @@ func (t *Terminator) warn(ctx context.Context, pod *corev1.Pod, container string
 func (t *Terminator) createEvent(ctx context.Context, ev *corev1.Event) error {
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.APITimeout)
 	defer cancel()
-	_, err := t.kube.CoreV1().Events(ev.Namespace).Create(ctx, ev, metav1.CreateOptions{})
-	return err
+	return nodepods.CreateEvent(ctx, t.kube, t.cfg.NodeName, ev, t.log)
 }
 
 // eventName is the name of the Event that records the stop of one container.

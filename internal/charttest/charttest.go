@@ -42,10 +42,25 @@ func TryRender(t testing.TB, overrides map[string]any) (map[string]string, error
 	return engine.Render(chart, values)
 }
 
-// Objects decodes the rendered manifests into objects keyed by "Kind/name".
+// Objects decodes the rendered manifests into objects keyed by "Kind/name"; of
+// namespaced objects of one kind and name in two namespaces, one is kept (List has
+// both).
 func Objects(t testing.TB, rendered map[string]string) map[string]map[string]any {
 	t.Helper()
 	out := map[string]map[string]any{}
+	for _, obj := range List(t, rendered) {
+		meta, _ := obj["metadata"].(map[string]any)
+		kind, _ := obj["kind"].(string)
+		name, _ := meta["name"].(string)
+		out[kind+"/"+name] = obj
+	}
+	return out
+}
+
+// List decodes the rendered manifests into objects.
+func List(t testing.TB, rendered map[string]string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
 	for file, text := range rendered {
 		if !strings.HasSuffix(file, ".yaml") {
 			continue
@@ -58,13 +73,9 @@ func Objects(t testing.TB, rendered map[string]string) map[string]map[string]any
 			} else if err != nil {
 				t.Fatalf("%s: %v", file, err)
 			}
-			if obj == nil {
-				continue
+			if obj != nil {
+				out = append(out, obj)
 			}
-			meta, _ := obj["metadata"].(map[string]any)
-			kind, _ := obj["kind"].(string)
-			name, _ := meta["name"].(string)
-			out[kind+"/"+name] = obj
 		}
 	}
 	return out

@@ -365,6 +365,13 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	rankerKube, _ := impersonate(t, rankerUser, nil)
 	err = rankerKube.CoreV1().Pods(ns).Bind(ctx, binding(map[string]string{sidecarKey: `["sh"]`}), metav1.CreateOptions{DryRun: dryRun})
 	wantDenied(t, err, "sextant-binding-annotations", "the ranker binds a pod with a sidecar's command")
+	// Its labels are copied onto the pod too (Kubernetes 1.35 and later).
+	labelled := binding(nil)
+	labelled.Labels = map[string]string{annotations.SidecarPrepared: "true"}
+	for who, kube := range map[string]kubernetes.Interface{"a user": userKube, "the ranker": rankerKube} {
+		err = kube.CoreV1().Pods(ns).Bind(ctx, labelled, metav1.CreateOptions{DryRun: dryRun})
+		wantDenied(t, err, "sextant-binding-annotations", who+" binds a pod with the label "+annotations.SidecarPrepared)
+	}
 	wantAllowed(t, rankerKube.CoreV1().Pods(ns).Bind(ctx, binding(decisions), metav1.CreateOptions{DryRun: dryRun}),
 		"the ranker binds a pod with its decisions (dry run)")
 	if err := pods.Bind(ctx, binding(decisions), metav1.CreateOptions{}); err != nil {
@@ -619,6 +626,19 @@ func TestSecurityChartHardening(t *testing.T) {
 		t.Errorf("the webhook's NetworkPolicy: %+v; want ingress to ports %v only, egress to the API server's ports only, for the webhook's pods", np.Spec, ports)
 	}
 
+	// The chart's priority classes: for its own pods only.
+	classPod := func(namespace, class string) error {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "e2e-priority", Namespace: namespace},
+			Spec: corev1.PodSpec{PriorityClassName: class, Containers: []corev1.Container{{Name: "main", Image: busyboxImage}}}}
+		_, err := local.kube.CoreV1().Pods(namespace).Create(ctx, p, metav1.CreateOptions{DryRun: dryRun})
+		return err
+	}
+	ns := testNamespace(t)
+	waitPolicy(t, "sextant-priority-classes", func() error { return classPod(ns, "sextant-node-critical") })
+	wantDenied(t, classPod(ns, "sextant-cluster-critical"), "sextant-priority-classes", "a pod outside the release's namespace names sextant-cluster-critical")
+	wantAllowed(t, classPod(releaseNamespace, "sextant-node-critical"), "a pod in the release's namespace names sextant-node-critical (dry run)")
+	wantAllowed(t, classPod(ns, ""), "a pod outside the release's namespace names no class (dry run)")
+
 	// The virtual-node controller: its own account, and one replica leads.
 	vnc := deployments["sextant-virtual-node-controller"]
 	if vnc.Spec.Template.Spec.ServiceAccountName != "sextant-virtual-node-controller" {
@@ -646,13 +666,13 @@ func TestSecurityNUMAPinnedPodsDoNotGrow(t *testing.T) {
 	node := readyFakeNode(t, "e2e-sec-resize-", nil, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("16Gi"), corev1.ResourcePods: resource.MustParse("110")})
 	pods := local.kube.CoreV1().Pods(ns)
-	bound := func(name string, ann map[string]string) {
+	create := func(name, scheduler string, nodeSelector map[string]string) {
 		t.Helper()
 		p := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PodSpec{
-				// No scheduler of that name: the test binds it.
-				SchedulerName: "sextant-e2e-nobody",
+				SchedulerName: scheduler,
+				NodeSelector:  nodeSelector,
 				Containers: []corev1.Container{{Name: "main", Image: busyboxImage, ImagePullPolicy: corev1.PullNever,
 					Resources: corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
@@ -666,6 +686,11 @@ func TestSecurityNUMAPinnedPodsDoNotGrow(t *testing.T) {
 		t.Cleanup(func() {
 			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 		})
+	}
+	bound := func(name string, ann map[string]string) {
+		t.Helper()
+		// No scheduler of that name: the test binds it.
+		create(name, "sextant-e2e-nobody", nil)
 		// As the admin, whom the Binding policy lets pass, in the ranker's place.
 		if err := pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
 			Target: corev1.ObjectReference{Kind: "Node", Name: node.Name}}, metav1.CreateOptions{}); err != nil {
@@ -686,4 +711,12 @@ func TestSecurityNUMAPinnedPodsDoNotGrow(t *testing.T) {
 	wantDenied(t, resize("pinned", "200m", "128Mi", metav1.PatchOptions{}), "sextant-numa-resize", "a pinned pod grows its memory request")
 	wantAllowed(t, resize("pinned", "100m", "64Mi", metav1.PatchOptions{}), "a pinned pod shrinks its CPU request")
 	wantAllowed(t, resize("plain", "300m", "128Mi", metav1.PatchOptions{}), "a pod without NUMA nodes grows")
+
+	// A pod waiting for the ranker (a node selector no node has keeps it waiting) may
+	// already have NUMA nodes chosen at Reserve for the requests it has: they stay.
+	create("pending", "sextant", map[string]string{"e2e.sextant.io/nowhere": "true"})
+	create("pending-elsewhere", "sextant-e2e-nobody", nil)
+	wantDenied(t, resize("pending", "300m", "64Mi", metav1.PatchOptions{}), "sextant-numa-resize", "a pod waiting for the ranker grows its CPU request")
+	wantAllowed(t, resize("pending", "100m", "64Mi", metav1.PatchOptions{}), "a pod waiting for the ranker shrinks its CPU request")
+	wantAllowed(t, resize("pending-elsewhere", "300m", "128Mi", metav1.PatchOptions{}), "a pod waiting for another scheduler grows")
 }

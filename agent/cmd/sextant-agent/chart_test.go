@@ -8,7 +8,7 @@ import (
 	"sextant.io/sextant/internal/charttest"
 )
 
-// The chart grants the agent pods list/watch and events create exactly when the flags
+// The chart grants the agent pods list/watch and events create/get exactly when the flags
 // it renders make the agent act on pods: with any of the terminator, NUMA pinning and
 // the device plugin on, and with none of them (least privilege); and nodes/status patch,
 // with the policy that narrows it, exactly when the device plugin runs. The flags are
@@ -34,7 +34,7 @@ func TestChartGrantsWhatTheAgentUses(t *testing.T) {
 						t.Fatalf("the agent does not take the chart's flags: %v", err)
 					}
 					rules := grants(t, objs["ClusterRole/sextant-agent"])
-					for _, want := range []string{"pods list", "pods watch", "events create"} {
+					for _, want := range []string{"pods list", "pods watch", "events create", "events get"} {
 						if got := rules[want]; got != o.actsOnPods() {
 							t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v (the agent acts on pods: %v)", want, got, o.actsOnPods(), o.actsOnPods())
 						}

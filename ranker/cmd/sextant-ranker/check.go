@@ -25,14 +25,15 @@ import (
 
 // checkOptions are the flags of `sextant-ranker check`, the chart's helm test.
 type checkOptions struct {
-	kubeconfig    string
-	namespace     string
-	agentSelector string
-	freshWithin   time.Duration
-	schedulerName string
-	image         string
-	command       []string
-	timeout       time.Duration
+	kubeconfig     string
+	namespace      string
+	probeNamespace string
+	agentSelector  string
+	freshWithin    time.Duration
+	schedulerName  string
+	image          string
+	command        []string
+	timeout        time.Duration
 }
 
 func newCheckCommand() *cobra.Command {
@@ -77,7 +78,8 @@ func checkCommand() (*cobra.Command, *checkOptions) {
 	cmd.SetHelpFunc(plain.HelpFunc())
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
-	f.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the release's namespace: its agent pods, and where the test pod runs (default $POD_NAMESPACE)")
+	f.StringVar(&o.namespace, "namespace", os.Getenv("POD_NAMESPACE"), "the release's namespace, where its agent pods run (default $POD_NAMESPACE)")
+	f.StringVar(&o.probeNamespace, "probe-namespace", "", "where the test pod runs (default: --namespace). The chart gives a namespace of its own, under the restricted Pod Security level, so that the check's right to create pods cannot start one as a sextant service account")
 	f.StringVar(&o.agentSelector, "agent-selector", "app.kubernetes.io/name=sextant,app.kubernetes.io/component=agent", "label selector of the agent pods")
 	f.DurationVar(&o.freshWithin, "fresh-within", 90*time.Second, "a NodeBandwidth sampled longer ago than this is stale")
 	f.StringVar(&o.schedulerName, "scheduler-name", "sextant", "the ranker's profile, which the test pod names")
@@ -94,6 +96,11 @@ func (o checkOptions) validate() error {
 	}
 	if err := checkName("--namespace", o.namespace, "a namespace", validation.IsDNS1123Label); err != nil {
 		return err
+	}
+	if o.probeNamespace != "" {
+		if err := checkName("--probe-namespace", o.probeNamespace, "a namespace", validation.IsDNS1123Label); err != nil {
+			return err
+		}
 	}
 	if o.image == "" {
 		return errors.New("--image is required: the image of the test pod, such as the ranker's")
@@ -157,27 +164,34 @@ func runCheck(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 	}
 	fmt.Fprintln(out, "every agent's node has a fresh NodeBandwidth")
 
+	ns := o.probeNamespace
+	if ns == "" {
+		ns = o.namespace
+	}
+
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "sextant-check-", Namespace: o.namespace,
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "sextant-check-", Namespace: ns,
 			Labels: map[string]string{"app.kubernetes.io/name": "sextant", "app.kubernetes.io/component": "check"}},
 		Spec: corev1.PodSpec{
 			SchedulerName: o.schedulerName, RestartPolicy: corev1.RestartPolicyNever,
 			AutomountServiceAccountToken: ptr.To(false),
+			// What the restricted Pod Security level asks, so that the probe runs there.
+			SecurityContext: &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			Containers: []corev1.Container{{Name: "check", Image: o.image, Command: o.command,
 				SecurityContext: &corev1.SecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
 					AllowPrivilegeEscalation: ptr.To(false), Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
 		},
 	}
-	created, err := kube.CoreV1().Pods(o.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		return fmt.Errorf("create the test pod: %w", err)
 	}
 	defer func() {
-		_ = kube.CoreV1().Pods(o.namespace).Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		_ = kube.CoreV1().Pods(ns).Delete(context.WithoutCancel(ctx), created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	}()
 	var node string
 	err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		p, err := kube.CoreV1().Pods(o.namespace).Get(ctx, created.Name, metav1.GetOptions{})
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, created.Name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
 		}
@@ -185,7 +199,7 @@ func runCheck(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 		return node != "", nil
 	})
 	if err != nil {
-		return fmt.Errorf("the ranker (schedulerName %s) did not place pod %s/%s", o.schedulerName, o.namespace, created.Name)
+		return fmt.Errorf("the ranker (schedulerName %s) did not place pod %s/%s", o.schedulerName, ns, created.Name)
 	}
 	fmt.Fprintf(out, "the ranker placed pod %s on %s\n", created.Name, node)
 	return nil

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"sextant.io/sextant/internal/charttest"
 )
 
 func agentPod(name, node string) *corev1.Pod {
@@ -34,7 +37,7 @@ func nodeBandwidth(node string, sampled time.Time) *unstructured.Unstructured {
 // The helm test passes only when every running agent's node has a fresh report and the
 // ranker binds the test pod; otherwise it names the node or the pod.
 func TestCheck(t *testing.T) {
-	o := checkOptions{namespace: "sextant-system", agentSelector: "app.kubernetes.io/name=sextant,app.kubernetes.io/component=agent",
+	o := checkOptions{namespace: "sextant-system", probeNamespace: "sextant-check", agentSelector: "app.kubernetes.io/name=sextant,app.kubernetes.io/component=agent",
 		freshWithin: time.Minute, schedulerName: "sextant", image: "sextant.local/sextant-ranker:dev", command: []string{"true"}}
 	run := func(bind bool, reports ...runtime.Object) error {
 		kube := fake.NewClientset(agentPod("a1", "n1"), agentPod("a2", "n2"))
@@ -54,7 +57,10 @@ func TestCheck(t *testing.T) {
 		defer cancel()
 		err := runCheck(ctx, kube, dyn, o, io.Discard)
 		if created != nil {
-			if _, gerr := kube.CoreV1().Pods(o.namespace).Get(context.Background(), created.Name, metav1.GetOptions{}); gerr == nil {
+			if created.Namespace != o.probeNamespace {
+				t.Errorf("the test pod ran in %q, want the probe namespace %q", created.Namespace, o.probeNamespace)
+			}
+			if _, gerr := kube.CoreV1().Pods(created.Namespace).Get(context.Background(), created.Name, metav1.GetOptions{}); gerr == nil {
 				t.Errorf("the test pod %s was not deleted", created.Name)
 			}
 		}
@@ -86,6 +92,7 @@ func TestCheckFlags(t *testing.T) {
 		{"no namespace", []string{"--image", "i"}, "--namespace (or $POD_NAMESPACE) is required: the release's namespace"},
 		{"bad namespace", []string{"--namespace", "Sextant", "--image", "i"}, `--namespace "Sextant": want a namespace: `},
 		{"no image", []string{"--namespace", "ns"}, "--image is required: the image of the test pod, such as the ranker's"},
+		{"bad probe namespace", append(base, "--probe-namespace", "Probe_NS"), `--probe-namespace "Probe_NS": want a namespace: `},
 		{"bad image", []string{"--namespace", "ns", "--image", "not a valid image ref!!"}, `--image "not a valid image ref!!"` + imageForm},
 		{"timeout 0", append(base, "--timeout", "0s"), "--timeout 0s: want a positive duration such as 3m"},
 		{"timeout -1s", append(base, "--timeout", "-1s"), "--timeout -1s: want a positive duration such as 3m"},
@@ -96,4 +103,50 @@ func TestCheckFlags(t *testing.T) {
 		{"bad scheduler name", append(base, "--scheduler-name", "Sextant Ranker"), `--scheduler-name "Sextant Ranker": want a scheduler name: `},
 		{"empty command", append(base, "--command", ""), `--command "": want a command of --image that exits 0, such as /usr/local/bin/sextant-ranker,--version`},
 	}, checkCommand, checkOptions.validate)
+}
+
+// Nothing the chart renders, the helm test's hooks included, may create pods in the
+// release's namespace: that right starts a pod as the agent's service account on any
+// node, or as the ranker's. The check's probe runs in a namespace of its own, under the
+// restricted Pod Security level, and the check is told so.
+func TestChartCheckCreatesPodsOnlyInItsProbeNamespace(t *testing.T) {
+	rendered := charttest.Render(t, nil)
+	objs := charttest.Objects(t, rendered)
+	const probe = "sextant-check"
+	ns := objs["Namespace/"+probe]
+	if ns == nil {
+		t.Fatalf("no Namespace %s rendered", probe)
+	}
+	if labels, _ := ns["metadata"].(map[string]any)["labels"].(map[string]any); labels["pod-security.kubernetes.io/enforce"] != "restricted" {
+		t.Errorf("namespace %s: labels %v, want pod-security.kubernetes.io/enforce=restricted", probe, labels)
+	}
+	creators := 0
+	for _, obj := range charttest.List(t, rendered) {
+		kind, _ := obj["kind"].(string)
+		if kind != "Role" && kind != "ClusterRole" {
+			continue
+		}
+		namespace, _ := obj["metadata"].(map[string]any)["namespace"].(string)
+		key := kind + "/" + namespace + "/" + obj["metadata"].(map[string]any)["name"].(string)
+		rules, _ := obj["rules"].([]any)
+		for _, r := range rules {
+			rule := r.(map[string]any)
+			resources, verbs := charttest.Strings(rule["resources"]), charttest.Strings(rule["verbs"])
+			if !slices.ContainsFunc(resources, func(s string) bool { return s == "pods" || s == "*" }) ||
+				!slices.ContainsFunc(verbs, func(s string) bool { return s == "create" || s == "*" }) {
+				continue
+			}
+			if kind == "ClusterRole" || namespace != probe {
+				t.Errorf("%s (namespace %q) grants %v on %v: pods may be created only in %s", key, namespace, verbs, resources, probe)
+			}
+			creators++
+		}
+	}
+	if creators != 1 {
+		t.Errorf("%d rules grant creating pods, want the check's one in %s", creators, probe)
+	}
+	args := strings.Join(charttest.Strings(charttest.Containers(objs["Pod/sextant-check"])[0]["args"]), " ")
+	if !strings.Contains(args, "--probe-namespace="+probe) {
+		t.Errorf("the check's args %s: want --probe-namespace=%s", args, probe)
+	}
 }
