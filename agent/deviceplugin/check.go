@@ -41,8 +41,10 @@ func (m *Mismatch) Error() string {
 // pod of another scheduler, or one that asks for no device the ranker chose) or lists
 // every one of ids; otherwise it is a Mismatch. judged is false when no pod of this
 // node can be the one, or the kubelet admits none of them: the caller's pod list may
-// be behind the kubelet's, and nothing is held against the allocation.
-func CheckAllocation(pods []*corev1.Pod, resource corev1.ResourceName, ids []string, admitting AdmittingFunc) (mismatch *Mismatch, judged bool) {
+// be behind the kubelet's, and nothing is held against the allocation. identified is
+// true when the kubelet's answer shows the pod being admitted among those judged, so
+// that a Mismatch is about that pod and not a guess among the pods it may be.
+func CheckAllocation(pods []*corev1.Pod, resource corev1.ResourceName, ids []string, admitting AdmittingFunc) (mismatch *Mismatch, judged, identified bool) {
 	var set []*corev1.Pod
 	for _, p := range pods {
 		if live(p) && waitingContainerAsks(p, resource, len(ids)) {
@@ -50,24 +52,35 @@ func CheckAllocation(pods []*corev1.Pod, resource corev1.ResourceName, ids []str
 		}
 	}
 	if len(set) == 0 {
-		return nil, false
+		return nil, false, false
 	}
 	if admitting != nil {
 		if admitted, ok := admitting(set); ok {
 			if len(admitted) == 0 {
-				return nil, false
+				return nil, false, false
 			}
 			set = admitted
+			// PodResources lists every app container, so a pod kept with one of resource
+			// was kept for it waiting for devices, which only the pod being admitted
+			// does; a pod kept because its device containers are plain init containers
+			// (not listed) may be one admitted before.
+			identified = slices.ContainsFunc(set, func(p *corev1.Pod) bool { return appContainerAsks(p, resource) })
 		}
 	}
 	slices.SortFunc(set, olderFirst)
 	for _, p := range set {
 		listed := listing(p, resource)
 		if len(listed) == 0 || containsAll(listed, ids) {
-			return nil, true
+			return nil, true, identified
 		}
 	}
-	return &Mismatch{Resource: resource, IDs: slices.Clone(ids), Pods: set}, true
+	return &Mismatch{Resource: resource, IDs: slices.Clone(ids), Pods: set}, true, identified
+}
+
+// appContainerAsks reports whether an app container of pod (not an init container)
+// asks for resource.
+func appContainerAsks(pod *corev1.Pod, resource corev1.ResourceName) bool {
+	return slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return ContainerRequest(c, resource) > 0 })
 }
 
 // live reports whether pod is bound, not being deleted and not finished: one the

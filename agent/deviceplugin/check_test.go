@@ -16,6 +16,9 @@ func TestCheckAllocation(t *testing.T) {
 	running := with(mkPod("run", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2)), func(p *corev1.Pod) {
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	})
+	initOnly := with(mkPod("init-only", 4, "sextant.io/gpu="+devA+","+devB, ctr("main", 0)), func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{ctr("prep", 2)}
+	})
 	unreachable := func([]*corev1.Pod) ([]*corev1.Pod, bool) { return nil, false }
 	tests := []struct {
 		name      string
@@ -24,19 +27,25 @@ func TestCheckAllocation(t *testing.T) {
 		admitting AdmittingFunc
 		refused   string // the pods named by the refusal, comma-separated; "" allowed
 		unjudged  bool
+		// identified: the kubelet's answer shows the pod being admitted among those judged.
+		identified bool
 	}{
 		{name: "the annotated devices", pods: []*corev1.Pod{p1}, ids: []string{devB, devA}},
 		{name: "other devices", pods: []*corev1.Pod{p1}, ids: []string{devA, devC}, refused: "p1"},
 		{name: "other devices, the kubelet admits the pod", pods: []*corev1.Pod{p1, p2}, ids: []string{devA, devC},
-			admitting: admits("p2"), refused: "p2"},
+			admitting: admits("p2"), refused: "p2", identified: true},
 		{name: "one of two pods' devices, the kubelet admits the other", pods: []*corev1.Pod{p1, p2}, ids: []string{devA, devB},
-			admitting: admits("p2"), refused: "p2"},
+			admitting: admits("p2"), refused: "p2", identified: true},
+		{name: "the kubelet admits the pod given these devices", pods: []*corev1.Pod{p1, p2}, ids: []string{devA, devB},
+			admitting: admits("p1"), identified: true},
+		{name: "the kubelet keeps only a pod whose devices go to a plain init container: not identified",
+			pods: []*corev1.Pod{initOnly}, ids: []string{devC, devD}, admitting: admits("init-only"), refused: "init-only"},
 		{name: "one of two pods' devices, the kubelet cannot be asked", pods: []*corev1.Pod{p1, p2}, ids: []string{devA, devB},
 			admitting: unreachable},
 		{name: "mixed devices of two pods, neither's", pods: []*corev1.Pod{p2, p1}, ids: []string{devB, devC},
 			admitting: unreachable, refused: "p1,p2"},
 		{name: "a plain pod may be the one", pods: []*corev1.Pod{p1, plain}, ids: []string{devC, devD}},
-		{name: "the kubelet admits the plain pod", pods: []*corev1.Pod{p1, plain}, ids: []string{devA, devB}, admitting: admits("plain")},
+		{name: "the kubelet admits the plain pod", pods: []*corev1.Pod{p1, plain}, ids: []string{devA, devB}, admitting: admits("plain"), identified: true},
 		{name: "a decision for another resource only", pods: []*corev1.Pod{nicOnly}, ids: []string{devC, devD}},
 		{name: "a part of the pod's devices, for one of its containers",
 			pods: []*corev1.Pod{mkPod("two", 0, "sextant.io/gpu="+devA+","+devC, ctr("a", 1), ctr("b", 1))}, ids: []string{devC}},
@@ -54,9 +63,12 @@ func TestCheckAllocation(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			mismatch, judged := CheckAllocation(tt.pods, gpuRes, tt.ids, tt.admitting)
+			mismatch, judged, identified := CheckAllocation(tt.pods, gpuRes, tt.ids, tt.admitting)
 			if judged == tt.unjudged {
 				t.Errorf("judged = %v, want %v", judged, !tt.unjudged)
+			}
+			if identified != tt.identified {
+				t.Errorf("identified = %v, want %v", identified, tt.identified)
 			}
 			var refused []string
 			if mismatch != nil {

@@ -404,14 +404,13 @@ func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceReques
 	if err != nil {
 		m.log.Error(err, "listing the node's pods for a preferred allocation failed", "resource", ep.resource)
 	}
-	admitting := m.admitting(ctx, req.Resource)
+	admitting, _ := m.admitting(ctx, req.Resource)
 	p := Prefer(pods, req, ep.numaNodes(), admitting)
 	if p.Outcome == OutcomeFallback && m.cfg.FreshPods != nil {
-		// The kubelet may have the pod before the agent's watch does.
+		// The kubelet may have the pod before the agent's watch does, and a fallback
+		// is kept off the devices of pending pods the watch may not have yet either.
 		if fresh, err := m.freshPods(ctx, ep); err == nil {
-			if q := Prefer(fresh, req, ep.numaNodes(), admitting); q.Outcome != OutcomeFallback {
-				p = q
-			}
+			p = Prefer(fresh, req, ep.numaNodes(), admitting)
 		}
 	}
 	m.metrics.preferred.WithLabelValues(ep.resource, p.Outcome).Inc()
@@ -438,18 +437,25 @@ func (m *Manager) check(ctx context.Context, ep *endpoint, ids []string) *Mismat
 	if err != nil {
 		m.log.Error(err, "listing the node's pods to check an allocation failed", "resource", ep.resource)
 	}
-	admitting := m.admitting(ctx, resource)
-	mismatch, judged := CheckAllocation(pods, resource, ids, admitting)
+	admitting, kubeletErr := m.admitting(ctx, resource)
+	mismatch, judged, identified := CheckAllocation(pods, resource, ids, admitting)
+	freshFailed := false
 	if (mismatch != nil || !judged) && m.cfg.FreshPods != nil {
 		// The kubelet may have the pod before the agent's watch does, and a refusal
-		// fails a pod: both are worth the API server's word.
+		// fails a pod: both are worth the API server's word (a pod deleted and made
+		// again under its name is told apart only there).
 		if fresh, err := m.freshPods(ctx, ep); err != nil {
-			// Lookups delay admission, never block it: without the API server's word
-			// nothing is refused, and the audit still checks the pod once it runs.
-			mismatch = nil
+			freshFailed = true
 		} else {
-			mismatch, _ = CheckAllocation(fresh, resource, ids, admitting)
+			mismatch, judged, identified = CheckAllocation(fresh, resource, ids, admitting)
 		}
+	}
+	if mismatch != nil && freshFailed && !identified {
+		// Lookups delay admission, never block it: a refusal the kubelet did not pin on
+		// the pod it admits may be the cache's guess while the real pod is one the
+		// watch has not delivered, so without the API server's word it is dropped. One
+		// the kubelet pinned stands: the annotation cannot change once the pod is bound.
+		mismatch = nil
 	}
 	if mismatch != nil {
 		m.metrics.refused.WithLabelValues(ep.resource).Inc()
@@ -458,8 +464,26 @@ func (m *Manager) check(ctx context.Context, ep *endpoint, ids []string) *Mismat
 			names[i] = p.Namespace + "/" + p.Name
 		}
 		m.log.Error(mismatch, "refused an allocation that is not the ranker's choice", "resource", ep.resource, "devices", ids, "pods", names)
+		return mismatch
 	}
-	return mismatch
+	var reason string
+	switch {
+	case !judged && freshFailed:
+		reason = UncheckedFreshListFailed
+	case !judged:
+		reason = UncheckedNoCandidate
+	case !identified && kubeletErr() != nil:
+		reason = UncheckedPodResourcesFailed
+	case !identified && freshFailed:
+		reason = UncheckedFreshListFailed
+	}
+	if reason != "" {
+		// The audit still checks the pod once it runs; this says enforcement was
+		// weaker than the ranker's decision asks for, and why.
+		m.metrics.unchecked.WithLabelValues(ep.resource, reason).Inc()
+		m.log.Info("allocation let through without holding it to the ranker's choice", "resource", ep.resource, "devices", ids, "reason", reason)
+	}
+	return nil
 }
 
 // freshPods lists the node's pods from the API server, bounded by LookupTimeout, and
@@ -479,11 +503,9 @@ func (m *Manager) freshPods(ctx context.Context, ep *endpoint) ([]*corev1.Pod, e
 // and has a container of this resource without devices yet; pods admitted before have
 // devices for all of theirs, and pods the kubelet has not taken up are not listed. Nil
 // when there is no PodResources client; not ok when the kubelet does not answer. The
-// kubelet is asked once, at the first call, for one preference or one check.
-func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) AdmittingFunc {
-	if m.cfg.KubeletPods == nil {
-		return nil
-	}
+// kubelet is asked once, at the first call, for one preference or one check; failed
+// returns the kubelet's error once it was asked.
+func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) (narrow AdmittingFunc, failed func() error) {
 	// One answer serves the whole call it was made for: asking again after a fresh pod
 	// list would only add to what the kubelet waits.
 	var (
@@ -491,6 +513,10 @@ func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) A
 		list  []*podresourcesapi.PodResources
 		err   error
 	)
+	failed = func() error { return err }
+	if m.cfg.KubeletPods == nil {
+		return nil, failed
+	}
 	return func(cands []*corev1.Pod) ([]*corev1.Pod, bool) {
 		if !asked {
 			asked = true
@@ -505,7 +531,7 @@ func (m *Manager) admitting(ctx context.Context, resource corev1.ResourceName) A
 			return nil, false
 		}
 		return Admitting(list, cands, resource), true
-	}
+	}, failed
 }
 
 // Admitting returns the candidates the kubelet's PodResources list shows as being

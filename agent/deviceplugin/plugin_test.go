@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -576,6 +577,123 @@ func TestAllocateRefusesOtherDevices(t *testing.T) {
 	// A plain pod of one device is not held to anyone's choice.
 	if err := allocate(devC); err != nil {
 		t.Errorf("Allocate for a plain pod: %v", err)
+	}
+}
+
+// The cache and the kubelet's PodResources both name the pod being admitted, and it
+// was given other devices: the refusal stands when the API server's list, asked to
+// confirm it, fails. Its annotation cannot change once bound.
+func TestAllocateRefusalStandsWhenFreshListFails(t *testing.T) {
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	chosen := mkPod("chosen", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
+	kubeletList := []*podresourcesapi.PodResources{
+		{Namespace: "default", Name: "chosen", Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}},
+	}
+	h := startManager(t, dir, func(c *Config) {
+		c.KubeletPods = func(context.Context) ([]*podresourcesapi.PodResources, error) { return kubeletList, nil }
+		c.FreshPods = func(context.Context) ([]*corev1.Pod, error) {
+			return nil, errors.New("apiserver: 429 too many requests")
+		}
+	})
+	h.pods = func() ([]*corev1.Pod, error) { return []*corev1.Pod{chosen}, nil }
+	const gpu = "sextant.io/gpu"
+	h.m.Update(gpus(v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy), nil)
+	eventually(t, "registration", func() bool { return k.client(gpu) != nil })
+	_, err := k.client(gpu).Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{devA, devC}}}})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "default/chosen ("+devA+","+devB+")") {
+		t.Errorf("Allocate of %s,%s for the pod the ranker gave %s,%s while the API server list fails: %v, want FailedPrecondition naming the pod",
+			devA, devC, devA, devB, err)
+	}
+}
+
+// What Allocate does when a lookup fails, and how sextant_device_allocations_unchecked_total
+// counts the allocations it lets through without holding them to the ranker's choice.
+func TestAllocateUnchecked(t *testing.T) {
+	chosen := mkPod("chosen", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
+	plain := mkPod("plain", 1, "", ctr("main", 2))
+	admitted := func(names ...string) []*podresourcesapi.PodResources {
+		var out []*podresourcesapi.PodResources
+		for _, n := range names {
+			out = append(out, &podresourcesapi.PodResources{Namespace: "default", Name: n, Containers: []*podresourcesapi.ContainerResources{{Name: "main"}}})
+		}
+		return out
+	}
+	down := errors.New("connection refused")
+	tests := []struct {
+		name      string
+		cached    []*corev1.Pod
+		kubelet   []*podresourcesapi.PodResources
+		kubeErr   error
+		fresh     []*corev1.Pod
+		freshErr  error
+		ids       []string
+		refused   bool
+		unchecked string // the reason counted; "" none
+	}{
+		{name: "identified and chosen: checked", cached: []*corev1.Pod{chosen}, kubelet: admitted("chosen"),
+			fresh: []*corev1.Pod{chosen}, ids: []string{devA, devB}},
+		{name: "identified, other devices, the API server list fails: refused", cached: []*corev1.Pod{chosen}, kubelet: admitted("chosen"),
+			freshErr: down, ids: []string{devA, devC}, refused: true},
+		{name: "other devices, PodResources and the API server list fail: let through", cached: []*corev1.Pod{chosen}, kubeErr: down,
+			freshErr: down, ids: []string{devA, devC}, unchecked: UncheckedPodResourcesFailed},
+		{name: "other devices, PodResources fails, the API server confirms: refused", cached: []*corev1.Pod{chosen}, kubeErr: down,
+			fresh: []*corev1.Pod{chosen}, ids: []string{devA, devC}, refused: true},
+		{name: "two pods it may be for, PodResources fails: let through on the plain one", cached: []*corev1.Pod{chosen, plain}, kubeErr: down,
+			ids: []string{devC, devD}, unchecked: UncheckedPodResourcesFailed},
+		{name: "no pod in the cache, the API server list fails", kubelet: admitted("late"), freshErr: down,
+			ids: []string{devC, devD}, unchecked: UncheckedFreshListFailed},
+		{name: "the kubelet admits none of the cached pods, the API server list fails", cached: []*corev1.Pod{chosen}, kubelet: admitted("late"),
+			freshErr: down, ids: []string{devC, devD}, unchecked: UncheckedFreshListFailed},
+		{name: "no pod anywhere", kubelet: admitted(), ids: []string{devC, devD}, unchecked: UncheckedNoCandidate},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := startManager(t, socketDir(t), func(c *Config) {
+				c.KubeletPods = func(context.Context) ([]*podresourcesapi.PodResources, error) { return tt.kubelet, tt.kubeErr }
+				c.FreshPods = func(context.Context) ([]*corev1.Pod, error) { return tt.fresh, tt.freshErr }
+			})
+			h.pods = func() ([]*corev1.Pod, error) { return tt.cached, nil }
+			h.m.Update(gpus(v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy), nil)
+			ep := h.m.endpointList()[0]
+			_, err := ep.Allocate(context.Background(), &pluginapi.AllocateRequest{
+				ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: tt.ids}}})
+			if refused := status.Code(err) == codes.FailedPrecondition; refused != tt.refused || (err != nil && !refused) {
+				t.Errorf("Allocate of %v: %v, want refused %v", tt.ids, err, tt.refused)
+			}
+			if got := testutil.ToFloat64(h.m.metrics.refused.WithLabelValues(ep.resource)); got != map[bool]float64{true: 1}[tt.refused] {
+				t.Errorf("refused counted %v times", got)
+			}
+			for _, reason := range []string{UncheckedFreshListFailed, UncheckedPodResourcesFailed, UncheckedNoCandidate} {
+				want := 0.0
+				if reason == tt.unchecked {
+					want = 1
+				}
+				if got := testutil.ToFloat64(h.m.metrics.unchecked.WithLabelValues(ep.resource, reason)); got != want {
+					t.Errorf("unchecked{reason=%q} = %v, want %v", reason, got, want)
+				}
+			}
+		})
+	}
+}
+
+// A fallback is kept off the devices of a pending pod the agent's watch has not
+// delivered yet but the API server lists.
+func TestGetPreferredAllocationKeepsOffFreshPendingPods(t *testing.T) {
+	chosen := mkPod("chosen", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
+	h := startManager(t, socketDir(t), func(c *Config) {
+		c.FreshPods = func(context.Context) ([]*corev1.Pod, error) { return []*corev1.Pod{chosen}, nil }
+	})
+	h.m.Update(gpus(v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy), nil)
+	ep := h.m.endpointList()[0]
+	resp, err := ep.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+		ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{devA, devB, devC, devD}, AllocationSize: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, []string{devC}) {
+		t.Errorf("a plain pod of one device is offered %v, want %s, off pending pod chosen's %s,%s", got, devC, devA, devB)
 	}
 }
 

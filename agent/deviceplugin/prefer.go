@@ -55,16 +55,18 @@ type Preference struct {
 //
 // When admitting is given and the kubelet answers, the candidates are narrowed to the
 // pods it is admitting: one left, its devices; none left, the kubelet admits a pod that
-// is no candidate (a plain pod, or one whose devices are gone), which gets the fallback
-// and is kept off the candidates' devices where it can be, so that they still find
-// theirs; several, the oldest of them. Without an answer: one candidate, its devices;
+// is no candidate (a plain pod, or one whose devices are gone), which gets the
+// fallback; several, the oldest of them. Without an answer: one candidate, its devices;
 // several, the oldest (creation time, then namespace/name), since the kubelet admits a
 // batch of new pods oldest first. The devices of a candidate are MustInclude first, then
 // its other listed devices in the annotation's order.
 //
 // No candidate: the first Size available devices, MustInclude first, then those on the
 // NUMA nodes of MustInclude, else on one NUMA node that has them all, in address order;
-// numa gives each device's NUMA node (-1 unknown).
+// numa gives each device's NUMA node (-1 unknown). Every fallback is kept off the
+// devices listed by pending pods (live, with a never-started container asking for the
+// resource, whatever its count) where enough others are available, so that they still
+// find theirs when the kubelet admits them.
 func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, admitting AdmittingFunc) Preference {
 	type fit struct {
 		pod *corev1.Pod
@@ -77,7 +79,7 @@ func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, ad
 		}
 	}
 	if len(fits) == 0 {
-		return Preference{IDs: fallback(req, numa), Outcome: OutcomeFallback}
+		return Preference{IDs: fallbackAround(pods, req, numa), Outcome: OutcomeFallback}
 	}
 	slices.SortFunc(fits, func(a, b fit) int { return olderFirst(a.pod, b.pod) })
 	cands := make([]*corev1.Pod, len(fits))
@@ -92,7 +94,7 @@ func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, ad
 		if admitted, ok := admitting(cands); ok {
 			fits = slices.DeleteFunc(fits, func(f fit) bool { return !slices.Contains(admitted, f.pod) })
 			if len(fits) == 0 {
-				return Preference{IDs: fallbackAround(req, numa, cands), Outcome: OutcomeFallback, Candidates: cands}
+				return Preference{IDs: fallbackAround(pods, req, numa), Outcome: OutcomeFallback, Candidates: cands}
 			}
 			if len(fits) == 1 && len(cands) > 1 {
 				outcome = OutcomeKubelet
@@ -106,11 +108,16 @@ func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, ad
 // when the kubelet could not be asked, and then nothing is narrowed.
 type AdmittingFunc func(cands []*corev1.Pod) (admitted []*corev1.Pod, ok bool)
 
-// fallbackAround is the fallback for a pod that is no candidate, kept off the devices
-// the candidates are waiting for while enough others are available.
-func fallbackAround(req PreferenceRequest, numa map[string]int64, cands []*corev1.Pod) []string {
+// fallbackAround is the fallback kept off the devices the ranker chose for the pods
+// still waiting for theirs (pending), while enough others are available: whatever
+// number of devices such a pod asks for, one taken from its choice now fails it later.
+// MustInclude is never kept off: the container's pod holds those devices already.
+func fallbackAround(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64) []string {
 	reserved := map[string]bool{}
-	for _, pod := range cands {
+	for _, pod := range pods {
+		if !pending(pod, req.Resource) {
+			continue
+		}
 		for _, id := range listing(pod, req.Resource) {
 			reserved[id] = true
 		}
@@ -123,6 +130,12 @@ func fallbackAround(req PreferenceRequest, numa map[string]int64, cands []*corev
 		return ids
 	}
 	return fallback(req, numa)
+}
+
+// pending reports whether pod is live and has a container asking for resource that
+// has never started: one the kubelet has yet to give devices of resource.
+func pending(pod *corev1.Pod, resource corev1.ResourceName) bool {
+	return live(pod) && waitingContainer(pod, resource, func(n int64) bool { return n > 0 })
 }
 
 // listing is the devices of resource the ranker chose for pod (its
@@ -177,6 +190,13 @@ func fitting(pod *corev1.Pod, req PreferenceRequest) ([]string, bool) {
 // requests exactly size of resource. Containers that ran already have their devices:
 // the kubelet asks only for containers it has not allocated to.
 func waitingContainerAsks(pod *corev1.Pod, resource corev1.ResourceName, size int) bool {
+	return waitingContainer(pod, resource, func(n int64) bool { return n == int64(size) })
+}
+
+// waitingContainer reports whether a container of pod that has never started (no
+// running or terminated state, now or before) requests an amount of resource that asks
+// accepts.
+func waitingContainer(pod *corev1.Pod, resource corev1.ResourceName, asks func(int64) bool) bool {
 	started := map[string]bool{}
 	for _, sts := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
 		for _, st := range sts {
@@ -185,7 +205,7 @@ func waitingContainerAsks(pod *corev1.Pod, resource corev1.ResourceName, size in
 	}
 	for _, cs := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for _, c := range cs {
-			if !started[c.Name] && ContainerRequest(c, resource) == int64(size) {
+			if !started[c.Name] && asks(ContainerRequest(c, resource)) {
 				return true
 			}
 		}

@@ -141,10 +141,34 @@ func TestPrefer(t *testing.T) {
 			pods: []*corev1.Pod{p1},
 			req:  PreferenceRequest{Resource: gpuRes, Available: []string{devB, devC, devD}, Size: 2},
 			want: devC + "," + devD, outcome: OutcomeFallback},
-		{name: "another size",
+		{name: "another size: kept off the pending pod's devices",
 			pods: []*corev1.Pod{p1},
 			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 1},
+			want: devC, outcome: OutcomeFallback},
+		{name: "another size, the kubelet admits a plain pod: kept off the pending pod's devices",
+			pods:      []*corev1.Pod{p1, mkPod("plain", 1, "", ctr("main", 1))},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 1},
+			admitting: admits("plain"),
+			want:      devC, outcome: OutcomeFallback},
+		{name: "another size, only the pending pod's devices left: the fallback takes them",
+			pods: []*corev1.Pod{p1},
+			req:  PreferenceRequest{Resource: gpuRes, Available: []string{devA, devB}, Size: 1},
 			want: devA, outcome: OutcomeFallback},
+		{name: "the kubelet admits a plain pod: kept off the candidate's and the other size's devices",
+			pods:      []*corev1.Pod{p1, mkPod("p3", 2, "sextant.io/gpu="+devC, ctr("main", 1))},
+			req:       PreferenceRequest{Resource: gpuRes, Available: all, Size: 1},
+			admitting: admits("plain"),
+			want:      devD, outcome: OutcomeFallback},
+		{name: "another size, a started pod holds nothing back",
+			pods: []*corev1.Pod{with(mkPod("run", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2)), func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 1},
+			want: devA, outcome: OutcomeFallback},
+		{name: "another size, a pending pod's devices the container must include stay",
+			pods: []*corev1.Pod{p1},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, MustInclude: []string{devB}, Size: 3},
+			want: devB + "," + devC + "," + devD, outcome: OutcomeFallback},
 		{name: "another resource",
 			pods: []*corev1.Pod{mkPod("n", 0, "sextant.io/nic="+devA, ctr("main", 1))},
 			req:  PreferenceRequest{Resource: gpuRes, Available: []string{devC, devD}, Size: 1},
@@ -262,5 +286,32 @@ func TestPreferSequence(t *testing.T) {
 	}
 	if second.Outcome != OutcomeAnnotation || second.Pod != p2 {
 		t.Errorf("second: %s from %v, want p2's annotation", second.Outcome, second.Pod)
+	}
+}
+
+// A pod without an annotation admitted while a ranker-placed pod of another size waits
+// (routine after a kubelet restart) is kept off the waiting pod's devices, with or
+// without the kubelet's PodResources, and the waiting pod then finds them.
+func TestPreferKeepsOffPendingPodsOfOtherSizes(t *testing.T) {
+	all := []string{devA, devB, devC, devD}
+	chosen := mkPod("chosen", 1, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
+	plain := mkPod("plain", 0, "", ctr("main", 1))
+	pods := []*corev1.Pod{chosen, plain}
+	for _, tc := range []struct {
+		name      string
+		admitting AdmittingFunc
+	}{{"the kubelet admits the plain pod", admits("plain")}, {"without PodResources", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			first := Prefer(pods, PreferenceRequest{Resource: gpuRes, Available: all, Size: 1}, numaABCD, tc.admitting)
+			if slices.Contains(first.IDs, devA) || slices.Contains(first.IDs, devB) || first.Outcome != OutcomeFallback {
+				t.Fatalf("plain pod offered %v (%s), a device the ranker chose for pending pod chosen (%s,%s), though %s,%s are free",
+					first.IDs, first.Outcome, devA, devB, devC, devD)
+			}
+			rest := slices.DeleteFunc(slices.Clone(all), func(id string) bool { return slices.Contains(first.IDs, id) })
+			second := Prefer(pods, PreferenceRequest{Resource: gpuRes, Available: rest, Size: 2}, numaABCD, nil)
+			if strings.Join(second.IDs, ",") != devA+","+devB || second.Pod != chosen {
+				t.Errorf("chosen pod then offered %v (%s), want its %s,%s", second.IDs, second.Outcome, devA, devB)
+			}
+		})
 	}
 }
