@@ -113,18 +113,24 @@ func asksForDevices(pod *v1.Pod) bool {
 // annotation. A malformed annotation is logged and ignored: it must not stop
 // scheduling.
 func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (annotations.Allocation, bool)) *Free {
+	return freeDevices(topo, pods, reserved, nil)
+}
+
+// freeDevices is FreeDevices on a node as sim (nil: none) left it: a device whose
+// holder is a pod sim took off counts as free, since the kubelet's record outlives the
+// pod only in the simulation, and the devices of the pods sim added count as taken.
+func freeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(*v1.Pod) (annotations.Allocation, bool), sim *simulation) *Free {
 	taken := map[string]bool{}
-	for _, pi := range pods {
-		pod := pi.GetPod()
+	take := func(pod *v1.Pod) {
 		if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-			continue
+			return
 		}
 		var alloc annotations.Allocation
 		if value, ok := pod.Annotations[annotations.DevicesAllocated]; ok {
 			a, err := annotations.ParseAllocation(value)
 			if err != nil {
 				klog.V(2).InfoS("Ignoring malformed device allocation", "pod", klog.KObj(pod), "err", err)
-				continue
+				return
 			}
 			alloc = a
 		} else if reserved != nil {
@@ -136,10 +142,18 @@ func FreeDevices(topo *v1alpha1.NodeTopology, pods []fwk.PodInfo, reserved func(
 			}
 		}
 	}
+	for _, pi := range pods {
+		take(pi.GetPod())
+	}
+	if sim != nil {
+		for _, pod := range sim.added {
+			take(pod)
+		}
+	}
 	var byKind [len(Kinds)][]v1alpha1.PCIDevice
 	for _, d := range topo.Status.PCIDevices {
 		i := slices.Index(Kinds[:], d.Kind)
-		if i < 0 || d.Health != v1alpha1.Healthy || taken[d.Address] || d.Holder != nil || d.Excluded != "" {
+		if i < 0 || d.Health != v1alpha1.Healthy || taken[d.Address] || d.Holder != nil && !sim.releases(d.Holder) || d.Excluded != "" {
 			continue
 		}
 		byKind[i] = append(byKind[i], d)
@@ -226,10 +240,13 @@ func FromPreferred(free *Free, want Want, preferred []int32) int64 {
 }
 
 // Pick chooses the exact devices for req: first those on the preferred NUMA nodes, in
-// the order preferred lists them, then from as few other NUMA nodes as possible
-// (devices of unknown locality last), in address order within a NUMA node.
-// ok is false when a kind has too few free devices.
-func Pick(free *Free, want Want, preferred []int32) (annotations.Allocation, bool) {
+// the order preferred lists them, then from as few other NUMA nodes as possible, in
+// address order within a NUMA node. Devices of unknown locality come last, unless
+// pinned says preferred is the NUMA set NUMAAware pins the pod to: it chose the set
+// counting such devices as fitting any set, so they come right after the set's own,
+// before any device known to sit outside it, which would leave the pod NUMA-remote for
+// certain. ok is false when a kind has too few free devices.
+func Pick(free *Free, want Want, preferred []int32, pinned bool) (annotations.Allocation, bool) {
 	out := annotations.Allocation{}
 	for _, w := range want {
 		need, addresses, numa := int(w.N), free.addresses[w.Kind], free.numa[w.Kind]
@@ -255,6 +272,16 @@ func Pick(free *Free, want Want, preferred []int32) (annotations.Allocation, boo
 					chosen = append(chosen, addr)
 				}
 			}
+		}
+		takeUnknown := func() {
+			for _, id := range unknown {
+				if len(chosen) < need {
+					chosen = append(chosen, id)
+				}
+			}
+		}
+		if pinned {
+			takeUnknown()
 		}
 		order := make([]int32, 0, len(groups))
 		for n := range groups {
@@ -284,10 +311,8 @@ func Pick(free *Free, want Want, preferred []int32) (annotations.Allocation, boo
 			chosen = append(chosen, ids[:min(rest, len(ids))]...)
 			order = slices.Delete(order, at, at+1)
 		}
-		for _, id := range unknown {
-			if len(chosen) < need {
-				chosen = append(chosen, id)
-			}
+		if !pinned {
+			takeUnknown()
 		}
 		slices.Sort(chosen)
 		out[Kinds[w.Kind].ResourceName()] = chosen

@@ -14,9 +14,13 @@
 //     resources are ignored here. A container that sets only a limit asks for the limit.
 //   - A node without NodeTopology is dropped for pods asking for devices: no device IDs
 //     can be named there (UnschedulableAndUnresolvable). Too few free devices is
-//     Unschedulable, so preemption may free them.
-//   - Devices of unknown NUMA locality are given last and never count as "on the chosen
-//     NUMA nodes". Unhealthy devices are never given.
+//     Unschedulable, so preemption may free them: its dry run tells AddPod and RemovePod
+//     which pods it takes off a copy of the node, and the holders the agent published
+//     for those no longer count there.
+//   - Devices of unknown NUMA locality never count as "on the chosen NUMA nodes". They
+//     are given after those on the NUMA nodes NUMAAware chose, which counted them as
+//     fitting any set, and before devices known to sit elsewhere; without such a choice,
+//     last. Unhealthy devices are never given.
 //   - A malformed devices.sextant.io/allocated annotation on a pod already on a node is
 //     logged and ignored (its devices count as free): scheduling must not stop on it.
 //   - Reserve must run after NUMAAware's Reserve, which fixes the NUMA choice when Filter
@@ -75,14 +79,15 @@ type DeviceAware struct {
 }
 
 var (
-	_ fwk.PreFilterPlugin   = &DeviceAware{}
-	_ fwk.FilterPlugin      = &DeviceAware{}
-	_ fwk.PreScorePlugin    = &DeviceAware{}
-	_ fwk.ScorePlugin       = &DeviceAware{}
-	_ fwk.ReservePlugin     = &DeviceAware{}
-	_ fwk.PostFilterPlugin  = &DeviceAware{}
-	_ fwk.EnqueueExtensions = &DeviceAware{}
-	_ fwk.SignPlugin        = &DeviceAware{}
+	_ fwk.PreFilterPlugin     = &DeviceAware{}
+	_ fwk.PreFilterExtensions = &DeviceAware{}
+	_ fwk.FilterPlugin        = &DeviceAware{}
+	_ fwk.PreScorePlugin      = &DeviceAware{}
+	_ fwk.ScorePlugin         = &DeviceAware{}
+	_ fwk.ReservePlugin       = &DeviceAware{}
+	_ fwk.PostFilterPlugin    = &DeviceAware{}
+	_ fwk.EnqueueExtensions   = &DeviceAware{}
+	_ fwk.SignPlugin          = &DeviceAware{}
 )
 
 // New is the plugin factory for app.WithPlugin(devices.Name, devices.New). The plugin
@@ -146,9 +151,23 @@ type cycleState struct {
 	// picks are the devices Reserve picked, by node. Shared by clones: only Reserve and
 	// Unreserve write it, and they run on the cycle's own state.
 	picks *pickMap
+	// sim is what the framework changed on the node of a copy of this state (AddPod,
+	// RemovePod); nil in the cycle's own state. A cycleState with a sim belongs to one
+	// CycleState alone, so AddPod and RemovePod may change it in place.
+	sim *simulation
 }
 
-func (s *cycleState) Clone() fwk.StateData { return s }
+// Clone shares s until a simulation starts in it: everything else is read-only or
+// shared on purpose (picks). A simulation is the clone's own, since preemption clones
+// the state once per node and simulates each node's victims in its copy.
+func (s *cycleState) Clone() fwk.StateData {
+	if s.sim == nil {
+		return s
+	}
+	c := *s
+	c.sim = s.sim.clone()
+	return &c
+}
 
 type pickMap struct {
 	mu sync.Mutex

@@ -415,8 +415,10 @@ func TestPick(t *testing.T) {
 		name      string
 		n         int64
 		preferred []int32
-		want      []string
-		wantOK    bool
+		// pinned: preferred is the NUMA set NUMAAware chose, which the pod is pinned to.
+		pinned bool
+		want   []string
+		wantOK bool
 	}{
 		{name: "preferred first", n: 1, preferred: []int32{2}, want: []string{"0000:81:00.0"}, wantOK: true},
 		{name: "one NUMA node that fits exactly wins over a larger one", n: 2, want: []string{"0000:81:00.0", "0000:82:00.0"}, wantOK: true},
@@ -424,9 +426,13 @@ func TestPick(t *testing.T) {
 		{name: "preferred, then fewest others", n: 3, preferred: []int32{0}, want: []string{"0000:01:00.0", "0000:81:00.0", "0000:82:00.0"}, wantOK: true},
 		{name: "unknown locality last, unhealthy never", n: 7, want: []string{"0000:01:00.0", "0000:41:00.0", "0000:42:00.0", "0000:43:00.0", "0000:81:00.0", "0000:82:00.0", "0000:c1:00.0"}, wantOK: true},
 		{name: "too few", n: 8},
+		{name: "not pinned: other NUMA nodes before unknown locality", n: 2, preferred: []int32{0}, want: []string{"0000:01:00.0", "0000:81:00.0"}, wantOK: true},
+		{name: "pinned: unknown locality before other NUMA nodes", n: 2, preferred: []int32{0}, pinned: true, want: []string{"0000:01:00.0", "0000:c1:00.0"}, wantOK: true},
+		{name: "pinned: other NUMA nodes once unknown locality runs out", n: 3, preferred: []int32{0}, pinned: true, want: []string{"0000:01:00.0", "0000:81:00.0", "0000:c1:00.0"}, wantOK: true},
+		{name: "pinned, nothing in the set: unknown locality first", n: 1, preferred: []int32{3}, pinned: true, want: []string{"0000:c1:00.0"}, wantOK: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := Pick(free, Request{v1alpha1.KindGPU: tc.n}.Want(), tc.preferred)
+			got, ok := Pick(free, Request{v1alpha1.KindGPU: tc.n}.Want(), tc.preferred, tc.pinned)
 			if ok != tc.wantOK || !slices.Equal(got["sextant.io/gpu"], tc.want) {
 				t.Errorf("Pick = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
 			}

@@ -52,7 +52,7 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		filterRejections.WithLabelValues(reasonSilentAgent).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgSilentAgent)
 	}
-	if kind, short := Shortfall(pl.free(rec, topo, nodeInfo), s.want); short {
+	if kind, short := Shortfall(pl.freeIn(s, rec, topo, nodeInfo), s.want); short {
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}
@@ -75,9 +75,24 @@ func (pl *DeviceAware) silent(rec *heartbeat.Node) bool {
 // such an entry comes with a new generation of the node (see NUMAAware's free).
 func (pl *DeviceAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *Free {
 	return *pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() *Free {
-		node := rec.Name() // on a miss only: outside the record's first cache line
-		return FreeDevices(topo, nodeInfo.GetPods(), func(p *v1.Pod) (annotations.Allocation, bool) {
-			return pl.ledger.Get(p.UID, node)
-		})
+		// The name is read on a miss only: it is outside the record's first cache line.
+		return FreeDevices(topo, nodeInfo.GetPods(), pl.reserved(rec.Name()))
 	})
+}
+
+// freeIn is free as the node is in the state s belongs to: in a simulation (see
+// simulation) it is computed anew and not kept, since the cache's key, the NodeInfo's
+// generation, does not tell a simulation from the plain state, whose answer every
+// other caller is owed.
+func (pl *DeviceAware) freeIn(s *cycleState, rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *Free {
+	if s.sim == nil {
+		return pl.free(rec, topo, nodeInfo)
+	}
+	return freeDevices(topo, nodeInfo.GetPods(), pl.reserved(rec.Name()), s.sim)
+}
+
+// reserved is this plugin's reservation of a pod on node, for a pod whose annotation is
+// not visible yet.
+func (pl *DeviceAware) reserved(node string) func(*v1.Pod) (annotations.Allocation, bool) {
+	return func(p *v1.Pod) (annotations.Allocation, bool) { return pl.ledger.Get(p.UID, node) }
 }

@@ -34,7 +34,37 @@ func (pl *DeviceAware) Free(nodeInfo fwk.NodeInfo) (map[int32]numahint.Counts, n
 	if topo == nil {
 		return nil, unknown, false
 	}
-	free := pl.free(rec, topo, nodeInfo)
+	byNUMA, unknown := countByNUMA(pl.free(rec, topo, nodeInfo))
+	return byNUMA, unknown, true
+}
+
+// FreeIn is Free as the node is in state, where the framework may have taken pods off
+// a copy of it (see simulation) whose devices the agent still publishes holders for.
+// simulated is false when state holds no simulation: Free's answer stands then.
+// NUMAAware's Filter asks it, so that the NUMA set it checks in preemption's dry run
+// counts the victims' devices as free too.
+func (pl *DeviceAware) FreeIn(state fwk.CycleState, nodeInfo fwk.NodeInfo) (byNUMA map[int32]numahint.Counts, unknown numahint.Counts, ok, simulated bool) {
+	s, found := readState(state)
+	if !found || s.sim == nil {
+		return nil, unknown, false, false
+	}
+	node := nodeInfo.Node()
+	if node == nil {
+		return nil, unknown, false, true
+	}
+	rec := pl.nodes.NodeOf(node)
+	topo := rec.Topology()
+	if topo == nil {
+		return nil, unknown, false, true
+	}
+	byNUMA, unknown = countByNUMA(pl.freeIn(s, rec, topo, nodeInfo))
+	return byNUMA, unknown, true, true
+}
+
+// countByNUMA counts free devices by NUMA node, and apart those whose NUMA node is
+// unknown.
+func countByNUMA(free *Free) (map[int32]numahint.Counts, numahint.Counts) {
+	var unknown numahint.Counts
 	byNUMA := map[int32]numahint.Counts{}
 	for k, numas := range free.numa {
 		for _, n := range numas {
@@ -47,5 +77,5 @@ func (pl *DeviceAware) Free(nodeInfo fwk.NodeInfo) (map[int32]numahint.Counts, n
 			byNUMA[n] = c
 		}
 	}
-	return byNUMA, unknown, true
+	return byNUMA, unknown
 }

@@ -75,6 +75,13 @@ func TestOneNUMASet(t *testing.T) {
 			pod: withMemory(pod("p", "1", gpus(1), nil), 12*gi), wantNUMA: "0,1", wantGPUs: []string{"0000:90:00.0"}},
 		{name: "a device of unknown NUMA node fits any set", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", -1)),
 			pod: pod("p", "1", gpus(2), nil), wantNUMA: "0", wantGPUs: []string{"0000:3b:00.0", "0000:af:00.0"}},
+		{
+			// NUMAAware pins the pod to NUMA node 0 (its CPUs fit there, and the device
+			// of unknown NUMA node fits any set): the GPU known to sit on NUMA node 1
+			// would break that pinning, the unknown one may not.
+			name: "a device of unknown NUMA node before one outside the set", topo: topology("n", 2, 4, gpu("0000:81:00.0", 1), gpu("0000:05:00.0", -1)),
+			pod: pod("p", "2", gpus(1), nil), wantNUMA: "0", wantGPUs: []string{"0000:05:00.0"},
+		},
 		{name: "single-numa-node with devices on one NUMA node", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1)),
 			pod: pod("p", "1", gpus(2), single), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0", "0000:b0:00.0"}},
 		{name: "single-numa-node: the devices do not fit one NUMA node", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", 1)),

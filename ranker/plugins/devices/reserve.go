@@ -37,7 +37,8 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 		return fwk.AsStatus(fmt.Errorf("device reserve: look up node %s: %w", nodeName, err))
 	}
 	free := pl.free(rec, topo, nodeInfo)
-	alloc, ok := Pick(free, s.want, preferredNUMA(state, nodeInfo, topo, free, s.want))
+	preferred, pinned := preferredNUMA(state, nodeInfo, topo, free, s.want)
+	alloc, ok := Pick(free, s.want, preferred, pinned)
 	if !ok {
 		kind, _ := Shortfall(free, s.want)
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()

@@ -39,7 +39,7 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 		return 0, nil
 	}
 	free := pl.free(rec, topo, nodeInfo)
-	preferred := preferredNUMA(state, nodeInfo, topo, free, s.want)
+	preferred, _ := preferredNUMA(state, nodeInfo, topo, free, s.want)
 	return fwk.MaxNodeScore * FromPreferred(free, s.want, preferred) / s.total, nil
 }
 
@@ -48,17 +48,18 @@ func (pl *DeviceAware) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // preferredNUMA is NUMAAware's choice for the pod on node, which holds the pod's
 // devices too (see numahint), its NUMA nodes with CPUs first: devices are taken closest
-// to the CPUs the pod runs on before those on CPU-less NUMA nodes of the set. Without a
-// choice it is the NUMA node holding the most of the requested devices (none if no free
-// device has a known NUMA node).
-func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, topo *v1alpha1.NodeTopology, free *Free, want Want) []int32 {
+// to the CPUs the pod runs on before those on CPU-less NUMA nodes of the set; pinned is
+// then true, since the pod will be pinned to that set (see Pick). Without a choice it
+// is the NUMA node holding the most of the requested devices (none if no free device
+// has a known NUMA node).
+func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, topo *v1alpha1.NodeTopology, free *Free, want Want) (nodes []int32, pinned bool) {
 	if chosen, ok := numa.ChosenNUMANodes(state, nodeInfo); ok {
-		return withCPUsFirst(topo, chosen)
+		return withCPUsFirst(topo, chosen), true
 	}
 	if best, ok := BestNUMANode(free, want); ok {
-		return []int32{best}
+		return []int32{best}, false
 	}
-	return nil
+	return nil, false
 }
 
 // withCPUsFirst orders nodes (ascending IDs) so that the NUMA nodes with CPUs come

@@ -81,7 +81,7 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		filterRejections.WithLabelValues(reasonNodeNotFound).Inc()
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "node not found")
 	}
-	nf, topo, ok := pl.numaFree(node, nodeInfo)
+	nf, topo, ok := pl.numaFreeIn(state, s.req, node, nodeInfo)
 	if !ok {
 		if s.policy == annotations.PolicySingleNUMANode {
 			filterRejections.WithLabelValues(reasonNoTopology).Inc()
@@ -268,26 +268,67 @@ const memoFromNUMANodes = 4
 // only once the pod carries the annotation, which then counts instead.
 func (pl *NUMAAware) free(rec *heartbeat.Node, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo) *nodeFree {
 	return pl.freeCache.Get(rec, nodeInfo.GetGeneration(), topo, func() nodeFree {
-		// The name is read here, on a miss only: it is outside the record's first cache
-		// line.
-		node := rec.Name()
-		free := FreeCapacity(topo, nodeInfo.Node(), nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
-			r, ok := pl.ledger.Get(p.UID, node)
-			return r.nodes, r.req, ok
-		})
-		var unknown numahint.Counts
-		if dp := pl.deviceProvider(); dp != nil && len(topo.Status.PCIDevices) > 0 {
+		var devices func() (map[int32]numahint.Counts, numahint.Counts, bool)
+		if dp := pl.deviceProvider(); dp != nil {
 			// The provider's free devices are cached under the same key (NodeInfo
 			// generation, NodeTopology object), so they change only with this value.
-			if byNUMA, u, ok := dp.Free(nodeInfo); ok {
-				for i := range free {
-					free[i].Devices = byNUMA[free[i].ID]
+			devices = func() (map[int32]numahint.Counts, numahint.Counts, bool) { return dp.Free(nodeInfo) }
+		}
+		// The name is read here, on a miss only: it is outside the record's first cache
+		// line.
+		return pl.computeFree(rec.Name(), topo, nodeInfo, devices)
+	})
+}
+
+// computeFree is the node's free capacity per NUMA node, with the free devices that
+// devices reports (nil: none).
+func (pl *NUMAAware) computeFree(node string, topo *v1alpha1.NodeTopology, nodeInfo fwk.NodeInfo, devices func() (map[int32]numahint.Counts, numahint.Counts, bool)) nodeFree {
+	free := FreeCapacity(topo, nodeInfo.Node(), nodeInfo.GetPods(), func(p *v1.Pod) ([]int32, Request, bool) {
+		r, ok := pl.ledger.Get(p.UID, node)
+		return r.nodes, r.req, ok
+	})
+	var unknown numahint.Counts
+	if devices != nil && len(topo.Status.PCIDevices) > 0 {
+		if byNUMA, u, ok := devices(); ok {
+			for i := range free {
+				free[i].Devices = byNUMA[free[i].ID]
+			}
+			unknown = u
+		}
+	}
+	return newNodeFree(free, unknown)
+}
+
+// simulatedDevices is a device provider whose free devices can differ in a copy of the
+// cycle state: kube-scheduler's preemption dry run takes victims off a copy of the
+// NodeInfo and tells the PreFilter extensions (DeviceAware's), while the NodeTopology
+// still names the victims as holders of their devices. FreeIn's simulated is false
+// when state holds no such change.
+type simulatedDevices interface {
+	FreeIn(state fwk.CycleState, nodeInfo fwk.NodeInfo) (byNUMA map[int32]numahint.Counts, unknown numahint.Counts, ok, simulated bool)
+}
+
+// numaFreeIn is numaFree as Filter sees the node in state: for a pod asking for
+// devices, where the device provider simulates (simulatedDevices), the node's free
+// capacity is computed anew with the provider's devices and not kept, since the
+// cache's key does not tell a simulation from the plain state.
+func (pl *NUMAAware) numaFreeIn(state fwk.CycleState, req Request, node *v1.Node, nodeInfo fwk.NodeInfo) (*nodeFree, *v1alpha1.NodeTopology, bool) {
+	if !req.Devices.IsZero() {
+		if dp, ok := pl.deviceProvider().(simulatedDevices); ok {
+			if byNUMA, unknown, known, simulated := dp.FreeIn(state, nodeInfo); simulated {
+				rec := pl.nodes.NodeOf(node)
+				topo := rec.Topology()
+				if topo == nil {
+					return nil, nil, false
 				}
-				unknown = u
+				nf := pl.computeFree(rec.Name(), topo, nodeInfo, func() (map[int32]numahint.Counts, numahint.Counts, bool) {
+					return byNUMA, unknown, known
+				})
+				return &nf, topo, nf.n > 0
 			}
 		}
-		return newNodeFree(free, unknown)
-	})
+	}
+	return pl.numaFree(node, nodeInfo)
 }
 
 // numaFree returns the node's free capacity per NUMA node and its NodeTopology; ok is

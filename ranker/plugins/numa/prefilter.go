@@ -46,5 +46,7 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 }
 
 // PreFilterExtensions returns nil: Filter reads the pods of the NodeInfo it is given, so
-// preemption's added and removed pods are already accounted for.
+// preemption's added and removed pods are already accounted for; the devices the
+// NodeTopology still names them as holders of, the device provider's extensions track
+// (simulatedDevices).
 func (pl *NUMAAware) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
