@@ -180,5 +180,8 @@ func (e *endpoint) Allocate(ctx context.Context, req *pluginapi.AllocateRequest)
 		}
 		resp.ContainerResponses = append(resp.ContainerResponses, e.m.containerResponse(e.kind, cr.GetDevicesIds()))
 	}
+	if e.m.cfg.OnAllocated != nil {
+		e.m.cfg.OnAllocated(e.resource)
+	}
 	return resp, nil
 }

@@ -69,6 +69,9 @@ type Config struct {
 	Resync time.Duration
 	// RegisterTimeout bounds one Register call to the kubelet (default 5s).
 	RegisterTimeout time.Duration
+	// OnAllocated, if set, is called with the resource after every Allocate that
+	// hands devices out; it must not block.
+	OnAllocated func(resource string)
 }
 
 // Manager serves the kubelet's device-plugin API for every requestable kind the node

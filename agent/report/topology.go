@@ -3,6 +3,7 @@ package report
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
 	"sextant.io/sextant/agent/topology"
@@ -31,8 +33,19 @@ type TopologyConfig struct {
 	NUMAPinning func() v1alpha1.NUMAPinning
 }
 
+// holderWriteInterval is the least time between a write that changed holders bring
+// forward and the write before it. Holders change as pods with sextant devices come and
+// go, a handful per node, so a second delays the ranker's view of a taken device by
+// little next to placing and admitting the pod that would want it, and bounds what a
+// node whose holders flap costs the API server at one status update a second.
+const holderWriteInterval = time.Second
+
+// holderWriteTimeout bounds a write holders bring forward, as the agent's loops bound
+// each round's writes.
+const holderWriteTimeout = 30 * time.Second
+
 // TopologyReporter writes the node's NodeTopology when the topology or a device's health
-// changed, and at every resync.
+// changed, and at every resync; when the devices' holders change, soon (SetHolders).
 type TopologyReporter struct {
 	cfg TopologyConfig
 	// OnDevices, if set, is given the node's devices with their health on every Offer
@@ -40,31 +53,55 @@ type TopologyReporter struct {
 	// the devices kept from pods and why, published as each device's excluded.
 	OnDevices func([]v1alpha1.PCIDevice) map[string]string
 
-	mu          sync.Mutex
-	holders     map[string]v1alpha1.DeviceHolder
-	w           *writer
-	clock       clock.PassiveClock
-	tracker     *topology.Tracker
-	last        *v1alpha1.Topology
-	lastPinning v1alpha1.NUMAPinning
-	lastWrite   time.Time
+	clock clock.PassiveClock
+	// timers schedules the writes holders bring forward; nil (a passive clock) leaves
+	// the holders to the next Offer.
+	timers clock.Clock
+	// ctx, from Start, bounds the writes holders bring forward.
+	ctx context.Context
+
+	// writeMu serializes Offer and the writes holders bring forward: both publish the
+	// last offered topology through one writer.
+	writeMu      sync.Mutex
+	w            *writer
+	tracker      *topology.Tracker
+	base         *v1alpha1.Topology // the last offered, before excluded and holders
+	baseExcluded map[string]string
+	last         *v1alpha1.Topology
+	lastPinning  v1alpha1.NUMAPinning
+	lastWrite    time.Time
+
+	mu      sync.Mutex
+	holders map[string]v1alpha1.DeviceHolder
+	wroteAt time.Time // lastWrite, for SetHolders, which must not wait for a write
+	pending bool      // a write for changed holders is scheduled
 }
 
-// NewTopologyReporter returns a reporter for the node's NodeTopology.
+// NewTopologyReporter returns a reporter for the node's NodeTopology. A clk that is a
+// clock.Clock (clock.RealClock is) also times the writes changed holders bring forward.
 func NewTopologyReporter(cfg TopologyConfig, dyn dynamic.Interface, kube kubernetes.Interface, nodeName string, m *Metrics, clk clock.PassiveClock) *TopologyReporter {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Minute
 	}
+	timers, _ := clk.(clock.Clock)
 	return &TopologyReporter{
-		cfg:   cfg,
-		w:     newWriter(kindTopology, "nodetopologies", dyn, kube, nodeName, m),
-		clock: clk,
+		cfg:    cfg,
+		w:      newWriter(kindTopology, "nodetopologies", dyn, kube, nodeName, m),
+		clock:  clk,
+		timers: timers,
 	}
 }
 
 // Start seeds device health from the NodeTopology this node published before, so a
-// device that vanished while the agent was down is still reported, as Unhealthy.
+// device that vanished while the agent was down is still reported, as Unhealthy. ctx
+// also bounds the writes SetHolders brings forward: none is made before Start or after
+// ctx ends.
 func (r *TopologyReporter) Start(ctx context.Context) error {
+	r.mu.Lock()
+	r.ctx = ctx
+	r.mu.Unlock()
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
 	obj, err := r.w.get(ctx)
 	if err != nil {
 		return err
@@ -86,6 +123,8 @@ func (r *TopologyReporter) Start(ctx context.Context) error {
 // Offer writes the topology read now if it changed since the last write or the resync
 // is due, and says whether it wrote.
 func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (bool, error) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
 	if r.tracker == nil {
 		r.tracker = topology.NewTracker(nil)
 	}
@@ -97,6 +136,16 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 	if r.OnDevices != nil {
 		excluded = r.OnDevices(next.PCIDevices)
 	}
+	r.base, r.baseExcluded = &next, excluded
+	return r.publish(ctx)
+}
+
+// publish writes the last offered topology with the holders known now if that differs
+// from the last write or the resync is due, and says whether it wrote. The caller holds
+// writeMu.
+func (r *TopologyReporter) publish(ctx context.Context) (bool, error) {
+	next := *r.base
+	excluded := r.baseExcluded
 	r.mu.Lock()
 	holders := r.holders
 	r.mu.Unlock()
@@ -131,15 +180,69 @@ func (r *TopologyReporter) Offer(ctx context.Context, read v1alpha1.Topology) (b
 		return false, err
 	}
 	r.last, r.lastPinning, r.lastWrite = &next, pinning, now
+	r.mu.Lock()
+	r.wroteAt = now
+	r.mu.Unlock()
 	return true, nil
 }
 
 // SetHolders makes holders (by PCI address, the pods the kubelet assigned devices to)
-// part of what the next Offer publishes.
+// part of what is published. Holders that differ from the last are written soon, not at
+// the next Offer: the ranker counts a held device as taken only once it is published.
+// That write comes holderWriteInterval after the write before it at the earliest, and
+// SetHolders never waits for it.
 func (r *TopologyReporter) SetHolders(holders map[string]v1alpha1.DeviceHolder) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if maps.Equal(r.holders, holders) {
+		return
+	}
 	r.holders = holders
+	if r.timers == nil || r.ctx == nil || r.pending {
+		return
+	}
+	r.pending = true
+	r.scheduleLocked(holderWriteInterval - r.clock.Since(r.wroteAt))
+}
+
+// scheduleLocked writes the holders after wait, in a goroutine of its own that ends with
+// the context Start was given. The caller holds mu.
+func (r *TopologyReporter) scheduleLocked(wait time.Duration) {
+	ctx := r.ctx
+	t := r.timers.NewTimer(max(wait, 0))
+	go func() {
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C():
+			r.writeHolders(ctx)
+		}
+	}()
+}
+
+// writeHolders publishes the last offered topology with the holders known now, unless a
+// write came too recently, in which case it waits out the rest of holderWriteInterval.
+func (r *TopologyReporter) writeHolders(ctx context.Context) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+	r.mu.Lock()
+	// An Offer may have written since this was scheduled.
+	if wait := holderWriteInterval - r.clock.Since(r.wroteAt); wait > 0 {
+		r.scheduleLocked(wait)
+		r.mu.Unlock()
+		return
+	}
+	r.pending = false
+	r.mu.Unlock()
+	if r.base == nil {
+		return // nothing offered yet: the first Offer publishes the holders
+	}
+	wctx, cancel := context.WithTimeout(ctx, holderWriteTimeout)
+	defer cancel()
+	if _, err := r.publish(wctx); err != nil && ctx.Err() == nil {
+		// The next Offer, at most a topology interval away, tries again.
+		klog.FromContext(ctx).Error(err, "publishing NodeTopology with the devices' new holders failed")
+	}
 }
 
 // Run reads the topology every interval and offers it, until ctx ends.

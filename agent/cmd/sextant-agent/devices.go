@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"sextant.io/sextant/agent/deviceaudit"
 	"sextant.io/sextant/agent/devicefilter"
@@ -96,9 +97,15 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
 	listPods func() ([]*corev1.Pod, error), freshPods func(context.Context) ([]*corev1.Pod, error), kubelet *podresources.Client,
 	setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer, fail func(error), log logr.Logger) (*deviceplugin.Manager, error) {
+	// The kubelet lists a pod's devices in PodResources once it admitted the pod, long
+	// before a container runs (an image pull may take minutes): a pass soon after every
+	// Allocate publishes the holder of a device another scheduler's pod took before the
+	// ranker can choose it again.
+	afterAllocate := newCoalescer(clock.RealClock{}, allocSettle)
 	plugin, err := deviceplugin.New(deviceplugin.Config{
 		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
 		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
+		OnAllocated: func(string) { afterAllocate.poke() },
 	}, deviceplugin.NewMetrics(reg), log)
 	if err != nil {
 		return nil, err
@@ -136,8 +143,57 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 		}
 	})
 	wg.Go(func() { audit.Run(ctx) })
+	wg.Go(func() { afterAllocate.run(ctx, audit.Trigger) })
 	wg.Go(func() { removeStaleCapacity(ctx, kube, o.nodeName, kubelet, log) })
 	return plugin, nil
+}
+
+// allocSettle is how long after an Allocate the audit looks. The kubelet records the
+// devices once Allocate's answer reaches it, so a pass at once could miss them; a second
+// covers that with room to spare, and the containers of one pod, or a burst of pods, that
+// the kubelet admits meanwhile cost one or two PodResources Lists, not one each.
+const allocSettle = time.Second
+
+// coalescer turns pokes into calls of fire, one at most per settle, each at least settle
+// after the poke it answers.
+type coalescer struct {
+	clock  clock.Clock
+	settle time.Duration
+	pokes  chan struct{}
+}
+
+func newCoalescer(clk clock.Clock, settle time.Duration) *coalescer {
+	return &coalescer{clock: clk, settle: settle, pokes: make(chan struct{}, 1)}
+}
+
+// poke asks for a call of fire; it never blocks (it is called from Allocate, which the
+// kubelet waits for).
+func (c *coalescer) poke() {
+	select {
+	case c.pokes <- struct{}{}:
+	default:
+	}
+}
+
+// run calls fire a settle after a poke, until ctx ends. Pokes while it waits are held as
+// one, answered by a call a settle after this one: a poke just before fire may be for
+// devices the kubelet has not recorded yet.
+func (c *coalescer) run(ctx context.Context, fire func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.pokes:
+		}
+		t := c.clock.NewTimer(c.settle)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		fire()
+	}
 }
 
 // removeStaleCapacity removes the sextant.io/<kind> capacity agents before the device

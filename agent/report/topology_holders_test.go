@@ -1,0 +1,165 @@
+package report
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/api/v1alpha1"
+)
+
+// waitFor polls cond until it holds or a deadline far beyond what it needs passes: the
+// writes it waits for run in a goroutine of their own once the fake clock fires.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// holdersReporter is a started reporter on a fake clock that has published a topology
+// of two GPUs once; it returns that topology to offer again, the count of writes, and
+// the holder published for a device.
+func holdersReporter(t *testing.T) (*TopologyReporter, *clocktesting.FakeClock, v1alpha1.Topology, func() int, func(addr string) string) {
+	t.Helper()
+	gpu := func(addr string) v1alpha1.PCIDevice {
+		return v1alpha1.PCIDevice{Address: addr, Class: "0x030200", Kind: v1alpha1.KindGPU, NUMANode: ptr.To[int32](0), Health: v1alpha1.Healthy}
+	}
+	topo := v1alpha1.Topology{
+		NUMANodes:  []v1alpha1.NUMANode{{ID: 0, CPUs: []int32{0, 1}, MemoryBytes: 1 << 30, Distances: []int32{10}}},
+		PCIDevices: []v1alpha1.PCIDevice{gpu("0000:3b:00.0"), gpu("0000:3c:00.0")},
+	}
+	dyn, kube := newFakes(t)
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+	r := NewTopologyReporter(TopologyConfig{AgentVersion: "test"}, dyn, kube, "node-1", NewMetrics(nil), clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if wrote, err := r.Offer(ctx, topo); !wrote || err != nil {
+		t.Fatalf("first offer: wrote %v, err %v", wrote, err)
+	}
+	writes := func() int { return countActions(dyn, "update", "status") }
+	holder := func(addr string) string {
+		for _, d := range publishedTopology(t, dyn, "node-1").Status.PCIDevices {
+			if d.Address == addr && d.Holder != nil {
+				return d.Holder.Namespace + "/" + d.Holder.Name
+			}
+		}
+		return ""
+	}
+	return r, clk, topo, writes, holder
+}
+
+func held(name string) map[string]v1alpha1.DeviceHolder {
+	return map[string]v1alpha1.DeviceHolder{"0000:3b:00.0": {Namespace: "ns", Name: name, UID: types.UID("uid-" + name)}}
+}
+
+// settled waits until a write holders brought forward has finished, not just reached the
+// API server: the reporter counts the interval from its end.
+func settled(r *TopologyReporter) {
+	r.writeMu.Lock()
+	defer r.writeMu.Unlock()
+}
+
+// idle says no write for holders is scheduled or under way.
+func idle(r *TopologyReporter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.pending
+}
+
+// TestTopologyReporterWritesNewHoldersSoon: new holders are written without waiting for
+// the next Offer (the topology tick); the same holders again write nothing.
+func TestTopologyReporterWritesNewHoldersSoon(t *testing.T) {
+	r, clk, topo, writes, holder := holdersReporter(t)
+	clk.Step(time.Minute) // long past the last write: nothing holds the next one back
+
+	r.SetHolders(held("train"))
+	clk.Step(0) // a timer due now fires when the fake clock is next set
+	waitFor(t, "the new holder's write, with no Offer", func() bool { return writes() == 2 })
+	settled(r)
+	if got := holder("0000:3b:00.0"); got != "ns/train" {
+		t.Errorf("published holder = %q, want ns/train", got)
+	}
+
+	clk.Step(time.Minute)
+	r.SetHolders(held("train")) // an equal map, not the same one
+	if clk.HasWaiters() {
+		t.Error("unchanged holders scheduled a write")
+	}
+	if wrote, err := r.Offer(context.Background(), topo); wrote || err != nil {
+		t.Errorf("the next Offer: wrote %v, err %v; want nothing written, nothing changed", wrote, err)
+	}
+	if n := writes(); n != 2 {
+		t.Errorf("%d writes, want 2: the first Offer and the one for the new holder", n)
+	}
+}
+
+// TestTopologyReporterHolderWritesMinInterval: holders that keep changing are written
+// holderWriteInterval after the write before them, whatever made that, the latest of
+// them in one write.
+func TestTopologyReporterHolderWritesMinInterval(t *testing.T) {
+	r, clk, topo, writes, holder := holdersReporter(t)
+	const step = holderWriteInterval / 4
+
+	// Just after a write, flapping holders wait out the interval, then go as one write.
+	for _, name := range []string{"a", "b", "a", "c"} {
+		r.SetHolders(held(name))
+	}
+	if n := clk.Waiters(); n != 1 {
+		t.Fatalf("%d writes scheduled for flapping holders, want 1", n)
+	}
+	clk.Step(holderWriteInterval - time.Millisecond)
+	if n, w := clk.Waiters(), writes(); n != 1 || w != 1 {
+		t.Fatalf("before the interval: %d scheduled, %d writes; want the write still scheduled, only the Offer's made", n, w)
+	}
+	clk.Step(time.Millisecond)
+	waitFor(t, "the holders' write once the interval passed", func() bool { return writes() == 2 })
+	settled(r)
+	if got := holder("0000:3b:00.0"); got != "ns/c" {
+		t.Errorf("published holder = %q, want the latest, ns/c", got)
+	}
+
+	// A change right after that write waits a whole interval again.
+	r.SetHolders(held("d"))
+	clk.Step(holderWriteInterval - time.Millisecond)
+	if w := writes(); w != 2 {
+		t.Fatalf("%d writes before the interval after the last, want 2", w)
+	}
+	clk.Step(time.Millisecond)
+	waitFor(t, "the next holders' write", func() bool { return writes() == 3 })
+	settled(r)
+	if got := holder("0000:3b:00.0"); got != "ns/d" {
+		t.Errorf("published holder = %q, want ns/d", got)
+	}
+
+	// An Offer (the topology tick) that writes the holders first moves the scheduled
+	// write back, and that write then has nothing new to say.
+	clk.Step(2 * step)
+	r.SetHolders(held("e")) // due 2 steps from now
+	clk.Step(step)
+	if wrote, err := r.Offer(context.Background(), topo); !wrote || err != nil {
+		t.Fatalf("offer with new holders: wrote %v, err %v", wrote, err)
+	}
+	clk.Step(step) // the scheduled write finds the Offer's a step ago
+	waitFor(t, "the scheduled write to wait out the rest of the interval", func() bool { return clk.Waiters() == 1 })
+	if w := writes(); w != 4 {
+		t.Fatalf("%d writes, want 4", w)
+	}
+	clk.Step(3 * step)
+	waitFor(t, "the rescheduled write to run", func() bool { return idle(r) })
+	settled(r)
+	if w, h := writes(), holder("0000:3b:00.0"); w != 4 || h != "ns/e" {
+		t.Errorf("%d writes, holder %q; want 4, ns/e: the Offer published the holders already", w, h)
+	}
+}
