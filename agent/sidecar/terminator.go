@@ -431,7 +431,8 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 	msg := fmt.Sprintf("Sidecar container %s is left running: it is a regular container that sextant-sidecar-wrapper does not run, "+
 		"stopped once it exited non-zero, and under restartPolicy OnFailure the kubelet restarts it and the Job counts "+
 		"each restart against its backoffLimit. Let the webhook wrap it: in the pod template, give the container a command, "+
-		"or name its image's entrypoint in the annotation %s (a JSON array), or let it be a native sidecar (drop %s: \"false\")",
+		"or name its image's ENTRYPOINT followed by its CMD (ENTRYPOINT alone when the container has args) in the annotation %s "+
+		"(a JSON array), or let it be a native sidecar (drop %s: \"false\")",
 		container, annotations.SidecarCommand(container), annotations.SidecarNative)
 	now := metav1.NewTime(t.now())
 	ev := &corev1.Event{

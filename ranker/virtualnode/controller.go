@@ -255,7 +255,7 @@ type swapResult struct {
 }
 
 // swap returns a copy of pod with the named sidecars swapped to the exit image and
-// their command annotations (where they have one) set to the exit command; names lists
+// the command annotations of those the wrapper runs set to the exit command; names lists
 // the containers it changed, none if all were swapped before.
 func swap(pod *corev1.Pod, containers []string, exitImage string, exitCommand []string) (swapResult, error) {
 	out := pod.DeepCopy()
@@ -270,7 +270,9 @@ func swap(pod *corev1.Pod, containers []string, exitImage string, exitCommand []
 			continue
 		}
 		key := annotations.SidecarCommand(name)
-		wrapped := out.Annotations[key] != ""
+		// Only the wrapper reads the annotation: the pod's author may have set it on a
+		// sidecar the webhook did not wrap, which still runs its own command.
+		wrapped := sidecarrules.IsWrapped(c)
 		if !wrapped && len(c.Command) > 0 {
 			// A command of the pod's own (the webhook could not move it into an
 			// annotation) names a binary the exit image lacks: swapped, the container
@@ -282,6 +284,11 @@ func swap(pod *corev1.Pod, containers []string, exitImage string, exitCommand []
 		// the exit image's own entrypoint runs.
 		c.Image = exitImage
 		if wrapped {
+			if out.Annotations == nil {
+				// A wrapped sidecar whose annotation was removed since: the wrapper
+				// would get an empty command.
+				out.Annotations = map[string]string{}
+			}
 			out.Annotations[key] = string(cmd)
 		}
 		names = append(names, name)

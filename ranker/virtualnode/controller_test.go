@@ -127,3 +127,42 @@ func TestSwapOnlyWhatTheExitImageCanRun(t *testing.T) {
 		t.Error("swap changed its input")
 	}
 }
+
+// Whether a sidecar is wrapped is in its command, not in the annotation, which the pod's
+// author may set on a sidecar that runs its own command: swapped, that one would fail to
+// start in the exit image.
+func TestSwapTellsWrappedByCommand(t *testing.T) {
+	key := annotations.SidecarCommand("proxy")
+	cases := []struct {
+		name           string
+		command        []string
+		annotation     string // none if empty
+		wantImage      string
+		wantAnnotation string
+	}{
+		{"wrapped", []string{webhook.WrapperPath}, `["sleep","3600"]`, exitImage, `["/exit0"]`},
+		{"wrapped, annotation removed since", []string{webhook.WrapperPath}, "", exitImage, `["/exit0"]`},
+		{"own command, annotation set by the author", []string{"sleep", "3600"}, `["sleep","3600"]`, "busybox", `["sleep","3600"]`},
+		{"no command, annotation set by the author", nil, `["/usr/local/bin/envoy"]`, exitImage, `["/usr/local/bin/envoy"]`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := preparedPod("p", "vk", corev1.RestartPolicyOnFailure, ptr.To[int32](0))
+			pod.Annotations = nil
+			if c.annotation != "" {
+				pod.Annotations = map[string]string{key: c.annotation}
+			}
+			pod.Spec.InitContainers[0].Command = c.command
+			got, err := swap(pod, []string{"proxy"}, exitImage, []string{"/exit0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if img := got.pod.Spec.InitContainers[0].Image; img != c.wantImage {
+				t.Errorf("image %s, want %s", img, c.wantImage)
+			}
+			if a := got.pod.Annotations[key]; a != c.wantAnnotation {
+				t.Errorf("annotation %q, want %q", a, c.wantAnnotation)
+			}
+		})
+	}
+}

@@ -16,12 +16,16 @@
 // (a JSON array), which the downward API hands to the wrapper as an env variable: the
 // seed's rewrite, which lets the virtual-node controller change what the container runs
 // by changing an annotation. A sidecar without a command in its spec runs its image's
-// entrypoint, which the webhook cannot see; the pod may name it in that same annotation,
-// else the sidecar is converted but not wrapped (see docs/sidecars.md). Nothing is
-// injected that would make a pod the API server takes invalid: a pod with a container
-// or volume of its own under the wrapper's names is left as written, and a sidecar
-// that mounts something at the wrapper's path, or whose command begins with an empty
-// word, is not wrapped; each with a warning.
+// entrypoint, which the webhook cannot see; the pod may put it in that same annotation
+// (the image's ENTRYPOINT followed by its CMD, or the ENTRYPOINT alone when the
+// container has args: with the wrapper as the command, the runtime runs neither), else
+// the sidecar is converted but not wrapped (see docs/sidecars.md). Nothing is injected
+// that would make a pod the API server takes invalid, or that a quota or LimitRange on
+// limits refuses (the install container's requests equal its limits): a pod with a
+// container or volume of its own under the wrapper's names, or one for Windows, is left
+// as written, and a sidecar that mounts something at the wrapper's path, whose command
+// begins with an empty word, or whose command is too long for an env variable or the
+// pod's annotations, is not wrapped; each with a warning.
 //
 // Validation (CREATE, UPDATE): sextant's scheduling annotations (bandwidth.sextant.io/*,
 // numa.sextant.io/policy) are parsed with the ranker's own parsers, and a malformed one

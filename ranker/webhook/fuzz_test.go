@@ -31,6 +31,7 @@ const (
 	fzOwnEnv                 // the regular sidecar already has $SEXTANT_SIDECAR_COMMAND
 	fzOwnMount               // the regular sidecar already mounts something at the wrapper's path
 	fzSecondMain             // a second main container
+	fzWindows                // spec.os.name is windows
 )
 
 // fuzzPod builds a pod from the fuzzer's choices. Words of a command are separated
@@ -87,6 +88,9 @@ func fuzzPod(policy uint8, flags uint16, mainName, sidecarName, nativeName, comm
 	if flags&fzNativeAnn != 0 {
 		pod.Annotations[annotations.SidecarNative] = native
 	}
+	if flags&fzWindows != 0 {
+		pod.Spec.OS = &corev1.PodOS{Name: corev1.Windows}
+	}
 	if flags&fzOwnVolume != 0 {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: WrapperVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
 	}
@@ -139,6 +143,10 @@ func FuzzMutatePatch(f *testing.F) {
 	f.Add(uint8(0), uint16(fzRegular|fzRegularCmd|fzNative), "main", "proxy", InstallContainer, "sleep", "", "")
 	f.Add(uint8(0), uint16(fzRegular|fzRegularCmd|fzNative|fzNativeCmd), "main", "proxy", "proxy", "sleep", "", "")
 	f.Add(uint8(0), uint16(fzNative|fzNativeCmd), "main", "proxy", "logs", WrapperPath, "", "")
+	f.Add(uint8(0), uint16(fzRegular|fzRegularCmd|fzWindows), "main", "proxy", "logs", "sleep", "", "")
+	// With pull secrets, which the patch must carry too.
+	cfg := cfg
+	cfg.ImagePullSecrets = []string{"regcred"}
 	f.Fuzz(func(t *testing.T, policy uint8, flags uint16, mainName, sidecarName, nativeName, command, annotation, native string) {
 		// As the webhook gets it: decoded from JSON, so every string is valid UTF-8.
 		in, err := decodePod(podJSON(t, fuzzPod(policy, flags, mainName, sidecarName, nativeName, command, annotation, native)))

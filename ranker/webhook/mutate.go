@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
@@ -28,6 +30,23 @@ const (
 	InstallContainer = "sextant-sidecar-install"
 	// wrapperInImage is the wrapper's path in its own image.
 	wrapperInImage = "/sextant-sidecar-wrapper"
+
+	// maxCommandJSON bounds a command moved into an annotation, as JSON: the wrapper gets
+	// it as one env variable, and the kernel fails the exec (E2BIG) of a process whose
+	// single env string, name and NUL included, exceeds MAX_ARG_STRLEN (128 KiB).
+	maxCommandJSON = 120 << 10
+	// maxAnnotationsSize is the API server's limit on all of a pod's annotations
+	// together (keys and values): over it, the pod is refused.
+	maxAnnotationsSize = apivalidation.TotalAnnotationSizeLimitB
+)
+
+// The install container's resources: requests equal to limits, so a ResourceQuota on
+// limits.cpu or limits.memory, a LimitRange's maxLimitRequestRatio, or a Guaranteed pod's
+// QoS class are not undone by it. Copying the wrapper (a static binary of a few MiB)
+// takes a few milliseconds of CPU, within one CFS period at 100m, and about 3 MiB.
+var (
+	installCPU    = resource.MustParse("100m")
+	installMemory = resource.MustParse("32Mi")
 )
 
 // MutatorConfig says what the webhook injects.
@@ -76,6 +95,12 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 	if len(marked)+len(markedNative) == 0 {
 		return res, nil
 	}
+	if why := windows(pod); why != "" {
+		// The wrapper is a Linux binary, and the install container's Linux-only
+		// securityContext fields make a pod with spec.os.name windows invalid.
+		res.Warnings = append(res.Warnings, "sextant: the pod is for Windows ("+why+"), where the sidecar wrapper cannot run; the pod is left as written")
+		return res, nil
+	}
 	if len(mains) == 0 {
 		res.Warnings = append(res.Warnings, "sextant: every container is marked as a sidecar, so none would ever be stopped; the pod is left as written")
 		return res, nil
@@ -99,8 +124,8 @@ func (cfg MutatorConfig) Mutate(in *corev1.Pod) (Result, error) {
 			// Stopped, it may exit non-zero and be restarted, which counts against the
 			// Job's backoffLimit: the agent then leaves it running.
 			warning += fmt.Sprintf("; as a regular container of an OnFailure pod, sidecar %s is stopped once: if it exits non-zero on SIGTERM, "+
-				"the kubelet restarts it, it is not stopped again, and its Job does not complete: give it a command, name its entrypoint in the annotation %s, "+
-				"or let it be a native sidecar", c.Name, annotations.SidecarCommand(c.Name))
+				"the kubelet restarts it, it is not stopped again, and its Job does not complete: give it a command, put what its image runs in the annotation %s "+
+				"(its ENTRYPOINT followed by its CMD, or the ENTRYPOINT alone if the container has args), or let it be a native sidecar", c.Name, annotations.SidecarCommand(c.Name))
 		}
 		if warning != "" {
 			res.Warnings = append(res.Warnings, warning)
@@ -173,16 +198,23 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 		return false, fmt.Sprintf("sextant: sidecar %s: its name is too long for the annotation %s, so it is not wrapped; stopping it may take its grace period", c.Name, key), nil
 	}
 	command := c.Command
-	if len(command) == 0 {
+	fromAnnotation := len(command) == 0
+	if fromAnnotation {
 		raw, ok := pod.Annotations[key]
 		if !ok {
+			// With the wrapper as its command, the runtime runs neither the image's
+			// ENTRYPOINT nor, without args, its CMD: the annotation must hold what they did.
+			what := "the image's ENTRYPOINT followed by its CMD, e.g. [\"/usr/local/bin/envoy\",\"-c\",\"/etc/envoy.yaml\"]"
+			if len(c.Args) > 0 {
+				what = "the image's ENTRYPOINT (the container's args follow it), e.g. [\"/usr/local/bin/envoy\"]"
+			}
 			return false, fmt.Sprintf("sextant: sidecar %s has no command in the pod spec, so it runs its image's entrypoint, "+
 				"which the webhook cannot see: it is not wrapped (a SIGTERM it ignores delays its stop by the grace period). "+
-				"Name the entrypoint in the annotation %s, a JSON array such as [\"/usr/local/bin/envoy\"]", c.Name, key), nil
+				"To have it wrapped, put %s in the annotation %s, a JSON array", c.Name, what, key), nil
 		}
 		parsed, err := ParseCommand(raw)
 		if err != nil {
-			return false, "", fmt.Errorf("annotation %s=%q: %v; want a non-empty JSON array of strings, e.g. [\"/usr/local/bin/envoy\",\"-c\",\"/etc/envoy.yaml\"]", key, raw, err)
+			return false, "", fmt.Errorf("annotation %s=%q: %w; want a non-empty JSON array of strings, e.g. [\"/usr/local/bin/envoy\",\"-c\",\"/etc/envoy.yaml\"]", key, raw, err)
 		}
 		command = parsed
 	}
@@ -191,9 +223,23 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 		// pod with it; unwrapped, the runtime reports the empty command as it would have.
 		return false, fmt.Sprintf("sextant: sidecar %s has a command whose first word is empty, so it is not wrapped", c.Name), nil
 	}
-	b, err := json.Marshal(command)
+	b, err := encodeCommand(command)
 	if err != nil {
 		return false, "", fmt.Errorf("encode the command of %s: %w", c.Name, err)
+	}
+	if len(b) > maxCommandJSON {
+		return false, fmt.Sprintf("sextant: sidecar %s: its command is %d bytes as JSON, more than the %d the wrapper can be handed in an env variable "+
+			"(the kernel refuses a longer one), so it is not wrapped; stopping it may take its grace period", c.Name, len(b), maxCommandJSON), nil
+	}
+	size := annotationsSize(pod.Annotations) + len(b)
+	if old, ok := pod.Annotations[key]; ok {
+		size -= len(old)
+	} else {
+		size += len(key)
+	}
+	if size > maxAnnotationsSize {
+		return false, fmt.Sprintf("sextant: sidecar %s: its command in the annotation %s would make the pod's annotations %d bytes, more than the API server's limit of %d, "+
+			"so it is not wrapped; stopping it may take its grace period", c.Name, key, size, maxAnnotationsSize), nil
 	}
 	pod.Annotations[key] = string(b)
 	c.Command = []string{WrapperPath}
@@ -201,7 +247,44 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 		FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: fmt.Sprintf("metadata.annotations['%s']", key)},
 	}})
 	c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: WrapperVolume, MountPath: WrapperDir, ReadOnly: true})
+	if fromAnnotation && len(c.Args) == 0 {
+		// The webhook cannot see the image: it can only say what the annotation must hold.
+		return true, fmt.Sprintf("sextant: sidecar %s has neither command nor args, and the wrapper, now its command, runs the annotation %s alone: "+
+			"the runtime no longer runs the image's CMD, so the annotation must hold the image's ENTRYPOINT followed by its CMD (or give the container args)", c.Name, key), nil
+	}
 	return true, "", nil
+}
+
+// encodeCommand is the command as its annotation holds it: JSON without json.Marshal's
+// HTML escaping, which makes each <, > and & six bytes and a shell script far longer.
+func encodeCommand(command []string) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(command); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// annotationsSize is what the API server counts against maxAnnotationsSize.
+func annotationsSize(a map[string]string) int {
+	n := 0
+	for k, v := range a {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// windows says why the pod is for Windows nodes, or "" if it is not known to be.
+func windows(pod *corev1.Pod) string {
+	if pod.Spec.OS != nil && pod.Spec.OS.Name == corev1.Windows {
+		return "spec.os.name"
+	}
+	if pod.Spec.NodeSelector[corev1.LabelOSStable] == string(corev1.Windows) {
+		return "nodeSelector " + corev1.LabelOSStable
+	}
+	return ""
 }
 
 // nameClash says which name of the pod's own is one Mutate adds (the wrapper's init
@@ -253,8 +336,8 @@ func (cfg MutatorConfig) installContainer() corev1.Container {
 		Command:         slices.Clone(installCommand),
 		VolumeMounts:    []corev1.VolumeMount{{Name: WrapperVolume, MountPath: WrapperDir}},
 		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
-			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: installCPU.DeepCopy(), corev1.ResourceMemory: installMemory.DeepCopy()},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: installCPU.DeepCopy(), corev1.ResourceMemory: installMemory.DeepCopy()},
 		},
 		// Fits the "restricted" Pod Security Standard, so it never makes a pod
 		// inadmissible; the emptyDir is world-writable, so any user may copy into it.

@@ -191,6 +191,11 @@ func podPatch(before, after *corev1.Pod) ([]byte, error) {
 	if !same(before.Spec.Volumes, after.Spec.Volumes) {
 		ops = append(ops, op{"add", "/spec/volumes", after.Spec.Volumes})
 	}
+	if !same(before.Spec.ImagePullSecrets, after.Spec.ImagePullSecrets) {
+		// Mutate adds the wrapper image's pull secrets; without them the install
+		// container of a private image never starts (Init:ErrImagePull).
+		ops = append(ops, op{"add", "/spec/imagePullSecrets", after.Spec.ImagePullSecrets})
+	}
 	if len(ops) == 0 {
 		return nil, nil
 	}

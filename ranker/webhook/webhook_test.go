@@ -3,16 +3,27 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/kubernetes/pkg/apis/core"
+	k8sv1 "k8s.io/kubernetes/pkg/apis/core/v1"
+	"k8s.io/kubernetes/pkg/apis/core/v1/helper/qos"
+	quotacore "k8s.io/kubernetes/pkg/quota/v1/evaluator/core"
+	"k8s.io/kubernetes/plugin/pkg/admission/limitranger"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/api/annotations"
@@ -286,8 +297,12 @@ func review(t *testing.T, h *Handler, path string, op admissionv1.Operation, pod
 }
 
 func TestHandlerMutatePatchApplies(t *testing.T) {
+	// With pull secrets, which Mutate adds beside the pod's own.
+	cfg := cfg
+	cfg.ImagePullSecrets = []string{"regcred"}
 	h := &Handler{Mutator: cfg}
 	pod := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep", "3600"))
+	pod.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "own"}}
 	resp := review(t, h, PathMutate, admissionv1.Create, pod, nil)
 	if !resp.Allowed || resp.PatchType == nil {
 		t.Fatalf("response %+v, want allowed with a patch", resp)
@@ -307,6 +322,9 @@ func TestHandlerMutatePatchApplies(t *testing.T) {
 	}
 	if a, b := mustJSON(t, &got), mustJSON(t, want.Pod); a != b {
 		t.Errorf("patched pod differs from Mutate's:\n%s\n%s", a, b)
+	}
+	if a := mustJSON(t, got.Spec.ImagePullSecrets); a != `[{"name":"own"},{"name":"regcred"}]` {
+		t.Errorf("patched pod's imagePullSecrets = %s, want own and regcred", a)
 	}
 	// An untouched pod gets no patch.
 	resp = review(t, h, PathMutate, admissionv1.Create, jobPod(corev1.RestartPolicyNever), nil)
@@ -384,5 +402,251 @@ func TestMutateAddsImagePullSecrets(t *testing.T) {
 	plain := jobPod(corev1.RestartPolicyNever)
 	if res, err := c.Mutate(plain); err != nil || len(res.Pod.Spec.ImagePullSecrets) != 0 {
 		t.Errorf("a pod without sidecars got imagePullSecrets %v (err %v)", res.Pod.Spec.ImagePullSecrets, err)
+	}
+}
+
+// The install container must not be why a namespace's ResourceQuota or LimitRange refuses
+// a pod, nor why a Guaranteed pod becomes Burstable: its requests equal its limits.
+func TestInstallContainerAdmittedByQuotaAndLimitRange(t *testing.T) {
+	guaranteed := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+	pod := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep", "3600"))
+	for i := range pod.Spec.InitContainers {
+		pod.Spec.InitContainers[i].Resources = guaranteed
+	}
+	for i := range pod.Spec.Containers {
+		pod.Spec.Containers[i].Resources = guaranteed
+	}
+	res, err := cfg.Mutate(pod)
+	if err != nil || !res.Changed {
+		t.Fatalf("Mutate: changed %v, err %v", res.Changed, err)
+	}
+	ratio := func(r corev1.ResourceName) *corev1.LimitRange {
+		return &corev1.LimitRange{Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{Type: corev1.LimitTypeContainer,
+			MaxLimitRequestRatio: corev1.ResourceList{r: resource.MustParse("1")}}}}}
+	}
+	quota := quotacore.NewPodEvaluator(nil, clock.RealClock{})
+	cases := []struct {
+		name  string
+		admit func(*corev1.Pod) error
+	}{
+		{"quota on limits.cpu", func(p *corev1.Pod) error { return quota.Constraints([]corev1.ResourceName{"limits.cpu"}, p) }},
+		{"quota on limits.memory", func(p *corev1.Pod) error { return quota.Constraints([]corev1.ResourceName{"limits.memory"}, p) }},
+		{"quota on requests", func(p *corev1.Pod) error {
+			return quota.Constraints([]corev1.ResourceName{"requests.cpu", "requests.memory"}, p)
+		}},
+		{"limit range, cpu limit/request ratio 1", func(p *corev1.Pod) error {
+			return limitranger.PodValidateLimitFunc(ratio(corev1.ResourceCPU), internalPod(t, p))
+		}},
+		{"limit range, memory limit/request ratio 1", func(p *corev1.Pod) error {
+			return limitranger.PodValidateLimitFunc(ratio(corev1.ResourceMemory), internalPod(t, p))
+		}},
+		{"guaranteed QoS", func(p *corev1.Pod) error {
+			if q := qos.GetPodQOS(p); q != corev1.PodQOSGuaranteed {
+				return fmt.Errorf("QoS class %s", q)
+			}
+			return nil
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if err := c.admit(pod); err != nil {
+				t.Fatalf("the pod as written is refused: %v", err)
+			}
+			if err := c.admit(res.Pod); err != nil {
+				t.Errorf("the prepared pod is refused: %v", err)
+			}
+		})
+	}
+}
+
+func internalPod(t *testing.T, in *corev1.Pod) *core.Pod {
+	t.Helper()
+	pod := in.DeepCopy()
+	k8sv1.SetObjectDefaults_Pod(pod)
+	var out core.Pod
+	if err := k8sv1.Convert_v1_Pod_To_core_Pod(pod, &out, nil); err != nil {
+		t.Fatalf("convert: %v", err)
+	}
+	return &out
+}
+
+// A command moves into its annotation as JSON that the wrapper can be handed in an env
+// variable and the API server takes: without HTML escaping, and not at all (the sidecar
+// left unwrapped, with a warning) when it would be too long for either.
+func TestMutateCommandSize(t *testing.T) {
+	script := strings.Repeat("echo hello > /dev/null && ", 4000) + "true" // 104 KB, 192 KB HTML-escaped
+	long := strings.Repeat("x", 100<<10)
+	cases := []struct {
+		name        string
+		pod         func() *corev1.Pod
+		wantWrapped map[string]bool
+		wantWarning string // in the one warning; none if empty
+	}{
+		{
+			name: "a shell script with <, > and &",
+			pod: func() *corev1.Pod {
+				return jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sh", "-c", "a > b && c < d"))
+			},
+			wantWrapped: map[string]bool{"proxy": true},
+		},
+		{
+			name:        "a script within the env limit unescaped, over it escaped",
+			pod:         func() *corev1.Pod { return jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sh", "-c", script)) },
+			wantWrapped: map[string]bool{"proxy": true},
+		},
+		{
+			name: "a command over the env limit",
+			pod: func() *corev1.Pod {
+				return jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sh", "-c", script, script))
+			},
+			wantWrapped: map[string]bool{"proxy": false},
+			wantWarning: "more than the 122880 the wrapper can be handed",
+		},
+		{
+			name: "an annotation over the env limit",
+			pod: func() *corev1.Pod {
+				p := jobPod(corev1.RestartPolicyNever, sidecar("envoy"))
+				p.Annotations[annotations.SidecarCommand("envoy")] = mustJSON(t, []string{"envoy", long, long})
+				return p
+			},
+			wantWrapped: map[string]bool{"envoy": false},
+			wantWarning: "more than the 122880 the wrapper can be handed",
+		},
+		{
+			name: "commands over the API server's total for annotations",
+			pod: func() *corev1.Pod {
+				p := jobPod(corev1.RestartPolicyNever, sidecar("a", "sh", "-c", long), sidecar("b", "sh", "-c", long))
+				p.Annotations["big"] = strings.Repeat("y", 60<<10)
+				return p
+			},
+			wantWrapped: map[string]bool{"a": true, "b": false},
+			wantWarning: "more than the API server's limit of 262144",
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := c.pod()
+			if msg := validPod(t, pod); msg != "" {
+				t.Fatalf("the pod as written is invalid: %s", msg)
+			}
+			res, err := cfg.Mutate(pod)
+			if err != nil || !res.Changed {
+				t.Fatalf("Mutate: changed %v, err %v", res.Changed, err)
+			}
+			if msg := validPod(t, res.Pod); msg != "" {
+				t.Errorf("the prepared pod is invalid: %.300s", msg)
+			}
+			switch {
+			case c.wantWarning == "" && len(res.Warnings) > 0:
+				t.Errorf("warnings %.300q, want none", res.Warnings)
+			case c.wantWarning != "" && (len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], c.wantWarning)):
+				t.Errorf("warnings %.300q, want one saying %q", res.Warnings, c.wantWarning)
+			}
+			for name, want := range c.wantWrapped {
+				ctr := find(res.Pod.Spec.InitContainers, name)
+				if got := sidecarrules.IsWrapped(ctr); got != want {
+					t.Errorf("%s wrapped %v, want %v", name, got, want)
+				}
+				if !want {
+					continue
+				}
+				raw := res.Pod.Annotations[annotations.SidecarCommand(name)]
+				var cmd []string
+				if err := json.Unmarshal([]byte(raw), &cmd); err != nil || !slices.Equal(cmd, find(pod.Spec.Containers, name).Command) {
+					t.Errorf("%s: annotation does not decode to the command (err %v)", name, err)
+				}
+				if strings.Contains(raw, `\u00`) {
+					t.Errorf("%s: annotation %.100s has HTML escapes", name, raw)
+				}
+				// As the kubelet hands it to the wrapper: the kernel must take it.
+				self, err := os.Executable()
+				if err != nil {
+					t.Fatal(err)
+				}
+				run := exec.Command(self, "-test.run=^$")
+				run.Env = []string{EnvCommand + "=" + raw}
+				if err := run.Run(); err != nil {
+					t.Errorf("%s: a process with $%s of %d bytes does not start: %v", name, EnvCommand, len(raw), err)
+				}
+			}
+		})
+	}
+}
+
+// A sidecar without command or args ran its image's ENTRYPOINT and CMD; wrapped, it
+// runs the annotation alone, so what the annotation must hold depends on its args.
+func TestMutateCommandlessAdvice(t *testing.T) {
+	cases := []struct {
+		name        string
+		args        []string
+		annotation  string
+		wantWrapped bool
+		wantWarning string // in the one warning; none if empty
+	}{
+		{"no annotation, args", []string{"--port", "1"}, "", false, "the image's ENTRYPOINT (the container's args follow it)"},
+		{"no annotation, no args", nil, "", false, "the image's ENTRYPOINT followed by its CMD"},
+		{"annotation, args", []string{"--port", "1"}, `["/usr/local/bin/envoy"]`, true, ""},
+		{"annotation, no args", nil, `["/usr/local/bin/envoy"]`, true, "must hold the image's ENTRYPOINT followed by its CMD"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			envoy := sidecar("envoy")
+			envoy.Args = c.args
+			pod := jobPod(corev1.RestartPolicyNever, envoy)
+			if c.annotation != "" {
+				pod.Annotations[annotations.SidecarCommand("envoy")] = c.annotation
+			}
+			res, err := cfg.Mutate(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sidecarrules.IsWrapped(find(res.Pod.Spec.InitContainers, "envoy")); got != c.wantWrapped {
+				t.Errorf("wrapped %v, want %v", got, c.wantWrapped)
+			}
+			switch {
+			case c.wantWarning == "" && len(res.Warnings) > 0:
+				t.Errorf("warnings %q, want none", res.Warnings)
+			case c.wantWarning != "" && (len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], c.wantWarning)):
+				t.Errorf("warnings %q, want one saying %q", res.Warnings, c.wantWarning)
+			}
+		})
+	}
+}
+
+// The wrapper is a Linux binary and its install container has Linux-only security
+// settings: a pod for Windows is left as written, with a warning.
+func TestMutateLeavesWindowsPodsAlone(t *testing.T) {
+	cases := []struct {
+		name        string
+		os          *corev1.PodOS
+		selector    map[string]string
+		wantChanged bool
+	}{
+		{"spec.os windows", &corev1.PodOS{Name: corev1.Windows}, nil, false},
+		{"nodeSelector windows", nil, map[string]string{corev1.LabelOSStable: "windows"}, false},
+		{"spec.os linux", &corev1.PodOS{Name: corev1.Linux}, map[string]string{corev1.LabelOSStable: "linux"}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			pod := jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep", "3600"))
+			pod.Spec.OS, pod.Spec.NodeSelector = c.os, c.selector
+			res, err := cfg.Mutate(pod)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := validPod(t, res.Pod); msg != "" {
+				t.Errorf("the pod Mutate returns is invalid: %.300s", msg)
+			}
+			if res.Changed != c.wantChanged {
+				t.Errorf("changed %v, want %v", res.Changed, c.wantChanged)
+			}
+			windowsWarned := len(res.Warnings) == 1 && strings.Contains(res.Warnings[0], "Windows")
+			if windowsWarned == c.wantChanged {
+				t.Errorf("warnings %q; want one about Windows: %v", res.Warnings, !c.wantChanged)
+			}
+		})
 	}
 }

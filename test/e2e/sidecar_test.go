@@ -9,6 +9,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -31,6 +32,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
@@ -38,6 +40,7 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
+	"sextant.io/sextant/internal/charttest"
 	"sextant.io/sextant/ranker/virtualnode"
 	"sextant.io/sextant/ranker/webhook"
 )
@@ -314,6 +317,7 @@ func (h *sidecarHarness) startWebhook() {
 			ClientConfig:      admissionregistrationv1.WebhookClientConfig{URL: url(webhook.PathValidate), CABundle: caPEM},
 			Rules:             []admissionregistrationv1.RuleWithOperations{podRule(admissionregistrationv1.Create, admissionregistrationv1.Update)},
 			NamespaceSelector: scope,
+			MatchConditions:   chartValidatingMatchConditions(t),
 		}},
 	}
 	if _, err := local.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, validating, metav1.CreateOptions{}); err != nil {
@@ -1116,6 +1120,75 @@ func TestSidecarWebhookDown(t *testing.T) {
 		t.Errorf("pod prepared although the webhook was down: labels %v, init containers %d", pod.Labels, len(pod.Spec.InitContainers))
 	}
 	h.checkStopped(pod, 3*time.Second, []string{"main"}, "proxy")
+}
+
+// chartValidatingMatchConditions are the match conditions of the chart's validating
+// webhook, so that the harness's webhook is called for what the chart's is.
+func chartValidatingMatchConditions(t *testing.T) []admissionregistrationv1.MatchCondition {
+	t.Helper()
+	for _, obj := range charttest.List(t, charttest.Render(t, nil)) {
+		if obj["kind"] != "ValidatingWebhookConfiguration" {
+			continue
+		}
+		raw, err := json.Marshal(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg admissionregistrationv1.ValidatingWebhookConfiguration
+		if err := json.Unmarshal(raw, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Webhooks[0].MatchConditions
+	}
+	t.Fatal("the chart renders no ValidatingWebhookConfiguration")
+	return nil
+}
+
+// TestSidecarValidatingWebhookDownUpdates: with the validating webhook failing closed
+// (failure policy Fail) and its process gone, a pod update that changes no sextant.io
+// annotation still goes through (the chart's match conditions keep it from the
+// webhook: the Job controller's finalizer updates, labels), while one that changes a
+// sextant.io annotation is refused.
+func TestSidecarValidatingWebhookDownUpdates(t *testing.T) {
+	t.Parallel()
+	h := newSidecarHarness(t)
+	ctx := context.Background()
+	pods := local.kube.CoreV1().Pods(h.ns)
+	pod, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "plain", Namespace: h.ns, Labels: map[string]string{sidecarLabel: h.id},
+			Annotations: map[string]string{annotations.BandwidthPrefix + "ingress-required": "100M"}},
+		Spec: corev1.PodSpec{SchedulerName: "sextant-e2e-nobody", Containers: []corev1.Container{h.main("main", "true")}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = h.webhook.cmd.Process.Kill()
+	_ = h.webhook.cmd.Wait()
+
+	patch := func(body string) error {
+		_, err := pods.Patch(ctx, pod.Name, types.MergePatchType, []byte(body), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	changeAnnotation := `{"metadata":{"annotations":{"bandwidth.sextant.io/ingress-required":"200M"}}}`
+	eventually(t, 30*time.Second, func() (bool, string) {
+		err := patch(changeAnnotation)
+		return err != nil && strings.Contains(err.Error(), "annotations.e2e.sextant.io"),
+			fmt.Sprintf("a change of a sextant.io annotation with the webhook down: %v, want the webhook's call to fail", err)
+	})
+	for what, body := range map[string]string{
+		"a label":                           `{"metadata":{"labels":{"e2e.sextant.io/x":"y"}}}`,
+		"another annotation":                `{"metadata":{"annotations":{"example.com/note":"x"}}}`,
+		"a finalizer":                       `{"metadata":{"finalizers":["e2e.sextant.io/hold"]}}`,
+		"a sextant.io annotation unchanged": `{"metadata":{"annotations":{"bandwidth.sextant.io/ingress-required":"100M"}}}`,
+	} {
+		if err := patch(body); err != nil {
+			t.Errorf("an update of %s with the validating webhook down: %v, want it through", what, err)
+		}
+	}
+	removeAnnotation := `{"metadata":{"annotations":{"bandwidth.sextant.io/ingress-required":null}}}`
+	if err := patch(removeAnnotation); err == nil || !strings.Contains(err.Error(), "annotations.e2e.sextant.io") {
+		t.Errorf("removing a sextant.io annotation with the webhook down: %v, want the webhook's call to fail", err)
+	}
 }
 
 // TestSidecarWebhookRejectsMalformedAnnotations: the webhook refuses a pod with a
