@@ -98,6 +98,10 @@ type Bandwidth struct {
 	// inline holds Networks when there are few.
 	inline [2]Network
 	Object *v1alpha1.NodeBandwidth
+	// arrived is when the event carrying this version reached the ranker (its first
+	// delivery), and written its status write on the API server's clock (zero when
+	// unknown): the next version's delivery delay is judged against theirs (dateReport).
+	arrived, written time.Time
 }
 
 // Network is one network of a report, parsed.

@@ -20,6 +20,14 @@
 // lists when it starts arrived at some unknown time before; for those the API server's
 // time of the status write (managed fields) counts, when earlier than the listing, so a
 // report a dead agent left behind is not fresh just because the ranker restarted.
+//
+// A new version delivered late, by the relist after a watch break, is dated as if it
+// had come as promptly as the node's previous one: when its delay from status write to
+// arrival exceeds the previous version's by more than lateAllowance, Received is its
+// write time plus the previous delay. Both delays carry the same offset between the API
+// server's and the ranker's clocks, so only the extra delay counts and a skewed clock
+// alone never makes a report stale; a node without a previous report (its first, or
+// after a deletion) keeps the arrival (see dateReport).
 package heartbeat
 
 import (
@@ -63,6 +71,12 @@ type Store struct {
 	// listeners are told of each change once the record holds it (copy on write).
 	listeners atomic.Pointer[[]Listener]
 }
+
+// lateAllowance is how much longer than the node's previous report a report may take
+// from its status write to the ranker before it counts as delivered late (dateReport):
+// above the jitter of watch latency and of the write time's whole seconds, below any
+// staleAfter worth setting.
+const lateAllowance = 5 * time.Second
 
 // A Listener is told of each change the Store makes to a node's record, after the record
 // holds it, on the watch's goroutine (keep it short). This is how the plugins learn of
@@ -161,15 +175,17 @@ func (s *Store) put(obj any, received time.Time, initial bool) {
 	case *v1alpha1.NodeBandwidth:
 		s.forgetRejection(kindBandwidth, o.Name)
 		b := ParseBandwidth(o)
-		b.Received = received
-		if w := statusWritten(o); initial && !w.IsZero() && w.Before(received) {
-			b.Received = w
-		}
+		b.arrived, b.written = received, statusWritten(o)
 		s.nodes.update(o.Name, func(n *Node) {
+			cur := n.bandwidth.Load()
+			b.Received = dateReport(cur, b.written, received, initial)
 			// A relist delivers versions the store holds again: they arrived before.
-			if cur := n.bandwidth.Load(); cur != nil && cur.Object != nil && o.ResourceVersion != "" &&
-				cur.Object.ResourceVersion == o.ResourceVersion && cur.Received.Before(b.Received) {
-				b.Received = cur.Received
+			if cur != nil && cur.Object != nil && o.ResourceVersion != "" && cur.Object.ResourceVersion == o.ResourceVersion {
+				b.Received = minTime(b.Received, cur.Received)
+				b.arrived = minTime(b.arrived, cur.arrived)
+			} else if b.Received.Before(received) && !initial {
+				klog.V(2).InfoS("NodeBandwidth reached the ranker late (watch break); dating it by its status write",
+					"node", o.Name, "resourceVersion", o.ResourceVersion, "written", b.written, "received", b.Received)
 			}
 			setBandwidth(n, b)
 		})
@@ -194,6 +210,44 @@ func (s *Store) put(obj any, received time.Time, initial bool) {
 		s.noteRejection(o)
 		s.dropRecord(o.Kind, o.Name)
 	}
+}
+
+// dateReport is when a report counts as received (Bandwidth.Received): one written at
+// written (the API server's clock; zero when unknown) that reached the ranker at
+// received (the ranker's clock), prev being the node's current report (nil: none);
+// initial says it comes from the list the informer started with.
+//
+// A watch event says nothing of whether it is prompt or replays a relist, and the two
+// clocks may differ by any amount, so the write time alone cannot date a report: a
+// skewed clock would age every report. The node's previous report measures the offset
+// plus the usual latency (its delay); a report whose own delay exceeds that by more
+// than lateAllowance waited somewhere (a watch break) and is dated by its write plus
+// the previous delay. A previous report delivered late itself sets a long delay, so a
+// second late delivery in a row is under-corrected; a steady delay, whatever its cause,
+// is taken as normal from the next report on, so a clock step ages one report at most.
+func dateReport(prev *Bandwidth, written, received time.Time, initial bool) time.Time {
+	switch {
+	case written.IsZero():
+		return received
+	case initial:
+		// Listed at start: it arrived at some unknown time before.
+		return minTime(written, received)
+	case prev == nil || prev.written.IsZero() || prev.arrived.IsZero():
+		// Nothing to measure the delay against: a write that looks old may be skew.
+		return received
+	}
+	prevDelay := prev.arrived.Sub(prev.written)
+	if received.Sub(written)-prevDelay <= lateAllowance {
+		return received
+	}
+	return written.Add(prevDelay)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // dropRecord makes the node have no object of kind (deleted, or rejected).
@@ -499,6 +553,11 @@ func Offline() {
 	offline = true
 }
 
+// SyncTimeout bounds Shared's wait for the first list of heartbeats: past it the ranker
+// exits, naming what did not sync (the CRDs not installed, the API server unreachable).
+// Long enough to ride out an API server restart; the chart's startup probe allows more.
+const SyncTimeout = 3 * time.Minute
+
 // Shared returns the one Store of the process for the API server of cfg, starting and
 // syncing it on first use, so that every plugin of every profile reads the same cache.
 func Shared(ctx context.Context, cfg *rest.Config) (*Store, error) {
@@ -523,7 +582,7 @@ func Shared(ctx context.Context, cfg *rest.Config) (*Store, error) {
 	s := New(client, list, 0)
 	// The store lives as long as the process: plugin contexts end with their profile.
 	s.Start(context.WithoutCancel(ctx))
-	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	syncCtx, cancel := context.WithTimeout(ctx, SyncTimeout)
 	defer cancel()
 	if err := s.WaitForSync(syncCtx); err != nil {
 		return nil, err

@@ -484,6 +484,59 @@ func TestReceived(t *testing.T) {
 	}
 }
 
+// A new version the watch delivers late (the relist after a watch break) is dated as if
+// it had come as promptly as the node's previous one, so that a report an agent wrote
+// during the break and then died does not count as fresh; a delay both versions share
+// (a skewed clock) leaves the arrival as it is.
+func TestReceivedLateDelivery(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC)
+	const staleAfter = time.Minute
+	written := func(rv string, at time.Time) *v1alpha1.NodeBandwidth {
+		b := bw("n")
+		b.ResourceVersion = rv
+		if !at.IsZero() {
+			b.ManagedFields = []metav1.ManagedFieldsEntry{{Subresource: "status", Time: &metav1.Time{Time: at}}}
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name                 string
+		prevWritten, prevArr time.Time // zero prevArr: no previous report
+		newWritten           time.Time
+		want                 time.Time // Received of the new version, which arrives at t0
+	}{
+		{"written during a watch break, 3 min ago", t0.Add(-4 * time.Minute), t0.Add(-4 * time.Minute), t0.Add(-3 * time.Minute), t0.Add(-3 * time.Minute)},
+		{"prompt", t0.Add(-10 * time.Second), t0.Add(-10 * time.Second), t0.Add(-time.Second), t0},
+		{"within the allowance", t0.Add(-20 * time.Second), t0.Add(-20 * time.Second), t0.Add(-lateAllowance), t0},
+		{"API server's clock 3 min behind", t0.Add(-3*time.Minute - 10*time.Second), t0.Add(-10 * time.Second), t0.Add(-3 * time.Minute), t0},
+		{"API server's clock 1 min ahead", t0.Add(50 * time.Second), t0.Add(-10 * time.Second), t0.Add(time.Minute), t0},
+		{"clock 3 min behind and a watch break", t0.Add(-8 * time.Minute), t0.Add(-5 * time.Minute), t0.Add(-5 * time.Minute), t0.Add(-2 * time.Minute)},
+		{"no previous report: may be skew", time.Time{}, time.Time{}, t0.Add(-3 * time.Minute), t0},
+		{"previous without a write time", time.Time{}, t0.Add(-4 * time.Minute), t0.Add(-3 * time.Minute), t0},
+		{"no write time", t0.Add(-4 * time.Minute), t0.Add(-4 * time.Minute), time.Time{}, t0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := NewFromObjects()
+			if !c.prevArr.IsZero() {
+				s.put(written("1", c.prevWritten), c.prevArr, false)
+			}
+			s.put(written("2", c.newWritten), t0, false)
+			got := s.Node("n").Bandwidth().Received
+			if !got.Equal(c.want) {
+				t.Errorf("received %v, want %v", got, c.want)
+			}
+			if stale, wantStale := t0.Sub(got) > staleAfter, t0.Sub(c.want) > staleAfter; stale != wantStale {
+				t.Errorf("stale after %v: %v, want %v", staleAfter, stale, wantStale)
+			}
+			// Delivered again (another relist): still its first dating.
+			s.put(written("2", c.newWritten), t0.Add(time.Hour), false)
+			if again := s.Node("n").Bandwidth().Received; !again.Equal(got) {
+				t.Errorf("delivered again: received %v, want %v", again, got)
+			}
+		})
+	}
+}
+
 func asUnstructured(t *testing.T, obj runtime.Object) *unstructured.Unstructured {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)

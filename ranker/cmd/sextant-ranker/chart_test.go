@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
@@ -26,6 +27,7 @@ import (
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 	"sigs.k8s.io/yaml"
 
+	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/bandwidth"
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
@@ -363,5 +365,31 @@ func TestChartWebhookTLS(t *testing.T) {
 		"certManager": map[string]any{"issuerRef": map[string]any{"kind": "ClusterIssuer", "name": "corp-ca"}}}}})
 	if a := issuer["sextant/templates/webhook-admission.yaml"]; strings.Contains(a, "kind: Issuer") || !strings.Contains(a, "name: corp-ca") {
 		t.Errorf("certManager TLS with an issuerRef:\n%s", a)
+	}
+}
+
+// The ranker serves /livez only once its plugins are built, which waits up to
+// heartbeat.SyncTimeout for the heartbeat caches: the chart's startup probe must allow
+// longer, or the kubelet kills a ranker that starts while the API server is slow.
+func TestChartRankerStartupProbeOutlastsTheSync(t *testing.T) {
+	objs := charttest.Objects(t, charttest.Render(t, nil))
+	var ranker map[string]any
+	for _, c := range charttest.Containers(objs["Deployment/sextant-ranker"]) {
+		if c["name"] == "ranker" {
+			ranker = c
+		}
+	}
+	if ranker == nil {
+		t.Fatal("no ranker container in Deployment/sextant-ranker")
+	}
+	probe, _ := ranker["startupProbe"].(map[string]any)
+	period, _ := probe["periodSeconds"].(float64)
+	failures, _ := probe["failureThreshold"].(float64)
+	budget := time.Duration(period*failures) * time.Second
+	if budget <= heartbeat.SyncTimeout {
+		t.Errorf("the ranker's startup probe allows %s (%v), want more than heartbeat.SyncTimeout %s", budget, probe, heartbeat.SyncTimeout)
+	}
+	if live, _ := ranker["livenessProbe"].(map[string]any); live["initialDelaySeconds"] != nil {
+		t.Errorf("the liveness probe waits %v before its first check; the startup probe covers the start", live["initialDelaySeconds"])
 	}
 }

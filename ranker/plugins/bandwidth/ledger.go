@@ -41,7 +41,8 @@ const defaultWindow = 60 * time.Second
 //     accounts for the pod's traffic. (sampleTime and the pod's start are both the
 //     node's clock.) A partial report covers nothing: Filter does not use it either;
 //   - the pod is deleted or finishes (Succeeded/Failed);
-//   - the scheduler calls Unreserve (binding failed or was rejected).
+//   - the scheduler calls Unreserve (binding failed or was rejected) for the node it
+//     reserved on, before the pod is seen bound there (see Unreserve).
 //
 // A pod that is bound but never runs (image pull failure, a node without a kubelet)
 // keeps its reservation until it is deleted: the ranker cannot tell it will not start.
@@ -77,6 +78,10 @@ type reservation struct {
 	// runningSince is when the pod was first seen running with every container
 	// started; zero until then.
 	runningSince time.Time
+	// bound is set once the informer showed the pod bound to node (ObservePod made or
+	// moved the reservation, or saw Reserve's node confirmed): the placement is then
+	// the cluster's, and a failed binding attempt no longer owns it.
+	bound bool
 }
 
 // nodeReservations are the reservations on one node. The totals, per network, are
@@ -218,10 +223,24 @@ func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequ
 	reservationsTotal.WithLabelValues("scheduled").Inc()
 }
 
-// Unreserve drops the pod's reservation, if any. Safe to call more than once.
-func (l *Ledger) Unreserve(uid types.UID) {
+// Unreserve drops the reservation Reserve made for the pod on node, if it is still
+// that one. Safe to call more than once. A reservation on another node, or one the
+// informer has shown bound, is kept: the pod was bound after all (by a previous leader
+// whose Binding the ledger saw late, or by a Binding whose response was lost), so the
+// attempt's Binding failing (409 Conflict, a client-side error) does not free the
+// bandwidth it uses.
+func (l *Ledger) Unreserve(uid types.UID, node string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	r, ok := l.byPod[uid]
+	if !ok {
+		return
+	}
+	if r.node != node || r.bound {
+		klog.V(2).InfoS("Keeping the bandwidth reservation of a pod seen bound; the failed attempt does not own it",
+			"pod", r.pod, "node", r.node, "attemptNode", node)
+		return
+	}
 	l.removeLocked(uid, releaseUnreserved)
 }
 
@@ -357,6 +376,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		l.addLocked(pod.UID, r)
 		reservationsTotal.WithLabelValues("observed").Inc()
 	}
+	r.bound = true
 	if r.runningSince.IsZero() && !since.IsZero() {
 		r.runningSince = since
 	}

@@ -324,7 +324,7 @@ func TestReservationCapped(t *testing.T) {
 			if in, _ := pl.Ledger().Reserved("n"); in-before != c.want {
 				t.Errorf("reserved %s, want %s", annotations.FormatRate(in-before), annotations.FormatRate(c.want))
 			}
-			pl.Ledger().Unreserve(pod.UID)
+			pl.Ledger().Unreserve(pod.UID, "n")
 			if in, _ := pl.Ledger().Reserved("n"); in != before {
 				t.Errorf("after Unreserve %s reserved, want %s back", annotations.FormatRate(in), annotations.FormatRate(before))
 			}
@@ -381,8 +381,8 @@ func TestReservedOnMatchesTheBooks(t *testing.T) {
 	check("one reservation", "with-report", 100, 30)
 	l.Reserve(b, "with-report", req)
 	check("two reservations", "with-report", 200, 60)
-	l.Unreserve(a.UID)
-	l.Unreserve(b.UID)
+	l.Unreserve(a.UID, "with-report")
+	l.Unreserve(b.UID, "with-report")
 	check("all released", "with-report", 0, 0)
 	l.Reserve(a, "with-report", req)
 	check("reserved again after the node's entry was dropped", "with-report", 100, 30)
@@ -393,7 +393,48 @@ func TestReservedOnMatchesTheBooks(t *testing.T) {
 	store.Put(report("late-report", "10G", "10G", now))
 	check("the record came after the reservation", "late-report", 100, 30)
 	store.Delete(report("late-report", "10G", "10G", now))
-	l.Unreserve(b.UID)
+	l.Unreserve(b.UID, "late-report")
 	store.Put(report("late-report", "10G", "10G", now))
 	check("released while the record was gone, then the record came back", "late-report", 0, 0)
+}
+
+// Unreserve undoes only the attempt's own Reserve: a reservation the informer showed
+// bound (moved to the pod's real node, or confirmed on the reserved one) survives the
+// attempt's failed Binding (409 Conflict after a leader change, or a lost response).
+func TestUnreserveKeepsBoundReservation(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		seenOn   string // where the informer shows the pod bound before Unreserve; "" for not seen
+		wantNode string // where the pod's reservation is after Unreserve; "" for none
+	}{
+		{"binding failed, pod never seen bound", "", ""},
+		{"old leader bound it elsewhere (seen late)", "x", "x"},
+		{"binding applied but its response lost", "y", "y"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pl := testPlugin(t, testArgs(nil), report("x", "1G", "1G", now), report("y", "1G", "1G", now))
+			pod := testPod(map[string]string{annotations.IngressRequired: "800M"})
+			pl.Ledger().Reserve(pod, "y", mustParse(t, pod))
+			if c.seenOn != "" {
+				bound := pod.DeepCopy()
+				bound.Spec.NodeName = c.seenOn
+				pl.Ledger().ObservePod(bound)
+			}
+			pl.Unreserve(context.Background(), nil, pod, "y")
+			pl.Unreserve(context.Background(), nil, pod, "y") // idempotent
+			node, ok := pl.Ledger().Has(pod.UID)
+			if node != c.wantNode || ok != (c.wantNode != "") {
+				t.Errorf("after Unreserve: reservation on %q (held %v), want %q", node, ok, c.wantNode)
+			}
+			for _, n := range []string{"x", "y"} {
+				want := int64(0)
+				if n == c.wantNode {
+					want = 800e6
+				}
+				if in, _ := pl.Ledger().Reserved(n); in != want {
+					t.Errorf("%s reserved %s, want %s", n, annotations.FormatRate(in), annotations.FormatRate(want))
+				}
+			}
+		})
+	}
 }

@@ -17,6 +17,7 @@ const metricsSubsystem = "sextant_ranker_bandwidth"
 // Filter rejection reasons, the values of the reason label.
 const (
 	reasonInvalidAnnotation = "invalid_annotation" // PreFilter: the pod's annotations are malformed
+	reasonLedgerNotSynced   = "ledger_not_synced"  // PreFilter: the ledger has not yet seen every bound pod
 	reasonNoReport          = "no_report"          // the node has no NodeBandwidth
 	reasonStaleReport       = "stale_report"       // it reached the ranker longer than staleAfter ago
 	reasonPartialReport     = "partial_report"     // its window is shorter than minWindow, or it has no sampleTime
@@ -38,7 +39,7 @@ var (
 	filterRejections = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "filter_rejections_total",
-		Help:           "Nodes (or, for invalid_annotation, pods) BandwidthAware rejected, by reason.",
+		Help:           "Nodes (or, for invalid_annotation and ledger_not_synced, pods) BandwidthAware rejected, by reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 

@@ -17,7 +17,7 @@ func TestMetricNames(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil))
 	pod := testPod(map[string]string{annotations.IngressRequired: "1M"})
 	pl.Ledger().Reserve(pod, "n", mustParse(t, pod))
-	pl.Ledger().Unreserve(pod.UID)
+	pl.Ledger().Unreserve(pod.UID, "n")
 	filterRejections.WithLabelValues(reasonNoReport).Add(0)
 
 	families, err := legacyregistry.DefaultGatherer.Gather()

@@ -127,7 +127,7 @@ func TestLedgerPerNetwork(t *testing.T) {
 	if c := schedule(t, pl, testPod(big), []string{"n"}, false); c.filtered["n"] != nil {
 		t.Errorf("7G on the pod network filtered: %v", c.filtered["n"])
 	}
-	pl.Ledger().Unreserve(onStorage.UID)
+	pl.Ledger().Unreserve(onStorage.UID, "n")
 	if in, _ := pl.Ledger().ReservedOn("n", "storage"); in != 0 {
 		t.Errorf("storage reserved %d after Unreserve, want 0", in)
 	}

@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
@@ -30,6 +33,10 @@ type BandwidthAware struct {
 	// are nil without a framework Handle.
 	waiting *requeue.Waiting
 	nodes   func() ([]fwk.NodeInfo, error)
+	// ledgerSynced reports whether the ledger's pod handler has been given every pod
+	// the informer listed at start; nil (no framework Handle) counts as synced.
+	// kube-scheduler's WaitForHandlersSync waits for its own handlers only.
+	ledgerSynced cache.InformerSynced
 }
 
 var (
@@ -65,13 +72,35 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	// The scheduler's pod informer lists every pod when it starts, which rebuilds the
 	// ledger from bound pods after a restart or leader change.
 	pods := h.SharedInformerFactory().Core().V1().Pods().Informer()
-	if _, err := pods.AddEventHandler(pl.ledger.podHandler()); err != nil {
+	reg, err := pods.AddEventHandler(pl.ledger.podHandler())
+	if err != nil {
 		return nil, fmt.Errorf("%s watch pods: %w", Name, err)
 	}
 	if _, err := pods.AddEventHandler(pl.waiting.PodHandler()); err != nil {
 		return nil, fmt.Errorf("%s watch pods: %w", Name, err)
 	}
+	// As the heartbeat store does with its own handlers: the handler's registration,
+	// not the informer, says when the ledger has seen every listed pod.
+	pl.ledgerSynced = reg.HasSynced
+	go pl.activateWhenSynced(ctx)
 	return pl, nil
+}
+
+// ledgerReady reports whether the ledger holds every pod bound when the ranker started,
+// so that Filter can trust its reservations.
+func (pl *BandwidthAware) ledgerReady() bool {
+	return pl.ledgerSynced == nil || pl.ledgerSynced()
+}
+
+// activateWhenSynced brings back the pods PreFilter refused while the ledger was being
+// rebuilt: no cluster event kube-scheduler watches marks that moment. Every waiting pod
+// is activated, as which of them waited for the ledger is not recorded; a pod waiting
+// for a report costs one more attempt, once per process.
+func (pl *BandwidthAware) activateWhenSynced(ctx context.Context) {
+	if !cache.WaitForNamedCacheSync(Name+" ledger", ctx.Done(), pl.ledgerSynced) {
+		return
+	}
+	pl.waiting.Activate(klog.FromContext(ctx), func(*v1.Pod) bool { return true })
 }
 
 // sharedStore is heartbeat.Shared; tests replace it to run New without an API server.

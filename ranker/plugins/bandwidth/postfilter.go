@@ -7,9 +7,10 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 )
 
-// PostFilter records a pod Filter rejected on some node as waiting for a report that
-// admits it. A report that arrived while the attempt ran found the pod not yet waiting,
-// so one such report that admits the pod brings it back at once. It decides nothing:
+// PostFilter records a pod Filter rejected on some node (or PreFilter refused while the
+// ledger was being rebuilt) as waiting for a report that admits it (or for the ledger).
+// A report that arrived, or a rebuild that ended, while the attempt ran found the pod
+// not yet waiting, so either brings it back at once. It decides nothing:
 // kube-scheduler goes on to preemption as without it.
 func (pl *BandwidthAware) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
 	if pl.waiting == nil || pl.nodes == nil {
@@ -24,6 +25,9 @@ func (pl *BandwidthAware) PostFilter(ctx context.Context, state fwk.CycleState, 
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
 	arrivedMeanwhile := func() bool {
+		if ps.unsynced && pl.ledgerReady() {
+			return true
+		}
 		now := pl.now()
 		for _, ni := range nodes {
 			report := pl.reports.NodeOf(ni.Node()).Bandwidth()

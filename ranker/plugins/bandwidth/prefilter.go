@@ -19,6 +19,9 @@ type podState struct {
 	// now is when the cycle began: reports are judged stale against it, so that one
 	// cycle judges every node by the same clock and reads it once, not per node.
 	now time.Time
+	// unsynced is set when PreFilter refused the pod because the ledger was still being
+	// rebuilt, so that PostFilter can bring it back if the rebuild ended meanwhile.
+	unsynced bool
 }
 
 func (s *podState) Clone() fwk.StateData { return s }
@@ -35,9 +38,21 @@ func readPodState(state fwk.CycleState) (*podState, bool) {
 	return s, ok
 }
 
+// msgLedgerNotSynced is PreFilter's message for a pod refused while the ledger is being
+// rebuilt.
+const msgLedgerNotSynced = "the bandwidth ledger has not yet seen every bound pod (ranker starting); retried once it has"
+
 // PreFilter parses the pod's annotations once per cycle. A pod without any is skipped
 // by Filter (and PreScore skips Score); a pod with malformed ones is unschedulable
 // until they are fixed, with a message naming the annotation and its accepted form.
+//
+// A pod that requires bandwidth waits, unschedulable, until the ledger's pod handler has
+// seen every pod listed at start: before that the ledger lacks the reservations of pods
+// already bound and Filter would over-commit their nodes. It is refused rather than
+// waited for here, so that the scheduling loop goes on with other pods, and
+// UnschedulableAndUnresolvable keeps preemption from evicting pods for it; the pod is
+// activated when the ledger syncs (activateWhenSynced, PostFilter). A pod with only
+// expected rates is not held: Filter never rejects it.
 func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !annotations.HasBandwidth(pod.Annotations) {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -47,11 +62,17 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 		filterRejections.WithLabelValues(reasonInvalidAnnotation).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	state.Write(stateKey, &podState{req: req, now: pl.now()})
 	if !req.HasRequired() {
 		// Only expected values: nothing to filter, but Score and Reserve still apply.
+		state.Write(stateKey, &podState{req: req, now: pl.now()})
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
+	if !pl.ledgerReady() {
+		filterRejections.WithLabelValues(reasonLedgerNotSynced).Inc()
+		state.Write(stateKey, &podState{req: req, now: pl.now(), unsynced: true})
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgLedgerNotSynced)
+	}
+	state.Write(stateKey, &podState{req: req, now: pl.now()})
 	return nil, nil
 }
 

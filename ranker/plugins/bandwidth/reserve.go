@@ -18,7 +18,8 @@ func (pl *BandwidthAware) Reserve(_ context.Context, state fwk.CycleState, pod *
 	return nil
 }
 
-// Unreserve drops the pod's reservation; it is idempotent, as the framework requires.
-func (pl *BandwidthAware) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) {
-	pl.ledger.Unreserve(pod.UID)
+// Unreserve drops the reservation Reserve made for the pod on nodeName; it is
+// idempotent, as the framework requires.
+func (pl *BandwidthAware) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
+	pl.ledger.Unreserve(pod.UID, nodeName)
 }
