@@ -72,10 +72,15 @@ type DeviceAware struct {
 	// freeCache holds each node's free devices between cycles.
 	freeCache *nodecache.Cache[*v1alpha1.NodeTopology, *Free]
 	now       func() time.Time
-	// waiting are the pods Filter rejected, brought back by any NodeTopology change;
-	// snapshot lists the scheduler's nodes for PostFilter. Nil without a Handle.
+	// waiting are the pods Filter rejected, brought back by any NodeTopology change and
+	// by a silent node's agent being heard again; snapshot lists the scheduler's nodes
+	// for PostFilter. Nil without a Handle.
 	waiting  *requeue.Waiting
 	snapshot func() ([]fwk.NodeInfo, error)
+	// silentNodes holds the names of the nodes Filter rejected as silent and not heard
+	// from since, so that only the first report after a silence wakes the waiting pods,
+	// not each of the thousands of reports a minute that change nothing here.
+	silentNodes sync.Map
 }
 
 var (
@@ -107,7 +112,7 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 	numahint.Default.Register(h, pl)
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
-	store.AddListener(heartbeat.Listener{Topology: pl.waiting.ActivateAll})
+	store.AddListener(pl.listener())
 	if f := h.SharedInformerFactory(); f != nil {
 		pods := f.Core().V1().Pods().Informer()
 		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {
@@ -118,6 +123,14 @@ func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error
 		}
 	}
 	return pl, nil
+}
+
+// listener is what the heartbeat store tells DeviceAware: a changed NodeTopology may
+// admit any waiting pod, and so may a silent agent's report, since an agent back from
+// an outage rewrites its NodeTopology unchanged and the store tells no one of that.
+// Call it once waiting is set.
+func (pl *DeviceAware) listener() heartbeat.Listener {
+	return heartbeat.Listener{Topology: pl.waiting.ActivateAll, Bandwidth: pl.reportArrived}
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).

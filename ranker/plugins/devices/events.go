@@ -11,8 +11,9 @@ import (
 
 // EventsToRegister lists what can make a pod DeviceAware rejected schedulable: a pod
 // leaving a node or changing (frees devices, or fixes its own requests), or a new node.
-// A changed NodeTopology (a device became healthy, a topology appeared) comes from the
-// heartbeat store instead (requeue.Waiting.ActivateAll): kube-scheduler does not watch NodeTopology.
+// A changed NodeTopology (a device became healthy, a topology appeared) and a silent
+// agent's return come from the heartbeat store instead (listener): kube-scheduler does
+// not watch NodeTopology or NodeBandwidth.
 func (pl *DeviceAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},

@@ -50,6 +50,9 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 	}
 	if pl.silent(rec) {
 		filterRejections.WithLabelValues(reasonSilentAgent).Inc()
+		// LoadOrStore, not Store: when every agent is silent (an API-server outage) each
+		// Filter call gets here, and a load of a present key takes no lock.
+		pl.silentNodes.LoadOrStore(node.Name, struct{}{})
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgSilentAgent)
 	}
 	if kind, short := Shortfall(pl.freeIn(s, rec, topo, nodeInfo), s.want); short {
@@ -61,9 +64,25 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 
 // silent reports whether the node's agent has not been heard from within
 // AgentSilentAfter: no NodeBandwidth, or one that arrived too long ago.
-func (pl *DeviceAware) silent(rec *heartbeat.Node) bool {
-	b := rec.Bandwidth()
+func (pl *DeviceAware) silent(rec *heartbeat.Node) bool { return pl.stale(rec.Bandwidth()) }
+
+// stale reports whether b, a node's NodeBandwidth, is missing or arrived longer than
+// AgentSilentAfter ago.
+func (pl *DeviceAware) stale(b *heartbeat.Bandwidth) bool {
 	return b == nil || b.Received.IsZero() || pl.now().Sub(b.Received) > AgentSilentAfter
+}
+
+// reportArrived is the heartbeat store's NodeBandwidth listener: the first fresh report
+// from a node Filter rejected as silent activates every waiting pod, since that node
+// may pass Filter now and the pod's status does not say which node it waits for. A
+// stale report (one the ranker lists at start, written long ago) leaves the node silent.
+func (pl *DeviceAware) reportArrived(node string, report *heartbeat.Bandwidth) {
+	if pl.waiting == nil || pl.stale(report) {
+		return
+	}
+	if _, was := pl.silentNodes.LoadAndDelete(node); was {
+		pl.waiting.ActivateAll(node)
+	}
 }
 
 // free is the node's free devices by kind, counting this plugin's reservations for pods

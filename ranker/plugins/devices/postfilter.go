@@ -8,17 +8,41 @@ import (
 )
 
 // PostFilter records a pod Filter rejected on some node as waiting for a NodeTopology
-// change (the heartbeat store's listener, Waiting.ActivateAll, brings it back), and
-// brings it back at once if one came while the attempt ran. It decides nothing:
+// change or a silent agent's return (the heartbeat store's listeners bring it back),
+// and brings it back at once if either came while the attempt ran. It decides nothing:
 // kube-scheduler goes on to preemption as without it.
 func (pl *DeviceAware) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if pl.waiting == nil {
+	if pl.waiting == nil || pl.snapshot == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	s, ok := readState(state)
-	var seen uint64
-	if ok {
-		seen = s.topologyVersion
+	nodes, err := pl.snapshot()
+	if err != nil {
+		return nil, fwk.AsStatus(err)
 	}
-	return pl.waiting.PostFilterOnVersion(ctx, pod, statuses, pl.snapshot, seen, ok, pl.nodes.TopologyVersion)
+	s, known := readState(state)
+	// Without a version from PreFilter any time may have passed: assume a change.
+	changed := func() bool {
+		return !known || pl.nodes.TopologyVersion() != s.topologyVersion || pl.silentHeard(statuses, nodes)
+	}
+	return pl.waiting.PostFilter(ctx, pod, statuses, nodes, changed)
+}
+
+// silentHeard reports whether a node Filter rejected as silent is heard from now: its
+// report arrived after Filter read the record, maybe before the pod was waiting for it,
+// and then the listener's wake-up missed the pod.
+func (pl *DeviceAware) silentHeard(statuses fwk.NodeToStatusReader, nodes []fwk.NodeInfo) bool {
+	for _, ni := range nodes {
+		node := ni.Node()
+		if node == nil {
+			continue
+		}
+		st := statuses.Get(node.Name)
+		if st == nil || st.Plugin() != Name || st.Message() != msgSilentAgent {
+			continue
+		}
+		if !pl.silent(pl.nodes.NodeOf(node)) {
+			return true
+		}
+	}
+	return false
 }
