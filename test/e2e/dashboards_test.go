@@ -86,10 +86,14 @@ func TestDashboardsReturnData(t *testing.T) {
 		for _, p := range d.Panels {
 			panels++
 			for _, tg := range p.Targets {
-				queries = append(queries, query{
-					where: fmt.Sprintf("%s: panel %d %q query %s", filepath.Base(path), p.ID, p.Title, tg.RefID),
-					expr:  substituteVariables(tg.Expr, vars),
-				})
+				where := fmt.Sprintf("%s: panel %d %q query %s", filepath.Base(path), p.ID, p.Title, tg.RefID)
+				expr := substituteVariables(tg.Expr, vars)
+				queries = append(queries, query{where: where, expr: expr})
+				// A standby excluded by "unless" on a series that never exists excludes
+				// nothing: the series must be there.
+				for _, m := range unlessStandby.FindAllStringSubmatch(expr, -1) {
+					queries = append(queries, query{where: where + ", the series it excludes the standby by", expr: m[1]})
+				}
 			}
 		}
 	}
@@ -139,6 +143,10 @@ func TestDashboardsReturnData(t *testing.T) {
 		t.Logf("targets:\n%s", prom.targets())
 	}
 }
+
+// unlessStandby finds a panel's exclusion of the ranker's standby replica: "unless on
+// (instance) (SERIES == 0)".
+var unlessStandby = regexp.MustCompile(`unless on \(instance\) \(([^()]*) == 0\)`)
 
 // promDashboard is the part of a dashboard the test reads.
 type promDashboard struct {
