@@ -98,10 +98,16 @@ type Bandwidth struct {
 	// inline holds Networks when there are few.
 	inline [2]Network
 	Object *v1alpha1.NodeBandwidth
-	// arrived is when the event carrying this version reached the ranker (its first
-	// delivery), and written its status write on the API server's clock (zero when
-	// unknown): the next version's delivery delay is judged against theirs (dateReport).
-	arrived, written time.Time
+	// Arrived is when the event carrying this version first reached the ranker, on the
+	// ranker's clock; zero when it did not come through a Store. Unlike Received it is
+	// never back-dated to a status write, so it answers whether a report came in after
+	// a given moment, where a late delivery's Received may fall before it. It sits here,
+	// past the fields Filter reads, because only PostFilter asks.
+	Arrived time.Time
+	// written is the version's status write on the API server's clock (zero when
+	// unknown): the next version's delivery delay is judged against Arrived minus it
+	// (dateReport).
+	written time.Time
 }
 
 // Network is one network of a report, parsed.

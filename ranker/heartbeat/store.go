@@ -27,7 +27,8 @@
 // write time plus the previous delay. Both delays carry the same offset between the API
 // server's and the ranker's clocks, so only the extra delay counts and a skewed clock
 // alone never makes a report stale; a node without a previous report (its first, or
-// after a deletion) keeps the arrival (see dateReport).
+// after a deletion) keeps the arrival (see dateReport). Arrived keeps the real first
+// arrival beside it, for whoever asks whether a report came in after some moment.
 package heartbeat
 
 import (
@@ -175,14 +176,14 @@ func (s *Store) put(obj any, received time.Time, initial bool) {
 	case *v1alpha1.NodeBandwidth:
 		s.forgetRejection(kindBandwidth, o.Name)
 		b := ParseBandwidth(o)
-		b.arrived, b.written = received, statusWritten(o)
+		b.Arrived, b.written = received, statusWritten(o)
 		s.nodes.update(o.Name, func(n *Node) {
 			cur := n.bandwidth.Load()
 			b.Received = dateReport(cur, b.written, received, initial)
 			// A relist delivers versions the store holds again: they arrived before.
 			if cur != nil && cur.Object != nil && o.ResourceVersion != "" && cur.Object.ResourceVersion == o.ResourceVersion {
 				b.Received = minTime(b.Received, cur.Received)
-				b.arrived = minTime(b.arrived, cur.arrived)
+				b.Arrived = minTime(b.Arrived, cur.Arrived)
 			} else if b.Received.Before(received) && !initial {
 				klog.V(2).InfoS("NodeBandwidth reached the ranker late (watch break); dating it by its status write",
 					"node", o.Name, "resourceVersion", o.ResourceVersion, "written", b.written, "received", b.Received)
@@ -232,11 +233,11 @@ func dateReport(prev *Bandwidth, written, received time.Time, initial bool) time
 	case initial:
 		// Listed at start: it arrived at some unknown time before.
 		return minTime(written, received)
-	case prev == nil || prev.written.IsZero() || prev.arrived.IsZero():
+	case prev == nil || prev.written.IsZero() || prev.Arrived.IsZero():
 		// Nothing to measure the delay against: a write that looks old may be skew.
 		return received
 	}
-	prevDelay := prev.arrived.Sub(prev.written)
+	prevDelay := prev.Arrived.Sub(prev.written)
 	if received.Sub(written)-prevDelay <= lateAllowance {
 		return received
 	}

@@ -525,6 +525,10 @@ func TestReceivedLateDelivery(t *testing.T) {
 			if !got.Equal(c.want) {
 				t.Errorf("received %v, want %v", got, c.want)
 			}
+			// However it is dated, Arrived is when it came in.
+			if arr := s.Node("n").Bandwidth().Arrived; !arr.Equal(t0) {
+				t.Errorf("arrived %v, want %v", arr, t0)
+			}
 			if stale, wantStale := t0.Sub(got) > staleAfter, t0.Sub(c.want) > staleAfter; stale != wantStale {
 				t.Errorf("stale after %v: %v, want %v", staleAfter, stale, wantStale)
 			}
@@ -532,6 +536,9 @@ func TestReceivedLateDelivery(t *testing.T) {
 			s.put(written("2", c.newWritten), t0.Add(time.Hour), false)
 			if again := s.Node("n").Bandwidth().Received; !again.Equal(got) {
 				t.Errorf("delivered again: received %v, want %v", again, got)
+			}
+			if arr := s.Node("n").Bandwidth().Arrived; !arr.Equal(t0) {
+				t.Errorf("delivered again: arrived %v, want its first arrival %v", arr, t0)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -151,6 +152,32 @@ func TestPostFilterActivatesOnReportArrivedMeanwhile(t *testing.T) {
 	reject(t, pl2, pod, func() { store2.PutAt(report("n", "200M", "1G", now), now.Add(time.Second)) })
 	if len(got2.pods) != 0 || pl2.waiting.Len() != 1 {
 		t.Fatalf("activated %v, %d waiting; want none activated, 1 waiting", got2.pods, pl2.waiting.Len())
+	}
+}
+
+// A new version the relist after a watch break delivers during the attempt is dated by
+// its status write, before the attempt began; it still arrived meanwhile, so PostFilter
+// brings the pod back rather than leave it for the next report.
+func TestPostFilterActivatesOnBackDatedReportArrivedMeanwhile(t *testing.T) {
+	written := func(rv, rem string, at time.Time) *v1alpha1.NodeBandwidth {
+		r := report("n", rem, "1G", at)
+		r.ResourceVersion = rv
+		r.ManagedFields = []metav1.ManagedFieldsEntry{{Subresource: "status", Time: &metav1.Time{Time: at}}}
+		return r
+	}
+	pl, store, got := waitingPlugin(t)
+	// The node's previous report came promptly, 10s before the attempt.
+	store.PutAt(written("1", "100M", now.Add(-10*time.Second)), now.Add(-10*time.Second))
+	pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
+	reject(t, pl, pod, func() {
+		// Written 5s before the attempt, delivered 1s into it: dated at its write.
+		store.PutAt(written("2", "500M", now.Add(-5*time.Second)), now.Add(time.Second))
+		if b := store.Node("n").Bandwidth(); !b.Received.Before(now) {
+			t.Fatalf("setup: report received %v, want back-dated before the attempt at %v", b.Received, now)
+		}
+	})
+	if len(got.pods) != 1 || !got.passes[0] {
+		t.Fatalf("activated %v (Filter passing %v), want the pod at once", got.pods, got.passes)
 	}
 }
 

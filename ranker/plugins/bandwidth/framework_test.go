@@ -79,8 +79,10 @@ func TestInFramework(t *testing.T) {
 
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
+	// The handler's HasSynced turns true a moment after it was given the listed pod:
+	// PreFilter refuses bandwidth pods until then.
 	deadline := time.Now().Add(5 * time.Second)
-	for pl.Ledger().Len() != 1 && time.Now().Before(deadline) {
+	for (pl.Ledger().Len() != 1 || !pl.ledgerSynced()) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if node, ok := pl.Ledger().Has(bound.UID); !ok || node != "node-3" {

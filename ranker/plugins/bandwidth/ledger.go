@@ -212,10 +212,18 @@ func (l *Ledger) Has(uid types.UID) (string, bool) {
 	return r.node, true
 }
 
-// Reserve records that pod, asking req, was placed on node by this scheduler.
+// Reserve records that pod, asking req, was placed on node by this scheduler. A
+// reservation the informer has shown bound is kept as it is: the pod already runs
+// there, so this attempt's Binding will fail and its Unreserve must find the bound one
+// (which it keeps) rather than a replacement it would drop, leaving the node with none.
 func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequest) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if r, ok := l.byPod[pod.UID]; ok && r.bound {
+		klog.V(2).InfoS("Keeping the bandwidth reservation of a pod seen bound; the attempt does not replace it",
+			"pod", r.pod, "node", r.node, "attemptNode", node)
+		return
+	}
 	delete(l.covered, pod.UID)
 	network := networkOf(req)
 	in, eg := l.amountsLocked(node, network, req)

@@ -438,3 +438,24 @@ func TestUnreserveKeepsBoundReservation(t *testing.T) {
 		})
 	}
 }
+
+// The informer shows the pod bound on y before this scheduler's attempt, which placed it
+// on z, reaches Reserve: the attempt's Binding then conflicts and its Unreserve(z) must
+// leave y holding the pod's reservation, not drop one Reserve moved to z.
+func TestReserveKeepsBoundReservation(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil), report("y", "1G", "1G", now), report("z", "1G", "1G", now))
+	pod := testPod(map[string]string{annotations.IngressRequired: "800M"})
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = "y"
+	pl.Ledger().ObservePod(bound)
+	pl.Ledger().Reserve(pod, "z", mustParse(t, pod))
+	pl.Unreserve(context.Background(), nil, pod, "z")
+	if node, ok := pl.Ledger().Has(pod.UID); !ok || node != "y" {
+		t.Errorf("after Unreserve(z): reservation on %q (held %v), want y", node, ok)
+	}
+	for n, want := range map[string]int64{"y": 800e6, "z": 0} {
+		if in, _ := pl.Ledger().Reserved(n); in != want {
+			t.Errorf("%s reserved %s, want %s", n, annotations.FormatRate(in), annotations.FormatRate(want))
+		}
+	}
+}

@@ -31,7 +31,9 @@ func (pl *BandwidthAware) PostFilter(ctx context.Context, state fwk.CycleState, 
 		now := pl.now()
 		for _, ni := range nodes {
 			report := pl.reports.NodeOf(ni.Node()).Bandwidth()
-			if report != nil && report.Received.After(ps.now) && pl.admits(pod, report, now) {
+			// Arrived, not Received: a late delivery is dated back to its status write,
+			// possibly before the attempt, though it only now reached the store.
+			if report != nil && report.Arrived.After(ps.now) && pl.admits(pod, report, now) {
 				return true
 			}
 		}
