@@ -28,9 +28,11 @@ func EventName(pod *corev1.Pod, suffix string) string {
 	return name + tail
 }
 
-// CreateEvent creates ev, under a fixed name such as EventName's, as the agent of node.
-// Every agent may list all pods and so predict the names: an Event already holding the
-// name stands for ev only if this agent wrote it in an earlier run. The
+// CreateEvent creates ev as the agent of node, under its fixed name (such as EventName's)
+// or, with only GenerateName, under one the server generates: an AlreadyExists then only
+// means the server's pick was taken, and is returned as it is (there is no name to look
+// up). Every agent may list all pods and so predict the fixed names: an Event already
+// holding one stands for ev only if this agent wrote it in an earlier run. The
 // sextant-agent-events policy makes an agent's events carry its own node as source.host,
 // so one with another host, or none, is someone else's, perhaps another node's agent
 // silencing this one's warning; ev is then created again under a name the server
@@ -38,7 +40,7 @@ func EventName(pod *corev1.Pod, suffix string) string {
 func CreateEvent(ctx context.Context, kube kubernetes.Interface, node string, ev *corev1.Event, log logr.Logger) error {
 	events := kube.CoreV1().Events(ev.Namespace)
 	_, err := events.Create(ctx, ev, metav1.CreateOptions{})
-	if !apierrors.IsAlreadyExists(err) {
+	if !apierrors.IsAlreadyExists(err) || ev.Name == "" {
 		return err
 	}
 	held, err := events.Get(ctx, ev.Name, metav1.GetOptions{})

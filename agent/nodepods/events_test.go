@@ -9,6 +9,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -126,4 +127,24 @@ func TestCreateEvent(t *testing.T) {
 			}
 		})
 	}
+	// An event with only GenerateName (the sidecar terminator's) that meets AlreadyExists
+	// gets that error back as it is: there is no name to read the holder by. (Outside the
+	// table: its fake create reactor names events in place, which would name ev here.)
+	t.Run("generated name taken", func(t *testing.T) {
+		kube := fake.NewClientset()
+		conflict := apierrors.NewAlreadyExists(corev1.Resource("events"), "job-x.sidecar.abcde")
+		kube.PrependReactor("create", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, conflict
+		})
+		ev := &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "job-x.sidecar.", Namespace: "ns"}, Reason: "SidecarNotStopped"}
+		err := CreateEvent(context.Background(), kube, "node-b", ev, logr.Discard())
+		if err != conflict {
+			t.Fatalf("CreateEvent = %v, want the create's error %v unchanged", err, conflict)
+		}
+		for _, a := range kube.Actions() {
+			if a.GetVerb() != "create" {
+				t.Errorf("CreateEvent did %s %s, want only the create", a.GetVerb(), a.GetResource().Resource)
+			}
+		}
+	})
 }

@@ -101,11 +101,12 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 	// before a container runs (an image pull may take minutes): a pass soon after every
 	// Allocate publishes the holder of a device another scheduler's pod took before the
 	// ranker can choose it again.
-	afterAllocate := newCoalescer(clock.RealClock{}, allocSettle)
+	// A pod that leaves the node gets the same delayed pass (see the pod handlers below).
+	afterSettle := newCoalescer(clock.RealClock{}, allocSettle)
 	plugin, err := deviceplugin.New(deviceplugin.Config{
 		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
 		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
-		OnAllocated: func(string) { afterAllocate.poke() },
+		OnAllocated: func(string) { afterSettle.poke() },
 	}, deviceplugin.NewMetrics(reg), log)
 	if err != nil {
 		return nil, err
@@ -120,7 +121,10 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 	audit := deviceaudit.New(deviceaudit.Config{NodeName: o.nodeName, Every: o.deviceAuditInterval, OnHolders: onHolders},
 		kube, kubelet.List, listPods, deviceaudit.NewMetrics(reg), log)
 	// A container that starts is audited at once, not at the next --device-audit-interval:
-	// a short-lived pod with the wrong devices would otherwise never be seen.
+	// a short-lived pod with the wrong devices would otherwise never be seen. A pod that
+	// leaves (deleted, terminal or being deleted) is audited a settle later, as the kubelet
+	// may still list its devices for a moment: until a pass, the ranker sees them held
+	// and may preempt other pods for devices that are free.
 	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*corev1.Pod); ok && runningContainers(pod) > 0 {
@@ -130,10 +134,18 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 		UpdateFunc: func(oldObj, newObj any) {
 			old, ok1 := oldObj.(*corev1.Pod)
 			pod, ok2 := newObj.(*corev1.Pod)
-			if ok1 && ok2 && containerStarted(old, pod) {
+			if !ok1 || !ok2 {
+				return
+			}
+			if containerStarted(old, pod) {
 				audit.Trigger()
 			}
+			if podLeaving(old, pod) {
+				afterSettle.poke()
+			}
 		},
+		// The informer holds only this node's pods; a tombstone counts as a deletion too.
+		DeleteFunc: func(any) { afterSettle.poke() },
 	}); err != nil {
 		return nil, fmt.Errorf("watch the node's pods for the device audit: %w", err)
 	}
@@ -143,15 +155,16 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 		}
 	})
 	wg.Go(func() { audit.Run(ctx) })
-	wg.Go(func() { afterAllocate.run(ctx, audit.Trigger) })
+	wg.Go(func() { afterSettle.run(ctx, audit.Trigger) })
 	wg.Go(func() { removeStaleCapacity(ctx, kube, o.nodeName, kubelet, log) })
 	return plugin, nil
 }
 
-// allocSettle is how long after an Allocate the audit looks. The kubelet records the
-// devices once Allocate's answer reaches it, so a pass at once could miss them; a second
-// covers that with room to spare, and the containers of one pod, or a burst of pods, that
-// the kubelet admits meanwhile cost one or two PodResources Lists, not one each.
+// allocSettle is how long after an Allocate (or a pod leaving) the audit looks. The
+// kubelet records the devices once Allocate's answer reaches it, so a pass at once could
+// miss them; a second covers that with room to spare, and the containers of one pod, or a
+// burst of pods, that the kubelet admits meanwhile cost one or two PodResources Lists,
+// not one each.
 const allocSettle = time.Second
 
 // coalescer turns pokes into calls of fire, one at most per settle, each at least settle
@@ -232,6 +245,15 @@ func runningContainers(pod *corev1.Pod) int {
 		}
 	}
 	return n
+}
+
+// podLeaving reports whether the pod began to give up its devices between old and pod:
+// it turned terminal (Succeeded or Failed) or got a deletion timestamp.
+func podLeaving(old, pod *corev1.Pod) bool {
+	terminal := func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+	}
+	return terminal(pod) && !terminal(old) || pod.DeletionTimestamp != nil && old.DeletionTimestamp == nil
 }
 
 // containerStarted reports whether a container of the pod started between old and pod:

@@ -19,10 +19,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"sextant.io/sextant/agent/deviceplugin"
 	"sextant.io/sextant/agent/podresources"
 	"sextant.io/sextant/api/v1alpha1"
 )
@@ -62,6 +64,35 @@ func TestContainerStarted(t *testing.T) {
 	}
 }
 
+// A pod that turns terminal or starts being deleted asks for an audit pass, once.
+func TestPodLeaving(t *testing.T) {
+	now := metav1.Now()
+	pod := func(phase corev1.PodPhase, deleting bool) *corev1.Pod {
+		p := &corev1.Pod{Status: corev1.PodStatus{Phase: phase}}
+		if deleting {
+			p.DeletionTimestamp = &now
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name     string
+		old, new *corev1.Pod
+		want     bool
+	}{
+		{"still running", pod(corev1.PodRunning, false), pod(corev1.PodRunning, false), false},
+		{"succeeds", pod(corev1.PodRunning, false), pod(corev1.PodSucceeded, false), true},
+		{"fails", pod(corev1.PodPending, false), pod(corev1.PodFailed, false), true},
+		{"already terminal", pod(corev1.PodFailed, false), pod(corev1.PodFailed, false), false},
+		{"being deleted", pod(corev1.PodRunning, false), pod(corev1.PodRunning, true), true},
+		{"still being deleted", pod(corev1.PodRunning, true), pod(corev1.PodRunning, true), false},
+		{"terminal while being deleted", pod(corev1.PodRunning, true), pod(corev1.PodSucceeded, true), true},
+	} {
+		if got := podLeaving(tc.old, tc.new); got != tc.want {
+			t.Errorf("%s: podLeaving = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // A burst of Allocates costs one audit pass a settle later, and a poke while that pass
 // is awaited one more a settle after it; poke never waits for the pass.
 func TestCoalescer(t *testing.T) {
@@ -80,8 +111,10 @@ func TestCoalescer(t *testing.T) {
 		c.poke() // while the pass is awaited: held as one more
 	}
 	clk.Step(time.Second - time.Millisecond)
-	if n := fired.Load(); n != 0 {
-		t.Fatalf("%d passes before the settle, want 0", n)
+	// Step removes the timers it fires before it returns, so a timer that fired early
+	// shows here however late run's goroutine gets to call fire.
+	if !clk.HasWaiters() {
+		t.Fatal("the pass's timer fired before the settle")
 	}
 	clk.Step(time.Millisecond)
 	waitUntil(t, "the first pass", func() bool { return fired.Load() == 1 })
@@ -110,10 +143,41 @@ func (f *podResources) GetAllocatableResources(context.Context, *podresourcesapi
 	return &podresourcesapi.AllocatableResourcesResponse{}, nil
 }
 
-// A device the kubelet hands to a pod the ranker did not place (Allocate) gets its
-// holder published while no container of the pod runs yet, not at the next periodic
-// audit (an hour here).
-func TestAuditAfterAllocate(t *testing.T) {
+// auditTest is startPlugin's device plugin and audit against a fake PodResources API
+// and API server, with the pod informer running.
+type auditTest struct {
+	ctx     context.Context
+	kube    *kubefake.Clientset
+	fake    *podResources
+	pods    cache.SharedIndexInformer
+	plugin  *deviceplugin.Manager
+	mu      sync.Mutex
+	holders []map[string]v1alpha1.DeviceHolder
+}
+
+// setKubelet sets what the fake PodResources API answers: pod holds dev.
+func (a *auditTest) setKubelet(pod, dev string) {
+	a.fake.mu.Lock()
+	defer a.fake.mu.Unlock()
+	a.fake.pods = []*podresourcesapi.PodResources{{Namespace: "ns", Name: pod, Containers: []*podresourcesapi.ContainerResources{{
+		Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "sextant.io/gpu", DeviceIds: []string{dev}}},
+	}}}}
+}
+
+// lastHolders returns how many times the holders were published and the last ones.
+func (a *auditTest) lastHolders() (int, map[string]v1alpha1.DeviceHolder) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.holders) == 0 {
+		return 0, nil
+	}
+	return len(a.holders), a.holders[len(a.holders)-1]
+}
+
+// startAuditTest starts the plugin and the audit (periodic passes an hour apart) and
+// waits for the audit's first pass; kubelet runs before it, to set what it sees.
+func startAuditTest(t *testing.T, kubelet func(*auditTest)) *auditTest {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "sx") // unix socket paths are short; t.TempDir's may not be
 	if err != nil {
 		t.Fatal(err)
@@ -124,51 +188,53 @@ func TestAuditAfterAllocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fake := &podResources{}
+	a := &auditTest{fake: &podResources{}, kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})}
+	if kubelet != nil {
+		kubelet(a)
+	}
 	srv := grpc.NewServer()
-	podresourcesapi.RegisterPodResourcesListerServer(srv, fake)
+	podresourcesapi.RegisterPodResourcesListerServer(srv, a.fake)
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
-	kubelet, err := podresources.Dial(prSock)
+	client, err := podresources.Dial(prSock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { kubelet.Close() })
+	t.Cleanup(func() { client.Close() })
 
-	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})
-	pods := informers.NewSharedInformerFactory(kube, 0).Core().V1().Pods().Informer()
+	a.pods = informers.NewSharedInformerFactory(a.kube, 0).Core().V1().Pods().Informer()
 	listPods := func() ([]*corev1.Pod, error) { return nil, nil }
 	freshPods := func(context.Context) ([]*corev1.Pod, error) { return nil, nil }
-	var (
-		mu      sync.Mutex
-		holders []map[string]v1alpha1.DeviceHolder
-	)
 	setHolders := func(hs map[string]v1alpha1.DeviceHolder) {
-		mu.Lock()
-		defer mu.Unlock()
-		holders = append(holders, hs)
-	}
-	lastHolders := func() (int, map[string]v1alpha1.DeviceHolder) {
-		mu.Lock()
-		defer mu.Unlock()
-		if len(holders) == 0 {
-			return 0, nil
-		}
-		return len(holders), holders[len(holders)-1]
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		a.holders = append(a.holders, hs)
 	}
 	o := runOptions{nodeName: "node-1", devicePluginDir: dir, sysfsRoot: t.TempDir(), devRoot: t.TempDir(), deviceAuditInterval: time.Hour}
 	ctx, cancel := context.WithCancel(context.Background())
+	a.ctx = ctx
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	fail := func(err error) { t.Errorf("the device plugin stopped: %v", err) }
-	plugin, err := startPlugin(ctx, &wg, o, kube, pods, listPods, freshPods, kubelet, setHolders, prometheus.NewRegistry(), fail, logr.Discard())
+	plugin, err := startPlugin(ctx, &wg, o, a.kube, a.pods, listPods, freshPods, client, setHolders, prometheus.NewRegistry(), fail, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
+	a.plugin = plugin
+	wg.Go(func() { a.pods.Run(ctx.Done()) })
+	waitUntil(t, "the pod informer's first list", a.pods.HasSynced)
+	waitUntil(t, "the audit's first pass", func() bool { n, _ := a.lastHolders(); return n > 0 })
+	return a
+}
+
+// A device the kubelet hands to a pod the ranker did not place (Allocate) gets its
+// holder published while no container of the pod runs yet, not at the next periodic
+// audit (an hour here).
+func TestAuditAfterAllocate(t *testing.T) {
+	a := startAuditTest(t, nil)
 	const gpu = "0000:3b:00.0"
-	plugin.Update([]v1alpha1.PCIDevice{{Address: gpu, Kind: v1alpha1.KindGPU, Health: v1alpha1.Healthy}}, nil)
-	waitUntil(t, "the audit's first pass", func() bool { n, _ := lastHolders(); return n > 0 })
-	sock := plugin.Socket(v1alpha1.KindGPU)
+	a.plugin.Update([]v1alpha1.PCIDevice{{Address: gpu, Kind: v1alpha1.KindGPU, Health: v1alpha1.Healthy}}, nil)
+	sock := a.plugin.Socket(v1alpha1.KindGPU)
 	waitUntil(t, "the plugin's socket", func() bool { _, err := os.Stat(sock); return err == nil })
 
 	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -176,21 +242,51 @@ func TestAuditAfterAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(ctx, &pluginapi.AllocateRequest{
+	// The kubelet records the devices once Allocate answered (the pod's container waits
+	// for its image); the answer is set before, so the pass a settle after Allocate sees
+	// it however slowly this goroutine runs.
+	a.setKubelet("other-scheduler", gpu)
+	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(a.ctx, &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{gpu}}},
 	}); err != nil {
 		t.Fatalf("Allocate: %v", err)
 	}
-	// The kubelet records the devices once Allocate answered; the pod's container waits
-	// for its image.
-	fake.mu.Lock()
-	fake.pods = []*podresourcesapi.PodResources{{Namespace: "ns", Name: "other-scheduler", Containers: []*podresourcesapi.ContainerResources{{
-		Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: "sextant.io/gpu", DeviceIds: []string{gpu}}},
-	}}}}
-	fake.mu.Unlock()
 	waitUntil(t, "the holder of the allocated device", func() bool {
-		_, hs := lastHolders()
+		_, hs := a.lastHolders()
 		return hs[gpu].Name == "other-scheduler"
+	})
+}
+
+// A pod deleted from the node has its devices published as free by a pass soon after,
+// not at the next periodic audit (an hour here), so the ranker does not preempt for
+// them.
+func TestAuditAfterPodDeleted(t *testing.T) {
+	const gpu = "0000:3b:00.0"
+	a := startAuditTest(t, func(a *auditTest) { a.setKubelet("job-x", gpu) })
+	if _, hs := a.lastHolders(); hs[gpu].Name != "job-x" {
+		t.Fatalf("holders after the first pass %v, want %s held by job-x", hs, gpu)
+	}
+	// Created after the informer's list, the pod comes through its watch: the deletion
+	// cannot fall between the list and the watch. No container runs: adding it starts
+	// no pass.
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "job-x", UID: "uid-x"}, Spec: corev1.PodSpec{NodeName: "node-1"}}
+	if _, err := a.kube.CoreV1().Pods("ns").Create(a.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the informer to see the pod", func() bool {
+		_, ok, _ := a.pods.GetStore().GetByKey("ns/job-x")
+		return ok
+	})
+	a.fake.mu.Lock()
+	a.fake.pods = nil // the kubelet let the pod's devices go
+	a.fake.mu.Unlock()
+	if err := a.kube.CoreV1().Pods("ns").Delete(a.ctx, "job-x", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the device published as free", func() bool {
+		_, hs := a.lastHolders()
+		_, held := hs[gpu]
+		return !held
 	})
 }
 
