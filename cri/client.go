@@ -7,11 +7,13 @@ import (
 	"io"
 	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	apievents "github.com/containerd/containerd/api/events"
 	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -52,6 +54,7 @@ type Client struct {
 	runtime    runtimeapi.RuntimeServiceClient
 	containers containersapi.ContainersClient
 	events     eventsapi.EventsClient
+	tasks      tasksapi.TasksClient
 	namespace  string
 	timeout    time.Duration
 }
@@ -109,6 +112,7 @@ func Dial(endpoint, namespace string, opts ...Option) (*Client, error) {
 	c.runtime = runtimeapi.NewRuntimeServiceClient(conn)
 	c.containers = containersapi.NewContainersClient(conn)
 	c.events = eventsapi.NewEventsClient(conn)
+	c.tasks = tasksapi.NewTasksClient(conn)
 	return c, nil
 }
 
@@ -280,6 +284,15 @@ func (c *Client) StopContainer(ctx context.Context, id string, timeout time.Dura
 	_, err := c.runtime.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: secs})
 	if err != nil {
 		return fmt.Errorf("stop container %s (timeout %ds): %w", id, secs, err)
+	}
+	return nil
+}
+
+// Signal implements Runtime with containerd's task service: CRI has no call that only
+// signals.
+func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) error {
+	if _, err := c.tasks.Kill(c.namespaced(ctx), &tasksapi.KillRequest{ContainerID: id, Signal: uint32(sig)}); err != nil {
+		return fmt.Errorf("signal container %s (%s): %w", id, sig, err)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"syscall"
 	"time"
 )
 
@@ -61,6 +62,8 @@ type Runtime interface {
 	// StopContainer asks the container to stop: SIGTERM (or the image's stop signal),
 	// then SIGKILL once timeout has passed. It returns once the container exited.
 	StopContainer(ctx context.Context, id string, timeout time.Duration) error
+	// Signal sends sig to the container's main process, and nothing more.
+	Signal(ctx context.Context, id string, sig syscall.Signal) error
 	// MarkStop records mark on the container itself, where it outlives the caller: a
 	// restarted agent reads it back as Container.StopMark (which the image can also set).
 	MarkStop(ctx context.Context, id, mark string) error

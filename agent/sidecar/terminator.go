@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -559,12 +560,16 @@ func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container,
 }
 
 // finishStop waits out the grace period an earlier agent gave the container, then, if
-// it still runs, stops it through the CRI with the same grace period. The mark is
-// written before the signal, so a container marked but running may never have been
-// signalled (the agent died between the two, or the stop call failed): killing it
-// outright would end it with 137, which fails a pod whose sidecar is a regular
-// container. A container that did get the first signal and ignored it gets the
-// kubelet's treatment again, SIGTERM then SIGKILL: the same end, a grace period later.
+// it still runs, signals it and stops it through the CRI with the same grace period.
+// The mark is written before the signal, so a container marked but running may never
+// have been signalled (the agent died between the two, or the stop call failed):
+// killing it outright would end it with 137, which fails a pod whose sidecar is a
+// regular container. The SIGTERM goes out through containerd's task service first:
+// containerd's CRI sends a container's stop signal once, and counts it sent when an
+// earlier StopContainer, cut off by that agent's death, got no further than deciding to
+// (then the CRI stop only waits out the grace and kills). A container that did get the
+// first signal and ignored it gets SIGTERM then SIGKILL again: the same end, a grace
+// period later.
 func (t *Terminator) finishStop(ctx context.Context, id string, mark stopMark) error {
 	deadline := mark.Requested.Add(mark.Grace)
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -582,6 +587,10 @@ func (t *Terminator) finishStop(ctx context.Context, id string, mark stopMark) e
 			return ctx.Err()
 		case <-tick.C:
 		}
+	}
+	if err := t.rt.Signal(ctx, id, syscall.SIGTERM); err != nil && !cri.IsNotFound(err) {
+		// The CRI stop below still ends it, if with a kill.
+		t.log.Error(err, "could not signal a sidecar an earlier agent began to stop", "id", id)
 	}
 	return t.rt.StopContainer(ctx, id, mark.Grace)
 }

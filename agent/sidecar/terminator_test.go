@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +43,11 @@ type fakeRuntime struct {
 	stopExit  int32
 	stopDelay time.Duration
 	exits     chan cri.Exit
+	signals   []string // IDs, one per Signal call
+	// signalLost are containers whose stop signal containerd counts as sent by an
+	// earlier, cut-off StopContainer: StopContainer then only kills them (137), unless
+	// Signal reached them first.
+	signalLost map[string]bool
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -97,10 +103,26 @@ func (f *fakeRuntime) StopContainer(_ context.Context, id string, timeout time.D
 		return status.Error(codes.NotFound, "no such container")
 	}
 	running := c.State == cri.StateRunning
+	code := f.stopExit
+	if f.signalLost[id] && !slices.Contains(f.signals, id) {
+		code = 137
+	}
 	f.mu.Unlock()
 	if running {
 		time.Sleep(f.stopDelay)
-		f.exit(id, f.stopExit, time.Now())
+		f.exit(id, code, time.Now())
+	}
+	return nil
+}
+
+func (f *fakeRuntime) Signal(_ context.Context, id string, sig syscall.Signal) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.ctrs[id]; !ok {
+		return status.Error(codes.NotFound, "no such container")
+	}
+	if sig == syscall.SIGTERM {
+		f.signals = append(f.signals, id)
 	}
 	return nil
 }
@@ -385,6 +407,27 @@ func TestRestartFinishesOverdueStop(t *testing.T) {
 	// a real one (SIGTERM first, with the pod's grace), not a bare kill.
 	if len(ids) != 1 || ids[0] != "proxy" || timeouts[0] != 30*time.Second {
 		t.Errorf("StopContainer calls = %v with %v, want proxy once with the 30s grace period", ids, timeouts)
+	}
+}
+
+// The earlier agent died inside its StopContainer call, after containerd's CRI had
+// counted the stop signal as sent but before it went out: another StopContainer then
+// sends no signal and only kills, after the grace period. The new agent signals the
+// sidecar itself, which exits 0 instead of 137 (which fails a Never pod).
+func TestRestartSignalsWhatContainerdCountsAsSignalled(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.signalLost = map[string]bool{"proxy": true}
+	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
+	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: time.Now().Add(-time.Minute)})
+	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning,
+		StopMark: markFor("proxy", stopMark{Requested: time.Now().Add(-40 * time.Second), Grace: 30 * time.Second})})
+	h := start(t, rt, pod)
+	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	rt.mu.Lock()
+	signals, code := slices.Clone(rt.signals), rt.ctrs["proxy"].ExitCode
+	rt.mu.Unlock()
+	if len(signals) != 1 || signals[0] != "proxy" || code != 0 {
+		t.Errorf("SIGTERM sent to %v, sidecar exited %d; want proxy signalled once, exit 0", signals, code)
 	}
 }
 
