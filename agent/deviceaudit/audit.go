@@ -177,10 +177,12 @@ type Auditor struct {
 	now     func() time.Time
 	trigger chan struct{}
 
-	mu       sync.Mutex
-	holders  map[string]Holder
-	reported map[string]bool    // pod UID/resource counted already
-	evented  map[types.UID]bool // pods whose event is recorded
+	mu      sync.Mutex
+	holders map[string]Holder
+	// forgotten are the holders the kubelet stopped listing that the last pass kept.
+	forgotten map[string]Holder
+	reported  map[string]bool    // pod UID/resource counted already
+	evented   map[types.UID]bool // pods whose event is recorded
 }
 
 // New returns an Auditor. list is the kubelet's PodResources List; pods the node's pods
@@ -251,6 +253,14 @@ func (a *Auditor) Audit(ctx context.Context) ([]Mismatch, error) {
 	holders, mismatches := Compare(list, pods)
 
 	a.mu.Lock()
+	kept := keepForgotten(a.holders, holders, pods)
+	for addr, h := range kept {
+		if _, logged := a.forgotten[addr]; !logged {
+			a.log.Info("the kubelet no longer lists the device of a pod still running on the node; keeping the pod as its holder",
+				"device", addr, "pod", h.Namespace+"/"+h.Name)
+		}
+	}
+	a.forgotten = kept
 	changed := !mapsEqual(a.holders, holders)
 	a.holders = holders
 	live := map[types.UID]bool{}
@@ -295,6 +305,32 @@ func (a *Auditor) Audit(ctx context.Context) ([]Mismatch, error) {
 		a.cfg.OnHolders(holders)
 	}
 	return mismatches, nil
+}
+
+// keepForgotten adds to holders each device that prev's holder still holds although the
+// kubelet no longer lists it, and returns those. A PodResources List that arrives while
+// the kubelet starts can read its active pods before it has admitted the node's pods
+// again, then drop every pod's allocation as gone (the kubelet's devicemanager
+// UpdateAllocatedDevices). The containers keep their devices, but the kubelet counts
+// them free: without the holder the ranker would hand them to a second pod. A holder is
+// kept while a pod with its UID is on the node and not terminal, and no other pod is
+// listed with the device.
+func keepForgotten(prev, holders map[string]Holder, pods []*corev1.Pod) map[string]Holder {
+	live := map[types.UID]bool{}
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			live[p.UID] = true
+		}
+	}
+	kept := map[string]Holder{}
+	for addr, h := range prev {
+		if _, listed := holders[addr]; listed || h.UID == "" || !live[h.UID] {
+			continue
+		}
+		holders[addr] = h
+		kept[addr] = h
+	}
+	return kept
 }
 
 func mapsEqual(a, b map[string]Holder) bool {

@@ -3,6 +3,7 @@ package deviceaudit
 import (
 	"context"
 	"errors"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -265,6 +266,55 @@ func TestAuditorForeignEvent(t *testing.T) {
 	if !warned {
 		t.Errorf("no %s Warning from node-1 among %d events: node-2's event under its name silenced it", ReasonMismatch, len(evs.Items))
 	}
+}
+
+// TestAuditorKeepsForgottenHolders: a kubelet that stops listing a running pod's
+// devices (its List raced its own start) does not free them for the ranker; the pod
+// stays their holder until it ends or another pod is listed with them.
+func TestAuditorKeepsForgottenHolders(t *testing.T) {
+	other := mkPod("other", true, nil, ctr("main", gpu, 2))
+	unknown := listed("unknown", cres("main", gpu, devC)) // not in the agent's cache yet
+	pods := []*corev1.Pod{other}
+	list := []*podresourcesapi.PodResources{listed("other", cres("main", gpu, devA, devB)), unknown}
+	var published []map[string]Holder
+	a := New(Config{NodeName: "node-1", OnHolders: func(h map[string]Holder) { published = append(published, h) }}, fake.NewClientset(),
+		func(context.Context) ([]*podresourcesapi.PodResources, error) { return list, nil },
+		func() ([]*corev1.Pod, error) { return pods, nil }, nil, logr.Discard())
+	ctx := context.Background()
+	pass := func(step string, want map[string]string) {
+		t.Helper()
+		if _, err := a.Audit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for addr, h := range a.Holders() {
+			got[addr] = h.Name
+		}
+		if !maps.Equal(got, want) {
+			t.Errorf("%s: holders %v, want %v", step, got, want)
+		}
+	}
+	holderOther := Holder{Namespace: "ns", Name: "other", UID: other.UID}
+
+	pass("listed", map[string]string{devA: "other", devB: "other", devC: "unknown"})
+	// The kubelet restarted and forgot: the pod is still listed, without devices.
+	list = []*podresourcesapi.PodResources{listed("other", cres("main", gpu))}
+	pass("forgotten", map[string]string{devA: "other", devB: "other"})
+	if n := len(published); n != 2 || published[1][devA] != holderOther {
+		t.Errorf("published %d times (%v), want twice, the second without the uncached pod's device", n, published)
+	}
+	// The kubelet gives one of them to another pod: that pod is its holder now.
+	list = []*podresourcesapi.PodResources{listed("second", cres("main", gpu, devB))}
+	pass("taken", map[string]string{devA: "other", devB: "second"})
+	// The pod ends: its device is free.
+	ended := other.DeepCopy()
+	ended.Status.Phase = corev1.PodSucceeded
+	pods = []*corev1.Pod{ended}
+	pass("ended", map[string]string{devB: "second"})
+	// A pod the cache no longer has holds nothing either.
+	a.holders[devA] = holderOther
+	pods = nil
+	pass("gone", map[string]string{devB: "second"})
 }
 
 func TestAuditorListFails(t *testing.T) {

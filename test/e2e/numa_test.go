@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"sextant.io/sextant/agent/cgroups"
 	"sextant.io/sextant/agent/deviceplugin"
@@ -863,8 +865,9 @@ func TestDeviceExactIDs(t *testing.T) {
 // accelerator through the plugin without any annotation; NodeTopology names it as the
 // holder and the ranker never gives that accelerator to its own pod. A pod bound with
 // the held accelerator among its chosen ones cannot get it: the plugin refuses the
-// kubelet's other devices and the pod fails. After a kubelet restart the plugin
-// registers again and a new pod still gets exactly its IDs.
+// kubelet's other devices and the pod fails. After a kubelet restart, with another
+// PodResources client listing all the while, the plugin registers again, the
+// accelerator stays held, and a new pod still gets exactly its IDs.
 func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	h := newNUMAHarness(t)
 	resourceName := v1alpha1.KindAccelerator.ResourceName()
@@ -877,6 +880,31 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 		q := n.Status.Allocatable[resourceName]
 		return q.Value() == 4, fmt.Sprintf("allocatable %s = %s, want 4", resourceName, q.String())
 	})
+	// The kubelet counts the accelerators of an earlier test's pods taken until they
+	// are gone.
+	socket := podResourcesSocket(t)
+	earlier, err := podresources.Dial(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		list, err := earlier.List(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var held []string
+		for _, pr := range list {
+			for _, c := range pr.GetContainers() {
+				for _, d := range c.GetDevices() {
+					if d.GetResourceName() == string(resourceName) {
+						held = append(held, pr.GetNamespace()+"/"+pr.GetName())
+					}
+				}
+			}
+		}
+		return len(held) == 0, fmt.Sprintf("pods of earlier tests still hold accelerators: %v", held)
+	})
+	earlier.Close()
 	one := resource.MustParse("1")
 	c := h.container("main", loop)
 	c.Resources.Requests[resourceName] = one
@@ -965,8 +993,67 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	}
 
 	// A kubelet restart: the plugin registers again, and a new pod gets exactly its IDs.
+	// Meanwhile another PodResources client (a metrics exporter, say) lists 50 times a
+	// second, half the kubelet's rate limit: a List the starting kubelet answers before
+	// it has admitted its pods again lists other without its accelerator, and if it
+	// raced that admission the kubelet drops other's allocation and counts the
+	// accelerator free although other's container still has it. Either way the agent
+	// must keep other as its holder.
+	stopLists := make(chan struct{})
+	listsDone := make(chan struct{})
+	go func() {
+		defer close(listsDone)
+		for {
+			c, err := podresources.Dial(socket)
+			for err == nil {
+				select {
+				case <-stopLists:
+					c.Close()
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				_, err = c.List(ctx)
+			}
+			if c != nil {
+				c.Close()
+			}
+			select {
+			case <-stopLists:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	// And NodeTopology must name other as the holder all the while: the ranker places
+	// pods by it.
+	stopWatch := make(chan struct{})
+	var lostHolder string
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for lostHolder == "" {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			nt, err := getNodeTopology(ctx, local.nodeName)
+			if err != nil {
+				continue
+			}
+			for _, d := range nt.Status.PCIDevices {
+				if d.Address == held && (d.Holder == nil || d.Holder.Namespace != h.ns || d.Holder.Name != "other") {
+					lostHolder = fmt.Sprintf("%+v at %s", d.Holder, time.Now().Format(time.StampMilli))
+				}
+			}
+		}
+	}()
+	stopWatching := sync.OnceFunc(func() { close(stopWatch); <-watchDone })
+	t.Cleanup(stopWatching)
 	registered := func() int { return strings.Count(h.agent.proc.output(), `"msg":"registered with the kubelet"`) }
 	before := registered()
+	stopListing := sync.OnceFunc(func() { close(stopLists); <-listsDone })
+	t.Cleanup(stopListing)
 	out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "cluster.sh"), "restart-kubelet").CombinedOutput()
 	if err != nil {
 		t.Fatalf("restart the kubelet: %v\n%s", err, out)
@@ -974,9 +1061,10 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	eventually(t, time.Minute, func() (bool, string) {
 		return registered() > before, "the device plugin did not register again after the kubelet restarted"
 	})
+	stopListing()
 	// The kubelet admits a pod's devices only once the plugin has listed them to it
 	// again; before that it fails the pod (UnexpectedAdmissionError), as with any plugin.
-	kubelet, err := podresources.Dial(podResourcesSocket(t))
+	kubelet, err := podresources.Dial(socket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1018,6 +1106,9 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 			if err != nil {
 				return false, err.Error()
 			}
+			if alloc, err := annotations.ParseAllocation(cur.Annotations[annotations.DevicesAllocated]); err == nil && slices.Contains(alloc[resourceName], held) {
+				t.Fatalf("after the kubelet restart the ranker gave %s to after-restart (%v), while other still holds it", held, alloc[resourceName])
+			}
 			switch cur.Status.Phase {
 			case corev1.PodRunning:
 				p2 = cur
@@ -1047,6 +1138,42 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	env, got := h.printedDevices("after-restart")
 	if !slices.Equal(got, want) || slices.Contains(got, held) {
 		t.Errorf("after the kubelet restart: %s=%q, want the annotated %v (never %s)", deviceplugin.EnvName(v1alpha1.KindAccelerator), env, want, held)
+	}
+	stopWatching()
+	if lostHolder != "" {
+		t.Errorf("NodeTopology named %s as the holder of %s after the kubelet restart, want other all the while", lostHolder, held)
+	}
+	// When the kubelet forgot other's allocation it never lists it again; the agent
+	// still names other as the holder.
+	eventually(t, time.Minute, func() (bool, string) {
+		list, err := kubelet.List(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, pr := range list {
+			if pr.GetNamespace() == h.ns && pr.GetName() == "other" && slices.ContainsFunc(pr.GetContainers(), func(c *podresourcesapi.ContainerResources) bool {
+				return slices.ContainsFunc(c.GetDevices(), func(d *podresourcesapi.ContainerDevices) bool { return slices.Contains(d.GetDeviceIds(), held) })
+			}) {
+				return true, ""
+			}
+		}
+		t.Logf("the restarted kubelet does not list other with %s", held)
+		nt, err := getNodeTopology(ctx, local.nodeName)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, d := range nt.Status.PCIDevices {
+			if d.Address == held && d.Holder != nil && d.Holder.Namespace == h.ns && d.Holder.Name == "other" {
+				return true, ""
+			}
+		}
+		return false, "NodeTopology no longer names other as the holder of " + held
+	})
+	t.Logf("the agent kept a holder the kubelet stopped listing %d time(s)", strings.Count(h.agent.proc.output(), "the kubelet no longer lists the device"))
+	if o, err := local.kube.CoreV1().Pods(h.ns).Get(ctx, "other", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if o.Status.Phase != corev1.PodRunning {
+		t.Errorf("other is %s after the kubelet restart (%s), want it still running on %s", o.Status.Phase, o.Status.Message, held)
 	}
 }
 
