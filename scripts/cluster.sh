@@ -11,8 +11,11 @@
 #   scripts/cluster.sh status      say what runs
 #   scripts/cluster.sh kubeconfig  print the path of the admin kubeconfig
 #   scripts/cluster.sh import TAR  import an image tarball into the node's containerd
-#   scripts/cluster.sh restart-kubelet
-#                                  stop the kubelet and start it again (pods keep running)
+#   scripts/cluster.sh restart-kubelet [--forget-devices]
+#                                  stop the kubelet and start it again (pods keep running);
+#                                  --forget-devices removes its device-manager checkpoint
+#                                  in between, so it forgets which pod has which device
+#                                  (as a PodResources List racing its start can make it do)
 #
 # Needs root (it runs a kubelet). Logs: $SEXTANT_CLUSTER_DIR/logs/<component>.log.
 #
@@ -390,11 +393,21 @@ cmd_up() {
 }
 
 cmd_restart_kubelet() {
+  local forget=false
+  case "${1:-}" in
+    "") ;;
+    --forget-devices) forget=true ;;
+    *) usage_error "cluster: restart-kubelet: unknown argument '$1' (want --forget-devices or nothing)" ;;
+  esac
   [ "$(id -u)" -eq 0 ] || die "cluster: restart-kubelet needs root"
   running kubelet || die "cluster: the kubelet is not running (scripts/cluster.sh up)"
   KUBE_BIN=$STATE/kube-bin
   NODE_IP=$(cat "$STATE/node-ip")
   stop_pid kubelet
+  if $forget; then
+    # The kubelet keeps device plugins in this directory whatever its --root-dir.
+    rm -f /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
+  fi
   start_kubelet "$KUBE_BIN"
   # The node stays Ready across a short restart; the kubelet's own health says it is back.
   wait_for "kubelet healthz" 120 curl -sf http://127.0.0.1:10248/healthz
@@ -483,7 +496,7 @@ case "${1:-}" in
   import)
     [ -n "${2:-}" ] || usage_error "cluster: import needs an image tarball (import TAR)"
     import_image "$2" ;;
-  restart-kubelet) cmd_restart_kubelet ;;
+  restart-kubelet) shift; cmd_restart_kubelet "$@" ;;
   "") usage_error "cluster: no command (want up, down, status, kubeconfig, import or restart-kubelet)" ;;
   *) usage_error "cluster: unknown command '$1' (want up, down, status, kubeconfig, import or restart-kubelet)" ;;
 esac

@@ -164,6 +164,11 @@ type Config struct {
 	// OnHolders, if set, is called after a pass whose holders differ from the last
 	// pass's (NodeTopology publishes them).
 	OnHolders func(map[string]Holder)
+	// Published are the holders this node's NodeTopology named before the agent
+	// started. The first pass keeps those the kubelet forgot as it keeps the holders
+	// of an earlier pass: a kubelet that restarted before the agent did no longer
+	// lists them, and this agent never saw it list them.
+	Published map[string]Holder
 }
 
 // Auditor runs the comparison against the kubelet and reports mismatches.
@@ -253,7 +258,11 @@ func (a *Auditor) Audit(ctx context.Context) ([]Mismatch, error) {
 	holders, mismatches := Compare(list, pods)
 
 	a.mu.Lock()
-	kept := keepForgotten(a.holders, holders, pods)
+	prev := a.holders
+	if prev == nil {
+		prev = a.cfg.Published
+	}
+	kept := keepForgotten(prev, holders, pods)
 	for addr, h := range kept {
 		if _, logged := a.forgotten[addr]; !logged {
 			a.log.Info("the kubelet no longer lists the device of a pod still running on the node; keeping the pod as its holder",

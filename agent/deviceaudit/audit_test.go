@@ -317,6 +317,39 @@ func TestAuditorKeepsForgottenHolders(t *testing.T) {
 	pass("gone", map[string]string{devB: "second"})
 }
 
+// An agent that starts after the kubelet forgot an allocation has never seen the kubelet
+// list it: the holders its node published before are what it keeps.
+func TestAuditorKeepsPublishedHolders(t *testing.T) {
+	other := mkPod("other", true, nil, ctr("main", gpu, 1))
+	ended := mkPod("ended", false, nil, ctr("main", gpu, 1))
+	ended.Status.Phase = corev1.PodFailed
+	pods := []*corev1.Pod{other, ended}
+	// The kubelet lists the pods without their devices.
+	list := []*podresourcesapi.PodResources{listed("other", cres("main", gpu)), listed("ended", cres("main", gpu))}
+	published := map[string]Holder{
+		devA: {Namespace: "ns", Name: "other", UID: other.UID},
+		devB: {Namespace: "ns", Name: "ended", UID: ended.UID}, // its pod has finished
+		devC: {Namespace: "ns", Name: "gone", UID: "gone-uid"}, // its pod left the node
+		devD: {Namespace: "ns", Name: "other"},                 // published before the agent saw the pod
+	}
+	var onHolders []map[string]Holder
+	a := New(Config{NodeName: "node-1", Published: published, OnHolders: func(h map[string]Holder) { onHolders = append(onHolders, h) }},
+		fake.NewClientset(), func(context.Context) ([]*podresourcesapi.PodResources, error) { return list, nil },
+		func() ([]*corev1.Pod, error) { return pods, nil }, nil, logr.Discard())
+	for pass := 1; pass <= 2; pass++ {
+		if _, err := a.Audit(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]Holder{devA: published[devA]}
+		if got := a.Holders(); !maps.Equal(got, want) {
+			t.Errorf("pass %d: holders %v, want %v", pass, got, want)
+		}
+	}
+	if len(onHolders) != 1 || !maps.Equal(onHolders[0], map[string]Holder{devA: published[devA]}) {
+		t.Errorf("published %v, want the kept holder once", onHolders)
+	}
+}
+
 func TestAuditorListFails(t *testing.T) {
 	m := NewMetrics(nil)
 	a := New(Config{}, nil, func(context.Context) ([]*podresourcesapi.PodResources, error) { return nil, errors.New("no kubelet") },

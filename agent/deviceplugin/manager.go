@@ -72,6 +72,11 @@ type Config struct {
 	// OnAllocated, if set, is called with the resource after every Allocate that
 	// hands devices out; it must not block.
 	OnAllocated func(resource string)
+	// InUse, if set, returns the devices the audit last found held by a pod. A
+	// container of a pod the ranker chose no devices for is offered others first; one
+	// no pending pod can be (a running container the kubelet admits again after its
+	// restart) is offered them first.
+	InUse func() []string
 }
 
 // Manager serves the kubelet's device-plugin API for every requestable kind the node
@@ -406,6 +411,9 @@ func (m *Manager) prefer(ctx context.Context, ep *endpoint, req PreferenceReques
 	pods, err := m.cfg.Pods()
 	if err != nil {
 		m.log.Error(err, "listing the node's pods for a preferred allocation failed", "resource", ep.resource)
+	}
+	if m.cfg.InUse != nil {
+		req.InUse = m.cfg.InUse()
 	}
 	admitting, _ := m.admitting(ctx, req.Resource)
 	p := Prefer(pods, req, ep.numaNodes(), admitting)

@@ -678,6 +678,18 @@ func TestAllocateUnchecked(t *testing.T) {
 	}
 }
 
+// preferOne asks the manager's one endpoint for a preferred device, all four available.
+func preferOne(t *testing.T, h *harness) []string {
+	t.Helper()
+	h.m.Update(gpus(v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy), nil)
+	resp, err := h.m.endpointList()[0].GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
+		ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{devA, devB, devC, devD}, AllocationSize: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.ContainerResponses[0].DeviceIDs
+}
+
 // A fallback is kept off the devices of a pending pod the agent's watch has not
 // delivered yet but the API server lists.
 func TestGetPreferredAllocationKeepsOffFreshPendingPods(t *testing.T) {
@@ -685,15 +697,21 @@ func TestGetPreferredAllocationKeepsOffFreshPendingPods(t *testing.T) {
 	h := startManager(t, socketDir(t), func(c *Config) {
 		c.FreshPods = func(context.Context) ([]*corev1.Pod, error) { return []*corev1.Pod{chosen}, nil }
 	})
-	h.m.Update(gpus(v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy), nil)
-	ep := h.m.endpointList()[0]
-	resp, err := ep.GetPreferredAllocation(context.Background(), &pluginapi.PreferredAllocationRequest{
-		ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{devA, devB, devC, devD}, AllocationSize: 1}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, []string{devC}) {
+	if got := preferOne(t, h); !slices.Equal(got, []string{devC}) {
 		t.Errorf("a plain pod of one device is offered %v, want %s, off pending pod chosen's %s,%s", got, devC, devA, devB)
+	}
+}
+
+// A fallback is kept off the devices the audit found held: after a kubelet restart the
+// kubelet may offer them although their pods still run on them.
+func TestGetPreferredAllocationKeepsOffDevicesInUse(t *testing.T) {
+	h := startManager(t, socketDir(t), func(c *Config) {
+		c.InUse = func() []string { return []string{devA} }
+	})
+	plain := mkPod("plain", 0, "", ctr("main", 1))
+	h.pods = func() ([]*corev1.Pod, error) { return []*corev1.Pod{plain}, nil }
+	if got := preferOne(t, h); !slices.Equal(got, []string{devB}) {
+		t.Errorf("a plain pod of one device is offered %v, want %s, off %s, which a pod holds", got, devB, devA)
 	}
 }
 

@@ -31,6 +31,10 @@ type PreferenceRequest struct {
 	Available   []string
 	MustInclude []string
 	Size        int
+	// InUse is not the kubelet's: the devices the agent's audit last found held by a
+	// pod. A kubelet that restarted can offer some of them as available although their
+	// pods still run on them.
+	InUse []string
 }
 
 // Preference is the answer to a PreferenceRequest and how it was found.
@@ -64,9 +68,10 @@ type Preference struct {
 // No candidate: the first Size available devices, MustInclude first, then those on the
 // NUMA nodes of MustInclude, else on one NUMA node that has them all, in address order;
 // numa gives each device's NUMA node (-1 unknown). Every fallback is kept off the
-// devices listed by pending pods (live, with a never-started container asking for the
-// resource, whatever its count) where enough others are available, so that they still
-// find theirs when the kubelet admits them.
+// devices in use (InUse), then off those listed by pending pods (live, with a
+// never-started container asking for the resource, whatever its count), where enough
+// others are available: so that no device goes to two running pods, and pending pods
+// still find theirs when the kubelet admits them.
 func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, admitting AdmittingFunc) Preference {
 	type fit struct {
 		pod *corev1.Pod
@@ -108,26 +113,47 @@ func Prefer(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64, ad
 // when the kubelet could not be asked, and then nothing is narrowed.
 type AdmittingFunc func(cands []*corev1.Pod) (admitted []*corev1.Pod, ok bool)
 
-// fallbackAround is the fallback kept off the devices the ranker chose for the pods
-// still waiting for theirs (pending), while enough others are available: whatever
-// number of devices such a pod asks for, one taken from its choice now fails it later.
-// MustInclude is never kept off: the container's pod holds those devices already.
+// fallbackAround is the fallback kept off the devices in use, and then off those the
+// ranker chose for the pods still waiting for theirs (pending), while enough others are
+// available: a device in use is shared by two containers that each expect it alone,
+// and whatever number of devices a pending pod asks for, one taken from its choice now
+// fails it later. MustInclude is never kept off: the container's pod holds those
+// devices already.
+//
+// A request no pending pod can have made is the kubelet admitting a running container
+// again after its restart, having forgotten its devices: they are among those in use,
+// so then those are offered first.
 func fallbackAround(pods []*corev1.Pod, req PreferenceRequest, numa map[string]int64) []string {
 	reserved := map[string]bool{}
+	waiting := false
 	for _, pod := range pods {
 		if !pending(pod, req.Resource) {
 			continue
 		}
+		waiting = true
 		for _, id := range listing(pod, req.Resource) {
 			reserved[id] = true
 		}
 	}
-	narrowed := req
-	narrowed.Available = slices.DeleteFunc(slices.Clone(req.Available), func(id string) bool {
-		return reserved[id] && !slices.Contains(req.MustInclude, id)
-	})
-	if ids := fallback(narrowed, numa); len(ids) == req.Size {
-		return ids
+	without := func(r PreferenceRequest, drop func(string) bool) PreferenceRequest {
+		r.Available = slices.DeleteFunc(slices.Clone(r.Available), func(id string) bool {
+			return drop(id) && !slices.Contains(req.MustInclude, id)
+		})
+		return r
+	}
+	inUse := func(id string) bool { return slices.Contains(req.InUse, id) }
+	if !waiting {
+		if ids := fallback(without(req, func(id string) bool { return !inUse(id) }), numa); len(ids) == req.Size {
+			return ids
+		}
+		return fallback(req, numa)
+	}
+	free := without(req, inUse)
+	narrowed := without(free, func(id string) bool { return reserved[id] })
+	for _, r := range []PreferenceRequest{narrowed, free} {
+		if ids := fallback(r, numa); len(ids) == req.Size {
+			return ids
+		}
 	}
 	return fallback(req, numa)
 }

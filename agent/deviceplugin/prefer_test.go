@@ -77,6 +77,7 @@ func TestPrefer(t *testing.T) {
 	all := []string{devA, devB, devC, devD}
 	p1 := mkPod("p1", 0, "sextant.io/gpu="+devA+","+devB, ctr("main", 2))
 	p2 := mkPod("p2", 1, "sextant.io/gpu="+devC+","+devD, ctr("main", 2))
+	plain2 := mkPod("plain", 2, "", ctr("main", 2)) // no devices chosen
 	tests := []struct {
 		name      string
 		pods      []*corev1.Pod
@@ -226,6 +227,36 @@ func TestPrefer(t *testing.T) {
 				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{gpuRes: resource.MustParse("1")}}})},
 			req:  PreferenceRequest{Resource: gpuRes, Available: all, Size: 1},
 			want: devC, outcome: OutcomeAnnotation, pod: "lim"},
+		{name: "a fallback is kept off devices in use",
+			pods: []*corev1.Pod{plain2},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, InUse: []string{devA}, Size: 2},
+			want: devC + "," + devD, outcome: OutcomeFallback},
+		{name: "a fallback is kept off devices in use before those of pending pods",
+			pods: []*corev1.Pod{plain2, mkPod("one", 0, "sextant.io/gpu="+devC, ctr("main", 1))},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, InUse: []string{devA, devB}, Size: 2},
+			want: devC + "," + devD, outcome: OutcomeFallback},
+		{name: "a fallback is kept off devices in use and those of pending pods where others are available",
+			pods: []*corev1.Pod{p2},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, InUse: []string{devA}, Size: 1},
+			want: devB, outcome: OutcomeFallback},
+		{name: "a fallback takes devices in use when nothing else is available",
+			pods: []*corev1.Pod{plain2},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, InUse: []string{devA, devB, devC}, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeFallback},
+		{name: "devices in use the container must include stay",
+			pods: []*corev1.Pod{plain2},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, MustInclude: []string{devB}, InUse: []string{devA, devB}, Size: 2},
+			want: devB + "," + devC, outcome: OutcomeFallback},
+		{name: "no pod pending: a running container admitted again is offered the devices in use",
+			pods: []*corev1.Pod{with(mkPod("run", 0, "", ctr("main", 1)), func(p *corev1.Pod) {
+				p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+			})},
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, InUse: []string{devC}, Size: 1},
+			want: devC, outcome: OutcomeFallback},
+		{name: "no pod pending, too few devices in use: the usual fallback",
+			pods: nil,
+			req:  PreferenceRequest{Resource: gpuRes, Available: all, InUse: []string{devC}, Size: 2},
+			want: devA + "," + devB, outcome: OutcomeFallback},
 		{name: "fallback without NUMA data: address order",
 			pods: nil,
 			req:  PreferenceRequest{Resource: gpuRes, Available: []string{"0000:03:00.0", "0000:01:00.0", "0000:02:00.0"}, Size: 2},

@@ -73,8 +73,10 @@ type TopologyReporter struct {
 
 	mu      sync.Mutex
 	holders map[string]v1alpha1.DeviceHolder
-	wroteAt time.Time // lastWrite, for SetHolders, which must not wait for a write
-	pending bool      // a write for changed holders is scheduled
+	// published are the holders the NodeTopology read by Start named.
+	published map[string]v1alpha1.DeviceHolder
+	wroteAt   time.Time // lastWrite, for SetHolders, which must not wait for a write
+	pending   bool      // a write for changed holders is scheduled
 }
 
 // NewTopologyReporter returns a reporter for the node's NodeTopology. A clk that is a
@@ -93,9 +95,9 @@ func NewTopologyReporter(cfg TopologyConfig, dyn dynamic.Interface, kube kuberne
 }
 
 // Start seeds device health from the NodeTopology this node published before, so a
-// device that vanished while the agent was down is still reported, as Unhealthy. ctx
-// also bounds the writes SetHolders brings forward: none is made before Start or after
-// ctx ends.
+// device that vanished while the agent was down is still reported, as Unhealthy, and
+// keeps the holders it named (PublishedHolders). ctx also bounds the writes SetHolders
+// brings forward: none is made before Start or after ctx ends.
 func (r *TopologyReporter) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx = ctx
@@ -117,7 +119,25 @@ func (r *TopologyReporter) Start(ctx context.Context) error {
 		seed = prev.Status.PCIDevices
 	}
 	r.tracker = topology.NewTracker(seed)
+	published := map[string]v1alpha1.DeviceHolder{}
+	for _, d := range seed {
+		if d.Holder != nil {
+			published[d.Address] = *d.Holder
+		}
+	}
+	r.mu.Lock()
+	r.published = published
+	r.mu.Unlock()
 	return nil
+}
+
+// PublishedHolders returns the holders the NodeTopology this node published before
+// named (empty before Start, or when it named none): the device audit keeps those the
+// kubelet no longer lists while their pods run.
+func (r *TopologyReporter) PublishedHolders() map[string]v1alpha1.DeviceHolder {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.published
 }
 
 // Offer writes the topology read now if it changed since the last write or the resync

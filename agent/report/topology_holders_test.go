@@ -2,11 +2,13 @@ package report
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
@@ -160,5 +162,33 @@ func TestTopologyReporterHolderWritesMinInterval(t *testing.T) {
 	settled(r)
 	if w, h := writes(), holder("0000:3b:00.0"); w != 4 || h != "ns/e" {
 		t.Errorf("%d writes, holder %q; want 4, ns/e: the Offer published the holders already", w, h)
+	}
+}
+
+// TestTopologyReporterPublishedHolders: a reporter that starts where an earlier agent
+// published holders hands them to the device audit.
+func TestTopologyReporterPublishedHolders(t *testing.T) {
+	dyn, kube := newFakes(t)
+	ctx := context.Background()
+	start := func() *TopologyReporter {
+		r := NewTopologyReporter(TopologyConfig{AgentVersion: "test"}, dyn, kube, "node-1", NewMetrics(nil), clock.RealClock{})
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	first := start()
+	if got := first.PublishedHolders(); len(got) != 0 {
+		t.Errorf("first start: published holders %v, want none", got)
+	}
+	first.SetHolders(held("train"))
+	topo := v1alpha1.Topology{PCIDevices: []v1alpha1.PCIDevice{
+		{Address: "0000:3b:00.0", Class: "0x030200", Kind: v1alpha1.KindGPU, Health: v1alpha1.Healthy},
+	}}
+	if wrote, err := first.Offer(ctx, topo); !wrote || err != nil {
+		t.Fatalf("offer: wrote %v, err %v", wrote, err)
+	}
+	if got, want := start().PublishedHolders(), held("train"); !maps.Equal(got, want) {
+		t.Errorf("after a restart: published holders %v, want %v", got, want)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -872,61 +873,10 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	h := newNUMAHarness(t)
 	resourceName := v1alpha1.KindAccelerator.ResourceName()
 	ctx := context.Background()
-	eventually(t, time.Minute, func() (bool, string) {
-		n, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		q := n.Status.Allocatable[resourceName]
-		return q.Value() == 4, fmt.Sprintf("allocatable %s = %s, want 4", resourceName, q.String())
-	})
-	// The kubelet counts the accelerators of an earlier test's pods taken until they
-	// are gone.
+	h.waitAcceleratorsFree()
 	socket := podResourcesSocket(t)
-	earlier, err := podresources.Dial(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 2*time.Minute, func() (bool, string) {
-		list, err := earlier.List(ctx)
-		if err != nil {
-			return false, err.Error()
-		}
-		var held []string
-		for _, pr := range list {
-			for _, c := range pr.GetContainers() {
-				for _, d := range c.GetDevices() {
-					if d.GetResourceName() == string(resourceName) {
-						held = append(held, pr.GetNamespace()+"/"+pr.GetName())
-					}
-				}
-			}
-		}
-		return len(held) == 0, fmt.Sprintf("pods of earlier tests still hold accelerators: %v", held)
-	})
-	earlier.Close()
-	one := resource.MustParse("1")
-	c := h.container("main", loop)
-	c.Resources.Requests[resourceName] = one
-	c.Resources.Limits = corev1.ResourceList{resourceName: one}
-	other := h.pod("other", nil, c)
-	other.Spec.SchedulerName = corev1.DefaultSchedulerName
-	delete(other.Annotations, annotations.NUMAPolicy)
-	h.create(other)
-	var held string
-	eventually(t, 2*time.Minute, func() (bool, string) {
-		nt, err := getNodeTopology(ctx, local.nodeName)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, d := range nt.Status.PCIDevices {
-			if d.Holder != nil && d.Holder.Namespace == h.ns && d.Holder.Name == "other" {
-				held = d.Address
-				return true, ""
-			}
-		}
-		return false, "NodeTopology names no holder for the default-scheduler pod"
-	})
+	h.create(h.plainDevicePod("other", 1))
+	held := h.waitHeldBy("other")
 
 	// A decision the node cannot carry out: a pod bound (by the test, in the ranker's
 	// place) with the held accelerator among its chosen ones. The kubelet cannot give it
@@ -939,7 +889,7 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 		}
 	}
 	two := resource.MustParse("2")
-	c = h.container("main", loop)
+	c := h.container("main", loop)
 	c.Resources.Requests[resourceName] = two
 	c.Resources.Limits = corev1.ResourceList{resourceName: two}
 	stale := h.pod("stale", nil, c)
@@ -1026,38 +976,12 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	}()
 	// And NodeTopology must name other as the holder all the while: the ranker places
 	// pods by it.
-	stopWatch := make(chan struct{})
-	var lostHolder string
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		for lostHolder == "" {
-			select {
-			case <-stopWatch:
-				return
-			case <-time.After(200 * time.Millisecond):
-			}
-			nt, err := getNodeTopology(ctx, local.nodeName)
-			if err != nil {
-				continue
-			}
-			for _, d := range nt.Status.PCIDevices {
-				if d.Address == held && (d.Holder == nil || d.Holder.Namespace != h.ns || d.Holder.Name != "other") {
-					lostHolder = fmt.Sprintf("%+v at %s", d.Holder, time.Now().Format(time.StampMilli))
-				}
-			}
-		}
-	}()
-	stopWatching := sync.OnceFunc(func() { close(stopWatch); <-watchDone })
-	t.Cleanup(stopWatching)
+	lostHolder := h.watchHolder(held, "other")
 	registered := func() int { return strings.Count(h.agent.proc.output(), `"msg":"registered with the kubelet"`) }
 	before := registered()
 	stopListing := sync.OnceFunc(func() { close(stopLists); <-listsDone })
 	t.Cleanup(stopListing)
-	out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "cluster.sh"), "restart-kubelet").CombinedOutput()
-	if err != nil {
-		t.Fatalf("restart the kubelet: %v\n%s", err, out)
-	}
+	restartKubelet(t)
 	eventually(t, time.Minute, func() (bool, string) {
 		return registered() > before, "the device plugin did not register again after the kubelet restarted"
 	})
@@ -1139,9 +1063,8 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	if !slices.Equal(got, want) || slices.Contains(got, held) {
 		t.Errorf("after the kubelet restart: %s=%q, want the annotated %v (never %s)", deviceplugin.EnvName(v1alpha1.KindAccelerator), env, want, held)
 	}
-	stopWatching()
-	if lostHolder != "" {
-		t.Errorf("NodeTopology named %s as the holder of %s after the kubelet restart, want other all the while", lostHolder, held)
+	if lost := lostHolder(); lost != "" {
+		t.Errorf("NodeTopology named %s as the holder of %s after the kubelet restart, want other all the while", lost, held)
 	}
 	// When the kubelet forgot other's allocation it never lists it again; the agent
 	// still names other as the holder.
@@ -1158,22 +1081,278 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 			}
 		}
 		t.Logf("the restarted kubelet does not list other with %s", held)
-		nt, err := getNodeTopology(ctx, local.nodeName)
+		holders, err := topologyHolders(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, d := range nt.Status.PCIDevices {
-			if d.Address == held && d.Holder != nil && d.Holder.Namespace == h.ns && d.Holder.Name == "other" {
-				return true, ""
-			}
-		}
-		return false, "NodeTopology no longer names other as the holder of " + held
+		return holders[held] == h.ns+"/other", "NodeTopology no longer names other as the holder of " + held
 	})
 	t.Logf("the agent kept a holder the kubelet stopped listing %d time(s)", strings.Count(h.agent.proc.output(), "the kubelet no longer lists the device"))
 	if o, err := local.kube.CoreV1().Pods(h.ns).Get(ctx, "other", metav1.GetOptions{}); err != nil {
 		t.Error(err)
 	} else if o.Status.Phase != corev1.PodRunning {
 		t.Errorf("other is %s after the kubelet restart (%s), want it still running on %s", o.Status.Phase, o.Status.Message, held)
+	}
+}
+
+// A kubelet that forgets which pod has a device (its checkpoint gone, as a PodResources
+// List racing its start can make it do) offers the device as free while the pod's
+// container still uses it. The agent keeps naming the pod as the holder, through a
+// restart of its own too, and its device plugin keeps a plain pod off the device.
+func TestDeviceHolderKeptWhenTheKubeletForgets(t *testing.T) {
+	h := newNUMAHarness(t)
+	ctx := context.Background()
+	h.waitAcceleratorsFree()
+	h.create(h.plainDevicePod("other", 1))
+	held := h.waitHeldBy("other")
+	lostHolder := h.watchHolder(held, "other")
+	t.Cleanup(func() {
+		if lost := lostHolder(); t.Failed() && lost != "" {
+			t.Logf("meanwhile NodeTopology named %s as the holder of %s", lost, held)
+		}
+	})
+
+	// Each look at the kubelet dials anew: a connection from before a restart may be in
+	// its reconnect backoff.
+	socket := podResourcesSocket(t)
+	dialKubelet := func() *podresources.Client {
+		t.Helper()
+		c, err := podresources.Dial(socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// otherDevices is what the kubelet lists for other, once it lists the pod.
+	otherDevices := func() []string {
+		t.Helper()
+		kubelet := dialKubelet()
+		var ids []string
+		eventually(t, time.Minute, func() (bool, string) {
+			list, err := kubelet.List(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, pr := range list {
+				if pr.GetNamespace() == h.ns && pr.GetName() == "other" {
+					for _, c := range pr.GetContainers() {
+						for _, d := range c.GetDevices() {
+							ids = append(ids, d.GetDeviceIds()...)
+						}
+					}
+					return true, ""
+				}
+			}
+			return false, "the restarted kubelet does not list other yet"
+		})
+		return ids
+	}
+	// The kubelet forgets other's device when it admits the running pod again before
+	// its pod sources are ready. After, it asks the plugin for the device again, and the
+	// plugin, with no pod waiting, offers the one in use: other's own. Restart until it
+	// forgot.
+	registered := func() int { return strings.Count(h.agent.proc.output(), `"msg":"registered with the kubelet"`) }
+	for try := 1; ; try++ {
+		before := registered()
+		restartKubelet(t, "--forget-devices")
+		eventually(t, time.Minute, func() (bool, string) {
+			return registered() > before, "the device plugin did not register again after the kubelet restarted"
+		})
+		ids := otherDevices()
+		if len(ids) == 0 {
+			break
+		}
+		if !slices.Equal(ids, []string{held}) {
+			t.Fatalf("the restarted kubelet gave other %v, want %s, the accelerator its container has", ids, held)
+		}
+		if try == 5 {
+			t.Fatalf("the kubelet restarted without its checkpoint %d times and never forgot other's %s", try, held)
+		}
+		t.Logf("restart %d: the kubelet admitted other again and gave it its %s back", try, held)
+	}
+	const kept = "the kubelet no longer lists the device of a pod still running on the node"
+	waitForOutput(t, h.agent.proc, kept, time.Minute)
+
+	// A new agent never saw the kubelet list the device: it keeps what its node published.
+	h.agent.stop()
+	h.agent.start()
+	waitForOutput(t, h.agent.proc, kept, time.Minute)
+	kubelet := dialKubelet()
+	eventually(t, time.Minute, func() (bool, string) {
+		devs, err := kubelet.AllocatableDevices(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(devs[string(v1alpha1.KindAccelerator.ResourceName())]) == 4, "the kubelet has not got the 4 accelerators from the new agent's plugin yet"
+	})
+
+	// The kubelet counts all four free; a pod of the default scheduler asking for three
+	// gets the three others. A pod the kubelet admits before it has the plugin's devices
+	// fails; like a controller, make it again.
+	running := false
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		cur, err := local.kube.CoreV1().Pods(h.ns).Get(ctx, "plain", metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			_, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, h.plainDevicePod("plain", 3), metav1.CreateOptions{})
+			return false, fmt.Sprintf("plain created (%v)", err)
+		case err != nil:
+			return false, err.Error()
+		case cur.Status.Phase == corev1.PodFailed:
+			t.Logf("plain rejected (%s: %s); making it again", cur.Status.Reason, cur.Status.Message)
+			_ = local.kube.CoreV1().Pods(h.ns).Delete(ctx, "plain", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		}
+		running = cur != nil && cur.Status.Phase == corev1.PodRunning
+		return running, "plain is " + string(cur.Status.Phase)
+	})
+	if env, got := h.printedDevices("plain"); len(got) != 3 || slices.Contains(got, held) {
+		t.Errorf("plain got %s=%q, want three accelerators without %s, which other still uses", deviceplugin.EnvName(v1alpha1.KindAccelerator), env, held)
+	}
+	if lost := lostHolder(); lost != "" {
+		t.Errorf("NodeTopology named %s as the holder of %s, want other all the while", lost, held)
+	}
+	if o, err := local.kube.CoreV1().Pods(h.ns).Get(ctx, "other", metav1.GetOptions{}); err != nil {
+		t.Error(err)
+	} else if o.Status.Phase != corev1.PodRunning {
+		t.Errorf("other is %s after the kubelet restart (%s), want it still running on %s", o.Status.Phase, o.Status.Message, held)
+	}
+	// The kubelet does not count other's accelerator: the next test must not find it
+	// taken by a pod still going away.
+	for _, name := range []string{"other", "plain"} {
+		if err := local.kube.CoreV1().Pods(h.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Error(err)
+		}
+	}
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		pods, err := local.kube.CoreV1().Pods(h.ns).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0, fmt.Sprintf("the test's pods are still there (%v)", err)
+	})
+}
+
+// plainDevicePod is a pod of the default scheduler asking for n accelerators, which
+// prints the accelerators it got.
+func (h *numaHarness) plainDevicePod(name string, n int64) *corev1.Pod {
+	q := *resource.NewQuantity(n, resource.DecimalSI)
+	resourceName := v1alpha1.KindAccelerator.ResourceName()
+	c := h.container("main", `echo "devices=$`+deviceplugin.EnvName(v1alpha1.KindAccelerator)+`"; `+loop)
+	c.Resources.Requests[resourceName] = q
+	c.Resources.Limits = corev1.ResourceList{resourceName: q}
+	p := h.pod(name, nil, c)
+	p.Spec.SchedulerName = corev1.DefaultSchedulerName
+	delete(p.Annotations, annotations.NUMAPolicy)
+	return p
+}
+
+// waitAcceleratorsFree waits until the kubelet can allocate the split tree's four
+// accelerators and no pod of an earlier test holds one: the kubelet counts them taken
+// until those pods are gone.
+func (h *numaHarness) waitAcceleratorsFree() {
+	t := h.t
+	t.Helper()
+	ctx := context.Background()
+	resourceName := v1alpha1.KindAccelerator.ResourceName()
+	eventually(t, time.Minute, func() (bool, string) {
+		n, err := local.kube.CoreV1().Nodes().Get(ctx, local.nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := n.Status.Allocatable[resourceName]
+		return q.Value() == 4, fmt.Sprintf("allocatable %s = %s, want 4", resourceName, q.String())
+	})
+	// The kubelet counts the accelerators of an earlier test's pods taken until they
+	// are gone.
+	earlier, err := podresources.Dial(podResourcesSocket(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer earlier.Close()
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		list, err := earlier.List(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		var held []string
+		for _, pr := range list {
+			for _, c := range pr.GetContainers() {
+				for _, d := range c.GetDevices() {
+					if d.GetResourceName() == string(resourceName) {
+						held = append(held, pr.GetNamespace()+"/"+pr.GetName())
+					}
+				}
+			}
+		}
+		return len(held) == 0, fmt.Sprintf("pods of earlier tests still hold accelerators: %v", held)
+	})
+}
+
+// waitHeldBy waits until NodeTopology names the pod of the test's namespace as the
+// holder of an accelerator, and returns its address.
+func (h *numaHarness) waitHeldBy(pod string) string {
+	h.t.Helper()
+	var held string
+	eventually(h.t, 2*time.Minute, func() (bool, string) {
+		holders, err := topologyHolders(context.Background())
+		if err != nil {
+			return false, err.Error()
+		}
+		for addr, holder := range holders {
+			if holder == h.ns+"/"+pod {
+				held = addr
+				return true, ""
+			}
+		}
+		return false, "NodeTopology names no device held by " + pod
+	})
+	return held
+}
+
+// watchHolder polls NodeTopology every 200 ms until the returned func is called, which
+// says when and whom it named as the holder of addr if ever not the pod ("" if never).
+func (h *numaHarness) watchHolder(addr, pod string) func() string {
+	stop, done := make(chan struct{}), make(chan struct{})
+	var lost string
+	go func() {
+		defer close(done)
+		for lost == "" {
+			select {
+			case <-stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			holders, err := topologyHolders(context.Background())
+			if err == nil && holders[addr] != h.ns+"/"+pod {
+				lost = fmt.Sprintf("%q at %s", holders[addr], time.Now().Format(time.StampMilli))
+			}
+		}
+	}()
+	stopped := sync.OnceFunc(func() { close(stop); <-done })
+	h.t.Cleanup(stopped)
+	return func() string { stopped(); return lost }
+}
+
+// topologyHolders reads the node's NodeTopology: PCI address -> namespace/name of the
+// pod it names as the device's holder.
+func topologyHolders(ctx context.Context) (map[string]string, error) {
+	nt, err := getNodeTopology(ctx, local.nodeName)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, d := range nt.Status.PCIDevices {
+		if d.Holder != nil {
+			out[d.Address] = d.Holder.Namespace + "/" + d.Holder.Name
+		}
+	}
+	return out, nil
+}
+
+// restartKubelet restarts the local kubelet (scripts/cluster.sh restart-kubelet).
+func restartKubelet(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "cluster.sh"), append([]string{"restart-kubelet"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("restart the kubelet: %v\n%s", err, out)
 	}
 }
 

@@ -34,8 +34,8 @@ import (
 // kept from pods and why (the host-device filter runs with or without the plugin: the
 // ranker never picks an excluded device).
 func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
-	kubelet *podresources.Client, nodeIPs []net.IP, setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer,
-	fail func(error), log logr.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
+	kubelet *podresources.Client, nodeIPs []net.IP, published map[string]v1alpha1.DeviceHolder, setHolders func(map[string]v1alpha1.DeviceHolder),
+	reg prometheus.Registerer, fail func(error), log logr.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
 	listPods := func() ([]*corev1.Pod, error) {
 		var out []*corev1.Pod
 		for _, obj := range pods.GetStore().List() {
@@ -45,21 +45,11 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 		}
 		return out, nil
 	}
-	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) {
-		list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", o.nodeName).String()})
-		if err != nil {
-			return nil, err
-		}
-		out := make([]*corev1.Pod, len(list.Items))
-		for i := range list.Items {
-			out[i] = &list.Items[i]
-		}
-		return out, nil
-	}
+	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) { return listNodePods(ctx, kube, o.nodeName) }
 	var plugin *deviceplugin.Manager
 	if o.devicePlugin {
 		var err error
-		if plugin, err = startPlugin(ctx, wg, o, kube, pods, listPods, freshPods, kubelet, setHolders, reg, fail, log); err != nil {
+		if plugin, err = startPlugin(ctx, wg, o, kube, pods, listPods, freshPods, kubelet, published, setHolders, reg, fail, log); err != nil {
 			return nil, err
 		}
 	}
@@ -91,22 +81,51 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 	}, nil
 }
 
+// listNodePods lists the pods bound to nodeName from the API server.
+func listNodePods(ctx context.Context, kube kubernetes.Interface, nodeName string) ([]*corev1.Pod, error) {
+	list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", nodeName).String()})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
 // startPlugin starts the device plugin, the audit and the removal of stale capacity. A
 // plugin that stops is fatal (fail): without it the kubelet hands out none of the node's
 // devices, while the node's heartbeats would still say the agent is alive.
 func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
 	listPods func() ([]*corev1.Pod, error), freshPods func(context.Context) ([]*corev1.Pod, error), kubelet *podresources.Client,
-	setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer, fail func(error), log logr.Logger) (*deviceplugin.Manager, error) {
+	published map[string]v1alpha1.DeviceHolder, setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer,
+	fail func(error), log logr.Logger) (*deviceplugin.Manager, error) {
 	// The kubelet lists a pod's devices in PodResources once it admitted the pod, long
 	// before a container runs (an image pull may take minutes): a pass soon after every
 	// Allocate publishes the holder of a device another scheduler's pod took before the
 	// ranker can choose it again.
 	// A pod that leaves the node gets the same delayed pass (see the pod handlers below).
 	afterSettle := newCoalescer(clock.RealClock{}, allocSettle)
+	var audit *deviceaudit.Auditor // made below; the plugin serves nothing before Run
+	inUse := func() []string {
+		var out []string
+		if hs := audit.Holders(); hs != nil {
+			for addr := range hs {
+				out = append(out, addr)
+			}
+			return out
+		}
+		// Before the audit's first pass: what the node published before.
+		for addr := range published {
+			out = append(out, addr)
+		}
+		return out
+	}
 	plugin, err := deviceplugin.New(deviceplugin.Config{
 		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
 		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
-		OnAllocated: func(string) { afterSettle.poke() },
+		OnAllocated: func(string) { afterSettle.poke() }, InUse: inUse,
 	}, deviceplugin.NewMetrics(reg), log)
 	if err != nil {
 		return nil, err
@@ -118,7 +137,11 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 		}
 		setHolders(out)
 	}
-	audit := deviceaudit.New(deviceaudit.Config{NodeName: o.nodeName, Every: o.deviceAuditInterval, OnHolders: onHolders},
+	seed := make(map[string]deviceaudit.Holder, len(published))
+	for addr, h := range published {
+		seed[addr] = deviceaudit.Holder{Namespace: h.Namespace, Name: h.Name, UID: h.UID}
+	}
+	audit = deviceaudit.New(deviceaudit.Config{NodeName: o.nodeName, Every: o.deviceAuditInterval, OnHolders: onHolders, Published: seed},
 		kube, kubelet.List, listPods, deviceaudit.NewMetrics(reg), log)
 	// A container that starts is audited at once, not at the next --device-audit-interval:
 	// a short-lived pod with the wrong devices would otherwise never be seen. A pod that
@@ -154,7 +177,13 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 			fail(fmt.Errorf("device plugin: %w", err))
 		}
 	})
-	wg.Go(func() { audit.Run(ctx) })
+	wg.Go(func() {
+		// A pass before the pod cache is filled would find no pod running, and drop the
+		// holders it is to keep.
+		if cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
+			audit.Run(ctx)
+		}
+	})
 	wg.Go(func() { afterSettle.run(ctx, audit.Trigger) })
 	wg.Go(func() { removeStaleCapacity(ctx, kube, o.nodeName, kubelet, log) })
 	return plugin, nil

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -146,13 +147,16 @@ func (f *podResources) GetAllocatableResources(context.Context, *podresourcesapi
 // auditTest is startPlugin's device plugin and audit against a fake PodResources API
 // and API server, with the pod informer running.
 type auditTest struct {
-	ctx     context.Context
-	kube    *kubefake.Clientset
-	fake    *podResources
-	pods    cache.SharedIndexInformer
-	plugin  *deviceplugin.Manager
-	mu      sync.Mutex
-	holders []map[string]v1alpha1.DeviceHolder
+	t      *testing.T
+	ctx    context.Context
+	kube   *kubefake.Clientset
+	fake   *podResources
+	pods   cache.SharedIndexInformer
+	plugin *deviceplugin.Manager
+	// published are the holders the node's NodeTopology named at the start.
+	published map[string]v1alpha1.DeviceHolder
+	mu        sync.Mutex
+	holders   []map[string]v1alpha1.DeviceHolder
 }
 
 // setKubelet sets what the fake PodResources API answers: pod holds dev.
@@ -188,7 +192,7 @@ func startAuditTest(t *testing.T, kubelet func(*auditTest)) *auditTest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &auditTest{fake: &podResources{}, kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})}
+	a := &auditTest{t: t, fake: &podResources{}, kube: kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}})}
 	if kubelet != nil {
 		kubelet(a)
 	}
@@ -203,8 +207,14 @@ func startAuditTest(t *testing.T, kubelet func(*auditTest)) *auditTest {
 	t.Cleanup(func() { client.Close() })
 
 	a.pods = informers.NewSharedInformerFactory(a.kube, 0).Core().V1().Pods().Informer()
-	listPods := func() ([]*corev1.Pod, error) { return nil, nil }
-	freshPods := func(context.Context) ([]*corev1.Pod, error) { return nil, nil }
+	listPods := func() ([]*corev1.Pod, error) {
+		var out []*corev1.Pod
+		for _, obj := range a.pods.GetStore().List() {
+			out = append(out, obj.(*corev1.Pod))
+		}
+		return out, nil
+	}
+	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) { return listNodePods(ctx, a.kube, "node-1") }
 	setHolders := func(hs map[string]v1alpha1.DeviceHolder) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -216,7 +226,7 @@ func startAuditTest(t *testing.T, kubelet func(*auditTest)) *auditTest {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	fail := func(err error) { t.Errorf("the device plugin stopped: %v", err) }
-	plugin, err := startPlugin(ctx, &wg, o, a.kube, a.pods, listPods, freshPods, client, setHolders, prometheus.NewRegistry(), fail, logr.Discard())
+	plugin, err := startPlugin(ctx, &wg, o, a.kube, a.pods, listPods, freshPods, client, a.published, setHolders, prometheus.NewRegistry(), fail, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,26 +237,36 @@ func startAuditTest(t *testing.T, kubelet func(*auditTest)) *auditTest {
 	return a
 }
 
+// servePlugin gives the plugin the GPUs at addrs and returns a client of its socket.
+func (a *auditTest) servePlugin(addrs ...string) pluginapi.DevicePluginClient {
+	a.t.Helper()
+	var devs []v1alpha1.PCIDevice
+	for _, addr := range addrs {
+		devs = append(devs, v1alpha1.PCIDevice{Address: addr, Kind: v1alpha1.KindGPU, Health: v1alpha1.Healthy})
+	}
+	a.plugin.Update(devs, nil)
+	sock := a.plugin.Socket(v1alpha1.KindGPU)
+	waitUntil(a.t, "the plugin's socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	a.t.Cleanup(func() { conn.Close() })
+	return pluginapi.NewDevicePluginClient(conn)
+}
+
 // A device the kubelet hands to a pod the ranker did not place (Allocate) gets its
 // holder published while no container of the pod runs yet, not at the next periodic
 // audit (an hour here).
 func TestAuditAfterAllocate(t *testing.T) {
 	a := startAuditTest(t, nil)
 	const gpu = "0000:3b:00.0"
-	a.plugin.Update([]v1alpha1.PCIDevice{{Address: gpu, Kind: v1alpha1.KindGPU, Health: v1alpha1.Healthy}}, nil)
-	sock := a.plugin.Socket(v1alpha1.KindGPU)
-	waitUntil(t, "the plugin's socket", func() bool { _, err := os.Stat(sock); return err == nil })
-
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	client := a.servePlugin(gpu)
 	// The kubelet records the devices once Allocate answered (the pod's container waits
 	// for its image); the answer is set before, so the pass a settle after Allocate sees
 	// it however slowly this goroutine runs.
 	a.setKubelet("other-scheduler", gpu)
-	if _, err := pluginapi.NewDevicePluginClient(conn).Allocate(a.ctx, &pluginapi.AllocateRequest{
+	if _, err := client.Allocate(a.ctx, &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{gpu}}},
 	}); err != nil {
 		t.Fatalf("Allocate: %v", err)
@@ -288,6 +308,41 @@ func TestAuditAfterPodDeleted(t *testing.T) {
 		_, held := hs[gpu]
 		return !held
 	})
+}
+
+// An agent that starts after the kubelet forgot the device of a running pod publishes
+// the holder its node published before, not the kubelet's "free".
+func TestAuditKeepsPublishedHolders(t *testing.T) {
+	const gpu = "0000:3b:00.0"
+	a := startAuditTest(t, func(a *auditTest) {
+		one := corev1.ResourceList{"sextant.io/gpu": resource.MustParse("1")}
+		running := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "train", UID: "uid-train"},
+			Spec: corev1.PodSpec{NodeName: "node-1"}, Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+		// The pod of another scheduler the kubelet admits next.
+		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "plain", UID: "uid-plain"},
+			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "main",
+				Resources: corev1.ResourceRequirements{Requests: one, Limits: one}}}}}
+		for _, pod := range []*corev1.Pod{running, plain} {
+			if _, err := a.kube.CoreV1().Pods("ns").Create(context.Background(), pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a.published = map[string]v1alpha1.DeviceHolder{gpu: {Namespace: "ns", Name: "train", UID: "uid-train"}}
+		a.fake.pods = []*podresourcesapi.PodResources{{Namespace: "ns", Name: "train"}} // listed without devices
+	})
+	if n, hs := a.lastHolders(); n != 1 || hs[gpu] != a.published[gpu] {
+		t.Errorf("first pass: published %d times, holders %v; want once, %s held by ns/train", n, hs, gpu)
+	}
+	// The kubelet offers the held device to plain: the plugin prefers the other.
+	const other = "0000:3c:00.0"
+	resp, err := a.servePlugin(gpu, other).GetPreferredAllocation(a.ctx, &pluginapi.PreferredAllocationRequest{
+		ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{AvailableDeviceIDs: []string{gpu, other}, AllocationSize: 1}}})
+	if err != nil {
+		t.Fatalf("GetPreferredAllocation: %v", err)
+	}
+	if got := resp.ContainerResponses[0].DeviceIDs; len(got) != 1 || got[0] != other {
+		t.Errorf("a plain pod is offered %v, want %s, off %s, which ns/train holds", got, other, gpu)
+	}
 }
 
 // waitUntil polls cond until it holds or a deadline far beyond what it needs passes.

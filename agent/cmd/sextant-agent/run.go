@@ -377,6 +377,11 @@ func runAgent(ctx context.Context, o runOptions) error {
 			// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
 			log.Error(err, "could not read the previous NodeTopology to seed device health")
 		}
+		if o.devicePlugin {
+			// Until the device audit's first pass, the holders published before stand: a
+			// first write without them would show the ranker held devices as free.
+			topoReporter.SetHolders(topoReporter.PublishedHolders())
+		}
 		log.Info("sextant-agent metering", "attach", bpf.Mode(), "sysfsRoot", o.sysfsRoot)
 
 		// The meter's own loop shows in its samples' times. A meter that cannot read its
@@ -388,7 +393,7 @@ func runAgent(ctx context.Context, o runOptions) error {
 				log.Error(err, "detaching the meter")
 			}
 		})
-		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.SetHolders, reg, fail, log.WithName("devices"))
+		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.PublishedHolders(), topoReporter.SetHolders, reg, fail, log.WithName("devices"))
 		if err != nil {
 			stop()
 			wg.Wait()
