@@ -392,16 +392,24 @@ func TestRestartAdoptsStopInProgress(t *testing.T) {
 	}
 }
 
-// An earlier agent's stop whose grace period is over and whose container still runs
-// (the agent died before its SIGKILL): the new one kills it, once.
-func TestRestartFinishesOverdueStop(t *testing.T) {
-	rt := newFakeRuntime()
+// finishOverdueStop starts an agent on a Never Job pod whose main container exited a
+// minute ago and whose sidecar still runs under an earlier agent's stop mark, 40 s old
+// with a 30 s grace period, and waits for the stop to be recorded.
+func finishOverdueStop(t *testing.T, rt *fakeRuntime) {
+	t.Helper()
 	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
 	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: time.Now().Add(-time.Minute)})
 	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning,
 		StopMark: markFor("proxy", stopMark{Requested: time.Now().Add(-40 * time.Second), Grace: 30 * time.Second})})
 	h := start(t, rt, pod)
 	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+}
+
+// An earlier agent's stop whose grace period is over and whose container still runs
+// (the agent died before its SIGKILL): the new one kills it, once.
+func TestRestartFinishesOverdueStop(t *testing.T) {
+	rt := newFakeRuntime()
+	finishOverdueStop(t, rt)
 	ids, timeouts := rt.stopCalls()
 	// The earlier agent may have died before its signal went out: the overdue stop is
 	// a real one (SIGTERM first, with the pod's grace), not a bare kill.
@@ -417,12 +425,7 @@ func TestRestartFinishesOverdueStop(t *testing.T) {
 func TestRestartSignalsWhatContainerdCountsAsSignalled(t *testing.T) {
 	rt := newFakeRuntime()
 	rt.signalLost = map[string]bool{"proxy": true}
-	pod := jobPod("job", "uid", corev1.RestartPolicyNever)
-	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateExited, FinishedAt: time.Now().Add(-time.Minute)})
-	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning,
-		StopMark: markFor("proxy", stopMark{Requested: time.Now().Add(-40 * time.Second), Grace: 30 * time.Second})})
-	h := start(t, rt, pod)
-	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	finishOverdueStop(t, rt)
 	rt.mu.Lock()
 	signals, code := slices.Clone(rt.signals), rt.ctrs["proxy"].ExitCode
 	rt.mu.Unlock()

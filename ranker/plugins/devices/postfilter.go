@@ -12,19 +12,16 @@ import (
 // and brings it back at once if either came while the attempt ran. It decides nothing:
 // kube-scheduler goes on to preemption as without it.
 func (pl *DeviceAware) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader) (*fwk.PostFilterResult, *fwk.Status) {
-	if pl.waiting == nil || pl.snapshot == nil {
+	if pl.waiting == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
-	nodes, err := pl.snapshot()
-	if err != nil {
-		return nil, fwk.AsStatus(err)
-	}
 	s, known := readState(state)
-	// Without a version from PreFilter any time may have passed: assume a change.
-	changed := func() bool {
-		return !known || pl.nodes.TopologyVersion() != s.topologyVersion || pl.silentHeard(statuses, nodes)
+	var seen uint64
+	if known {
+		seen = s.topologyVersion
 	}
-	return pl.waiting.PostFilter(ctx, pod, statuses, nodes, changed)
+	return pl.waiting.PostFilterOnVersion(ctx, pod, statuses, pl.snapshot, seen, known, pl.nodes.TopologyVersion,
+		func(nodes []fwk.NodeInfo) bool { return pl.silentHeard(statuses, nodes) })
 }
 
 // silentHeard reports whether a node Filter rejected as silent is heard from now: its

@@ -20,5 +20,5 @@ func (pl *NUMAAware) PostFilter(ctx context.Context, state fwk.CycleState, pod *
 	if ok {
 		seen = s.topologyVersion
 	}
-	return pl.waiting.PostFilterOnVersion(ctx, pod, statuses, pl.snapshot, seen, ok, pl.nodes.TopologyVersion)
+	return pl.waiting.PostFilterOnVersion(ctx, pod, statuses, pl.snapshot, seen, ok, pl.nodes.TopologyVersion, nil)
 }

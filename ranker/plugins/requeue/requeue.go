@@ -145,9 +145,11 @@ func (w *Waiting) ActivateAll(string) {
 
 // PostFilterOnVersion is PostFilter for such a plugin: the heartbeats changed during the
 // attempt when version differs from seen, the version its PreFilter read (known false:
-// the attempt did not read one, so any time may have passed).
+// the attempt did not read one, so any time may have passed), or when also, if set,
+// says so of the nodes.
 func (w *Waiting) PostFilterOnVersion(ctx context.Context, pod *v1.Pod, statuses fwk.NodeToStatusReader,
-	snapshot func() ([]fwk.NodeInfo, error), seen uint64, known bool, version func() uint64) (*fwk.PostFilterResult, *fwk.Status) {
+	snapshot func() ([]fwk.NodeInfo, error), seen uint64, known bool, version func() uint64,
+	also func([]fwk.NodeInfo) bool) (*fwk.PostFilterResult, *fwk.Status) {
 	if snapshot == nil {
 		return nil, fwk.NewStatus(fwk.Unschedulable)
 	}
@@ -155,5 +157,7 @@ func (w *Waiting) PostFilterOnVersion(ctx context.Context, pod *v1.Pod, statuses
 	if err != nil {
 		return nil, fwk.AsStatus(err)
 	}
-	return w.PostFilter(ctx, pod, statuses, nodes, func() bool { return !known || version() != seen })
+	return w.PostFilter(ctx, pod, statuses, nodes, func() bool {
+		return !known || version() != seen || also != nil && also(nodes)
+	})
 }
