@@ -322,8 +322,10 @@ func (a *Auditor) Audit(ctx context.Context) ([]Mismatch, error) {
 // again, then drop every pod's allocation as gone (the kubelet's devicemanager
 // UpdateAllocatedDevices). The containers keep their devices, but the kubelet counts
 // them free: without the holder the ranker would hand them to a second pod. A holder is
-// kept while a pod with its UID is on the node and not terminal, and no other pod is
-// listed with the device.
+// kept while a pod with its UID is on the node and not terminal, no other pod is listed
+// with the device, and the pod is listed with no device at all: the kubelet forgets a
+// pod's allocation whole, and one that lists the pod with devices has given it those
+// (again).
 func keepForgotten(prev, holders map[string]Holder, pods []*corev1.Pod) map[string]Holder {
 	live := map[types.UID]bool{}
 	for _, p := range pods {
@@ -331,9 +333,13 @@ func keepForgotten(prev, holders map[string]Holder, pods []*corev1.Pod) map[stri
 			live[p.UID] = true
 		}
 	}
+	withDevices := map[Holder]bool{}
+	for _, h := range holders {
+		withDevices[h] = true
+	}
 	kept := map[string]Holder{}
 	for addr, h := range prev {
-		if _, listed := holders[addr]; listed || h.UID == "" || !live[h.UID] {
+		if _, listed := holders[addr]; listed || h.UID == "" || !live[h.UID] || withDevices[h] {
 			continue
 		}
 		holders[addr] = h

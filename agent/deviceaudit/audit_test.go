@@ -306,6 +306,11 @@ func TestAuditorKeepsForgottenHolders(t *testing.T) {
 	// The kubelet gives one of them to another pod: that pod is its holder now.
 	list = []*podresourcesapi.PodResources{listed("second", cres("main", gpu, devB))}
 	pass("taken", map[string]string{devA: "other", devB: "second"})
+	// The kubelet admits other again and gives it another device: its list is the truth.
+	list = []*podresourcesapi.PodResources{listed("second", cres("main", gpu, devB)), listed("other", cres("main", gpu, devC))}
+	pass("given again", map[string]string{devB: "second", devC: "other"})
+	list = []*podresourcesapi.PodResources{listed("second", cres("main", gpu, devB))}
+	a.holders[devA] = holderOther
 	// The pod ends: its device is free.
 	ended := other.DeepCopy()
 	ended.Status.Phase = corev1.PodSucceeded
