@@ -22,8 +22,8 @@ const (
 	BandwidthNetwork = BandwidthPrefix + "network"
 )
 
-// PodNetwork is the network of the node's default route, which pod traffic crosses
-// unless the pod names another network.
+// PodNetwork is the network pod traffic crosses unless the pod names another: the NIC
+// of the node's InternalIP, else the default route's.
 const PodNetwork = "pod"
 
 // NetworkForm is the accepted form of a network name, for error messages.
@@ -99,6 +99,10 @@ type BandwidthRequest struct {
 	// Network is the node network the rates are about; never empty (PodNetwork
 	// unless the pod names another).
 	Network string
+	// NetworkNamed is set when the pod names Network itself
+	// (bandwidth.sextant.io/network): a node without that network is filtered out,
+	// whatever the rates.
+	NetworkNamed bool
 }
 
 // Empty reports whether the request has no rate at all, i.e. the plugin has nothing to
@@ -109,8 +113,12 @@ func (r BandwidthRequest) Empty() bool {
 	return !in && !eg
 }
 
-// HasRequired reports whether Filter has anything to check.
+// HasRequired reports whether the pod asks for a floor in either direction.
 func (r BandwidthRequest) HasRequired() bool { return r.Ingress.HasRequired || r.Egress.HasRequired }
+
+// Filtered reports whether Filter has anything to check: a floor, or a network the
+// pod named.
+func (r BandwidthRequest) Filtered() bool { return r.HasRequired() || r.NetworkNamed }
 
 // Error says which annotation is malformed and what it accepts. The admission
 // webhook turns each one into a field error; the scheduler puts its text in the pod's
@@ -226,7 +234,7 @@ func ParseBandwidth(annotations map[string]string) (BandwidthRequest, error) {
 		if !IsNetworkName(v) {
 			errs = append(errs, &Error{Annotation: BandwidthNetwork, Value: truncate(v), Problem: "not a network name", Want: NetworkForm})
 		} else {
-			req.Network = v
+			req.Network, req.NetworkNamed = v, true
 		}
 	}
 

@@ -33,7 +33,12 @@ func TestParseBandwidth(t *testing.T) {
 		{
 			name:        "a network named",
 			annotations: map[string]string{IngressRequired: "2G", BandwidthNetwork: "storage"},
-			want:        BandwidthRequest{Ingress: Direction{Required: 2e9, HasRequired: true}, Network: "storage"},
+			want:        BandwidthRequest{Ingress: Direction{Required: 2e9, HasRequired: true}, Network: "storage", NetworkNamed: true},
+		},
+		{
+			name:        "the pod network named",
+			annotations: map[string]string{BandwidthNetwork: "pod"},
+			want:        BandwidthRequest{Network: PodNetwork, NetworkNamed: true},
 		},
 		{name: "network not a DNS label", annotations: map[string]string{BandwidthNetwork: "Storage_1"}, wantErrs: []string{BandwidthNetwork}, wantForm: NetworkForm},
 		{name: "network empty", annotations: map[string]string{BandwidthNetwork: ""}, wantErrs: []string{BandwidthNetwork}, wantForm: NetworkForm},

@@ -298,6 +298,8 @@ func TestRankerPlacesByNetwork(t *testing.T) {
 	}{
 		{"pod-network", map[string]string{"bandwidth.sextant.io/ingress-required": "500M"}, "node-x"},
 		{"storage", map[string]string{"bandwidth.sextant.io/ingress-required": "3G", "bandwidth.sextant.io/network": "storage"}, "node-y"},
+		// Naming the network alone keeps the pod off nodes without it.
+		{"storage-no-rate", map[string]string{"bandwidth.sextant.io/network": "storage"}, "node-y"},
 	} {
 		if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, c.name, prefix, c.annotations), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -307,7 +309,8 @@ func TestRankerPlacesByNetwork(t *testing.T) {
 		}
 	}
 	// 3G on the pod network fits the pod network of neither node (though both totals
-	// say 9G): it stays Pending, and a pod naming a network no node has is told so.
+	// say 9G): it stays Pending, and a pod naming a network no node has is told so,
+	// whether or not it requires a rate.
 	for _, c := range []struct {
 		name        string
 		annotations map[string]string
@@ -315,6 +318,7 @@ func TestRankerPlacesByNetwork(t *testing.T) {
 	}{
 		{"too-big", map[string]string{"bandwidth.sextant.io/ingress-required": "3G"}, "didn't have the pod's required ingress bandwidth"},
 		{"no-such-network", map[string]string{"bandwidth.sextant.io/ingress-required": "1M", "bandwidth.sextant.io/network": "backup"}, `no network "backup"`},
+		{"no-such-network-no-rate", map[string]string{"bandwidth.sextant.io/ingress-expected": "1M", "bandwidth.sextant.io/network": "backup"}, `no network "backup"`},
 	} {
 		if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, c.name, prefix, c.annotations), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)

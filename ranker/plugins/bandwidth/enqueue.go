@@ -47,7 +47,7 @@ func (pl *BandwidthAware) reportArrived(node string, report *heartbeat.Bandwidth
 // ledger as usual, while one left waiting would wait for the node's next report.
 func (pl *BandwidthAware) admits(pod *v1.Pod, report *heartbeat.Bandwidth, now time.Time) bool {
 	req, ok := pl.request(nil, pod)
-	if !ok || !req.HasRequired() {
+	if !ok || !req.Filtered() {
 		return false // malformed annotations: no report fixes those
 	}
 	reason, _ := pl.check(req, report, 0, 0, now, false)

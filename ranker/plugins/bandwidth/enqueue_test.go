@@ -120,6 +120,32 @@ func TestReportActivatesWaitingPods(t *testing.T) {
 	}
 }
 
+// A pod that names a network and requires no rate waits for a report that lists that
+// network.
+func TestReportWithTheNetworkActivatesWaitingPod(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		report *v1alpha1.NodeBandwidth
+		want   bool
+	}{
+		{"the network added", networks(report("n", "1G", "1G", now), net3{"pod", "1G", "10G"}, net3{"storage", "1G", "25G"}), true},
+		{"still without it", networks(report("n", "5G", "5G", now), net3{"pod", "5G", "10G"}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pl, store, got := waitingPlugin(t, networks(report("n", "1G", "1G", now.Add(-10*time.Second)), net3{"pod", "1G", "10G"}))
+			reject(t, pl, testPod(map[string]string{annotations.BandwidthNetwork: "storage"}), nil)
+			if pl.waiting.Len() != 1 {
+				t.Fatalf("%d pods waiting after PostFilter, want 1", pl.waiting.Len())
+			}
+			got.node = tc.report.Name
+			store.PutAt(tc.report, now)
+			if activated := len(got.pods) == 1; activated != tc.want {
+				t.Fatalf("activated %v, want %v", got.pods, tc.want)
+			}
+		})
+	}
+}
+
 // A running pod on n holds a reservation the new report covers: the ledger releases it
 // before the waiting pod is activated, so the retry is not refused for it.
 func TestReportReleasesReservationsBeforeActivating(t *testing.T) {

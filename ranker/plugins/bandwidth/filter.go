@@ -16,7 +16,9 @@ import (
 
 // Filter drops the node unless, for every direction the pod requires, the node has a
 // fresh, full NodeBandwidth whose remaining minus the ledger's reservations there is at
-// least the required rate.
+// least the required rate. A pod that names its network and requires no rate needs only
+// a NodeBandwidth, fresh or not, that lists that network: which networks a node has is
+// its agent's configuration, not a measurement that ages.
 //
 // The status message is fixed per reason (see message): kube-scheduler's
 // FailedScheduling event counts nodes per distinct message, so figures in it would make
@@ -24,7 +26,7 @@ import (
 // ranker hundreds of allocations per pod. The node's figures are logged at V(5).
 func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := pl.podState(state, pod)
-	if !ok || !s.req.HasRequired() {
+	if !ok || !s.req.Filtered() {
 		return nil
 	}
 	node := nodeInfo.Node()
@@ -34,7 +36,7 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 	rec := pl.reports.NodeOf(node)
 	report := rec.Bandwidth()
 	var resIn, resEg int64
-	if report != nil {
+	if report != nil && s.req.HasRequired() {
 		resIn, resEg = pl.ledger.reservedOn(rec, networkOf(s.req))
 	}
 	reason, _ := pl.check(s.req, report, resIn, resEg, s.now, false)
@@ -99,6 +101,16 @@ func partialMessage(minWindow time.Duration) string {
 func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartbeat.Bandwidth, resIn, resEg int64, now time.Time, detail bool) (reason, msg string) {
 	if report == nil {
 		return reasonNoReport, "node has no NodeBandwidth"
+	}
+	if !req.HasRequired() {
+		// Only the named network to check (see Filter).
+		switch {
+		case report.Network(networkOf(req)) != nil:
+			return "", ""
+		case !detail:
+			return reasonNoNetwork, ""
+		}
+		return reasonNoNetwork, fmt.Sprintf("node has no network %q", networkOf(req))
 	}
 	if pl.stale(report, now) {
 		if !detail {

@@ -291,6 +291,18 @@ func TestPreFilter(t *testing.T) {
 			t.Error("nothing should be written for a pod the plugin ignores")
 		}
 	})
+	t.Run("network alone: success with state, even before the ledger syncs", func(t *testing.T) {
+		pl := testPlugin(t, testArgs(nil))
+		pl.ledgerSynced = func() bool { return false }
+		pod := testPod(map[string]string{annotations.BandwidthNetwork: "storage"})
+		state := framework.NewCycleState()
+		if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+			t.Fatalf("got %v, want Success: Filter must keep the pod off nodes without storage", st)
+		}
+		if _, err := state.Read(stateKey); err != nil {
+			t.Error("PreFilter should store the parsed request")
+		}
+	})
 	t.Run("required: success with state", func(t *testing.T) {
 		pl := testPlugin(t, testArgs(nil))
 		pod := testPod(map[string]string{annotations.IngressRequired: "1M"})

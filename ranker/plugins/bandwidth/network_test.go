@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
@@ -81,6 +82,54 @@ func TestFilterByNetwork(t *testing.T) {
 	}
 	if got := pl.message(reasonNoNetwork, "storage"); got != `node(s) had no network "storage" (bandwidth.sextant.io/network)` {
 		t.Errorf("message %q", got)
+	}
+}
+
+// TestFilterByNamedNetworkAlone: a pod that names its network is kept off nodes
+// without it even when it requires no rate; whether a node has a network is not a
+// measurement, so a stale report still says it. A pod that names none is not filtered.
+func TestFilterByNamedNetworkAlone(t *testing.T) {
+	fresh, old := now.Add(-5*time.Second), now.Add(-time.Hour)
+	pl := testPlugin(t, testArgs(nil),
+		networks(report("storage", "9G", "9G", fresh), net3{"pod", "9G", "10G"}, net3{"storage", "100M", "25G"}),
+		networks(report("storage-stale", "9G", "9G", old), net3{"pod", "9G", "10G"}, net3{"storage", "20G", "25G"}),
+		networks(report("pod-only", "9G", "9G", fresh), net3{"pod", "9G", "10G"}),
+		report("legacy", "9G", "9G", fresh), // its total is its pod network
+	)
+	nodes := []string{"storage", "storage-stale", "pod-only", "legacy", "silent"}
+	onStorage := map[string]string{"pod-only": reasonNoNetwork, "legacy": reasonNoNetwork, "silent": reasonNoReport}
+	for _, tc := range []struct {
+		name         string
+		annotations  map[string]string
+		wantFiltered map[string]string // node -> reason
+	}{
+		{"storage named, no rate", map[string]string{annotations.BandwidthNetwork: "storage"}, onStorage},
+		{"storage named, expected only", map[string]string{annotations.BandwidthNetwork: "storage", annotations.IngressExpected: "1G"}, onStorage},
+		{"pod named, no rate", map[string]string{annotations.BandwidthNetwork: "pod"}, map[string]string{"silent": reasonNoReport}},
+		{"no network named, expected only", map[string]string{annotations.IngressExpected: "1G"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := schedule(t, pl, testPod(tc.annotations), nodes, false)
+			if !c.preFilter.IsSuccess() && !c.preFilter.IsSkip() {
+				t.Fatalf("PreFilter %v", c.preFilter)
+			}
+			if got := len(c.filtered); got != len(tc.wantFiltered) {
+				t.Errorf("filtered %v, want %v", c.filtered, tc.wantFiltered)
+			}
+			for node, reason := range tc.wantFiltered {
+				st := c.filtered[node]
+				if st == nil {
+					t.Errorf("%s passed, want %s", node, reason)
+					continue
+				}
+				if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != pl.message(reason, tc.annotations[annotations.BandwidthNetwork]) {
+					t.Errorf("%s: %v, want %q", node, st, pl.message(reason, tc.annotations[annotations.BandwidthNetwork]))
+				}
+			}
+		})
+	}
+	if d := checkDetail(pl, testPod(map[string]string{annotations.BandwidthNetwork: "storage"}), "legacy"); d != `node has no network "storage"` {
+		t.Errorf("detail %q", d)
 	}
 }
 

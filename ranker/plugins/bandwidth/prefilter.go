@@ -52,7 +52,8 @@ const msgLedgerNotSynced = "the bandwidth ledger has not yet seen every bound po
 // waited for here, so that the scheduling loop goes on with other pods, and
 // UnschedulableAndUnresolvable keeps preemption from evicting pods for it; the pod is
 // activated when the ledger syncs (activateWhenSynced, PostFilter). A pod with only
-// expected rates is not held: Filter never rejects it.
+// expected rates is not held: Filter rejects it at most for a network it names, which
+// the ledger does not decide.
 func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !annotations.HasBandwidth(pod.Annotations) {
 		return nil, fwk.NewStatus(fwk.Skip)
@@ -62,12 +63,12 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 		filterRejections.WithLabelValues(reasonInvalidAnnotation).Inc()
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
-	if !req.HasRequired() {
+	if !req.Filtered() {
 		// Only expected values: nothing to filter, but Score and Reserve still apply.
 		state.Write(stateKey, &podState{req: req, now: pl.now()})
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
-	if !pl.ledgerReady() {
+	if req.HasRequired() && !pl.ledgerReady() {
 		filterRejections.WithLabelValues(reasonLedgerNotSynced).Inc()
 		state.Write(stateKey, &podState{req: req, now: pl.now(), unsynced: true})
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgLedgerNotSynced)
