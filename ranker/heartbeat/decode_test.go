@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -287,5 +288,43 @@ func TestStoreSyncsDespitePoison(t *testing.T) {
 			t.Fatal("a usable version of a rejected NodeBandwidth never reached the store")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A store whose lists fail (here NodeTopology's, as without its CRD) does not sync, and
+// its error names the kind it waited for and the list's error.
+func TestWaitForSyncNamesWhatIsMissing(t *testing.T) {
+	gvrs := map[schema.GroupVersionResource]string{
+		v1alpha1.GroupVersion.WithResource("nodebandwidths"): "NodeBandwidthList",
+		v1alpha1.GroupVersion.WithResource("nodetopologies"): "NodeTopologyList",
+	}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs)
+	list := func(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) ([]byte, error) {
+		if gvr.Resource == "nodetopologies" {
+			return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+		}
+		l, err := client.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return l.MarshalJSON()
+	}
+	s := New(client, list, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.Start(ctx)
+	syncCtx, done := context.WithTimeout(ctx, 3*time.Second)
+	defer done()
+	err := s.WaitForSync(syncCtx)
+	if err == nil {
+		t.Fatal("the store synced without NodeTopology's list")
+	}
+	for _, want := range []string{"NodeTopology not listed yet", "nodetopologies.sextant.io", "not found", "kubectl get crd"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q, want it to contain %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "NodeBandwidth not listed") {
+		t.Errorf("error %q names NodeBandwidth, whose list arrived", err)
 	}
 }

@@ -34,6 +34,7 @@ package heartbeat
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,9 @@ type Store struct {
 
 	// listeners are told of each change once the record holds it (copy on write).
 	listeners atomic.Pointer[[]Listener]
+
+	// watchErrors is the last list or watch error per kind, for WaitForSync to name.
+	watchErrors sync.Map
 }
 
 // lateAllowance is how much longer than the node's previous report a report may take
@@ -150,12 +154,21 @@ func New(client dynamic.Interface, list RawLister, resync time.Duration) *Store 
 		now:       time.Now,
 		rejected:  map[rejectKey]string{},
 	}
-	for _, inf := range []cache.SharedIndexInformer{s.bandwidth, s.topology} {
+	// In this order: s.synced[0] is NodeBandwidth's handler, s.synced[1] NodeTopology's.
+	for _, w := range []struct {
+		kind string
+		inf  cache.SharedIndexInformer
+	}{{kindBandwidth, s.bandwidth}, {kindTopology, s.topology}} {
+		kind, inf := w.kind, w.inf
 		// The handlers are registered before the informers start, which cannot fail.
 		reg, _ := inf.AddEventHandler(s.recordHandler())
 		if reg != nil {
 			s.synced = append(s.synced, reg.HasSynced)
 		}
+		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
+			s.watchErrors.Store(kind, err.Error())
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		})
 	}
 	return s
 }
@@ -496,13 +509,55 @@ func (s *Store) Start(ctx context.Context) {
 	go s.topology.RunWithContext(ctx)
 }
 
+// syncReportEvery is how often WaitForSync says what it still waits for: a ranker that
+// cannot reach the API server, or finds no CRDs there, must not wait in silence.
+const syncReportEvery = 15 * time.Second
+
 // WaitForSync waits until both watches have listed what exists and the records hold
-// it.
+// it. While it waits it logs, every syncReportEvery, the kinds not listed yet and their
+// last error; its own error names them too.
 func (s *Store) WaitForSync(ctx context.Context) error {
-	if !cache.WaitForCacheSync(ctx.Done(), append([]cache.InformerSynced{s.bandwidth.HasSynced, s.topology.HasSynced}, s.synced...)...) {
-		return fmt.Errorf("heartbeat caches did not sync: %w", ctx.Err())
+	report := time.NewTicker(syncReportEvery)
+	defer report.Stop()
+	poll := time.NewTicker(100 * time.Millisecond)
+	defer poll.Stop()
+	for {
+		pending := s.pendingKinds()
+		if len(pending) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("heartbeat lists did not arrive (%s; are the sextant CRDs installed? kubectl get crd nodebandwidths.sextant.io nodetopologies.sextant.io): %w",
+				strings.Join(pending, "; "), ctx.Err())
+		case <-report.C:
+			klog.InfoS("Waiting for the heartbeat lists from the API server", "pending", pending)
+		case <-poll.C:
+		}
 	}
-	return nil
+}
+
+// pendingKinds names each kind whose list the records do not hold yet, with its last
+// list or watch error.
+func (s *Store) pendingKinds() []string {
+	var pending []string
+	for _, k := range []struct {
+		kind   string
+		synced bool
+	}{
+		{kindBandwidth, s.bandwidth.HasSynced() && (len(s.synced) < 1 || s.synced[0]())},
+		{kindTopology, s.topology.HasSynced() && (len(s.synced) < 2 || s.synced[1]())},
+	} {
+		if k.synced {
+			continue
+		}
+		msg := k.kind + " not listed yet"
+		if err, ok := s.watchErrors.Load(k.kind); ok {
+			msg += ": " + err.(string)
+		}
+		pending = append(pending, msg)
+	}
+	return pending
 }
 
 // Node returns the node's record, nil when it has neither heartbeat object. It takes no

@@ -19,13 +19,14 @@ import (
 	"sextant.io/sextant/ranker/plugins/binder"
 	"sextant.io/sextant/ranker/plugins/devices"
 	"sextant.io/sextant/ranker/plugins/numa"
+	"sextant.io/sextant/ranker/plugins/pluginargs"
 )
 
 // newSchedulerCommand is kube-scheduler's own command (app.NewSchedulerCommand) with
 // sextant's steps run before it: --version naming sextant's release, the sextant profile
-// when there is no --config, and checkBinder on the profiles of --config. Every
-// kube-scheduler flag is its own. Go's garbage collector is set by the environment
-// (GOGC, GOMEMLIMIT), as the chart does.
+// when there is no --config, and checkBinder and checkPluginArgs on the profiles of
+// --config. Every kube-scheduler flag is its own. Go's garbage collector is set by the
+// environment (GOGC, GOMEMLIMIT), as the chart does.
 func newSchedulerCommand(registryOptions ...app.Option) *cobra.Command {
 	cmd := app.NewSchedulerCommand(registryOptions...)
 	cmd.Use = "sextant-ranker"
@@ -107,7 +108,34 @@ func prepareConfig(file string) error {
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", file, err)
 	}
-	return checkBinder(cfg.Profiles)
+	if err := errors.Join(checkBinder(cfg.Profiles), checkPluginArgs(cfg.Profiles)); err != nil {
+		return fmt.Errorf("--config %s: %w", file, err)
+	}
+	return nil
+}
+
+// checkPluginArgs refuses the args of sextant's plugins that their constructors would
+// refuse. kube-scheduler builds a profile's plugins in no fixed order, and NUMAAware and
+// DeviceAware wait for the heartbeat lists in theirs: without this, a typo in
+// BandwidthAware's args was reported only when the API server answered, or never when
+// it did not.
+func checkPluginArgs(profiles []config.KubeSchedulerProfile) error {
+	var errs []error
+	for _, p := range profiles {
+		for _, pc := range p.PluginConfig {
+			var err error
+			switch pc.Name {
+			case bandwidth.Name:
+				err = bandwidth.CheckArgs(pc.Args)
+			case numa.Name, devices.Name, binder.Name:
+				err = pluginargs.None(pc.Name, pc.Args)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("profile %q: %w", p.SchedulerName, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // checkBinder refuses profiles that enable NUMAAware or DeviceAware without SextantBinder

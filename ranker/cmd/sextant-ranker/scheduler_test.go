@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -256,6 +257,51 @@ profiles:
 			t.Errorf("--config %s: %v, want an error containing %q", tc.file, err, tc.want)
 		}
 		_ = cmd.Flags().Set("config", "")
+	}
+}
+
+// Bad args of sextant's plugins in --config are refused before any plugin starts (no
+// API server here: a plugin that waited for one would hang the test), naming the
+// profile, the plugin and the field.
+func TestCommandRefusesBadPluginArgs(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, pluginConfig, want string }{
+		{"unknown field", `{name: BandwidthAware, args: {ingresWeight: 2}}`, `profile "sextant": decode BandwidthAware args: unknown field "ingresWeight"`},
+		{"negative weight", `{name: BandwidthAware, args: {egressWeight: -3}}`, "egressWeight (--bandwidth-egress-weight) -3 is negative"},
+		{"unknown window", `{name: BandwidthAware, args: {bestFitWindow: loose}}`, "bestFitWindow"},
+		{"args for a plugin without any", `{name: NUMAAware, args: {policy: strict}}`, `NUMAAware args: unknown field "policy": the plugin takes no args`},
+		{"args for the binder", `{name: SextantBinder, args: {foo: 1}}`, `SextantBinder args: unknown field "foo"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := dir + "/" + strings.ReplaceAll(tc.name, " ", "-") + ".yaml"
+			if err := os.WriteFile(file, []byte(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection: {leaderElect: false}
+profiles:
+- schedulerName: sextant
+  plugins:
+    multiPoint:
+      enabled: [{name: BandwidthAware}, {name: NUMAAware}, {name: DeviceAware}, {name: SextantBinder}]
+      disabled: [{name: DefaultBinder}]
+  pluginConfig:
+  - `+tc.pluginConfig+`
+`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cmd := newSchedulerCommand()
+			cmd.SetArgs([]string{"--config", file})
+			cmd.SilenceUsage, cmd.SilenceErrors = true, true
+			done := make(chan error, 1)
+			go func() { done <- cmd.Execute() }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), file) {
+					t.Errorf("%v, want an error naming %s and containing %q", err, file, tc.want)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("the command did not return within a minute: it went on past the bad args")
+			}
+		})
 	}
 }
 

@@ -131,6 +131,13 @@ func (f strategyFlag) Set(v string) error {
 func (strategyFlag) Type() string { return "strategy" }
 
 // decodeArgs applies the profile's args over Defaults.
+// CheckArgs reports what New would refuse in obj, a profile's args for the plugin,
+// without building it: the ranker checks its --config before it connects to anything.
+func CheckArgs(obj runtime.Object) error {
+	_, err := decodeArgs(obj)
+	return err
+}
+
 func decodeArgs(obj runtime.Object) (Args, error) {
 	args := Defaults
 	if obj != nil {

@@ -26,6 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/pluginargs"
 )
 
 // Name is the plugin's name in the scheduler configuration. A profile that enables it
@@ -45,7 +47,10 @@ var (
 
 // New is the plugin factory for app.WithPlugin(binder.Name, binder.New). The plugin takes
 // no arguments.
-func New(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+func New(_ context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	if err := pluginargs.None(Name, obj); err != nil {
+		return nil, err
+	}
 	return &SextantBinder{handle: h}, nil
 }
 

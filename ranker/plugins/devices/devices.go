@@ -42,6 +42,7 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/nodecache"
 	"sextant.io/sextant/ranker/plugins/numahint"
+	"sextant.io/sextant/ranker/plugins/pluginargs"
 	"sextant.io/sextant/ranker/plugins/podledger"
 	"sextant.io/sextant/ranker/plugins/requeue"
 )
@@ -97,7 +98,10 @@ var (
 
 // New is the plugin factory for app.WithPlugin(devices.Name, devices.New). The plugin
 // takes no arguments.
-func New(ctx context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	if err := pluginargs.None(Name, obj); err != nil {
+		return nil, err
+	}
 	registerMetrics()
 	if h.KubeConfig() == nil {
 		return nil, fmt.Errorf("device plugin: the scheduler handle has no kubeconfig to watch NodeTopology with")
