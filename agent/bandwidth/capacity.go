@@ -69,5 +69,18 @@ func parseRate(s string) (float64, error) {
 	if q.Sign() <= 0 {
 		return 0, fmt.Errorf("rate %q is not positive", s)
 	}
-	return q.AsApproximateFloat64(), nil
+	r := q.AsApproximateFloat64()
+	switch {
+	case r < 1:
+		// A lower-case m is milli: 1m is a thousandth of a bit per second.
+		return 0, fmt.Errorf("rate %q is below 1 bit/s (m is milli: a megabit is M)", s)
+	case r > maxCapacity:
+		return 0, fmt.Errorf("rate %q is above 1P bit/s", s)
+	}
+	return r, nil
 }
+
+// maxCapacity bounds a NIC's capacity, as annotations.MaxRate bounds a pod's rates: far
+// above any NIC made today, and far from where the bits per second a report publishes
+// (an int64) overflow.
+const maxCapacity = 1e15

@@ -332,6 +332,10 @@ func TestParseCapacities(t *testing.T) {
 		{in: []string{"eth0"}, wantErr: `"eth0": want IF=RATE or IF=ingress:RATE,egress:RATE`},
 		{in: []string{"eth0=fast"}, wantErr: `"eth0=fast": rate "fast" is not a quantity`},
 		{in: []string{"eth0=-1G"}, wantErr: `rate "-1G" is not positive`},
+		{in: []string{"eth0=1m"}, wantErr: `rate "1m" is below 1 bit/s`},
+		{in: []string{"eth0=ingress:1e400"}, wantErr: `rate "1e400" is above 1P bit/s`},
+		{in: []string{"eth0=99999999999999999999G"}, wantErr: "above 1P bit/s"},
+		{in: []string{"eth0=1P"}, want: map[string]Capacity{"eth0": {1e15, 1e15}}},
 		{in: []string{"eth0=up:1G"}, wantErr: `unknown direction "up"`},
 		{in: []string{"eth0=1G", "eth0=2G"}, wantErr: "given twice"},
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"slices"
@@ -69,9 +70,11 @@ type measureInterface struct {
 }
 
 type measureDirection struct {
-	Bytes         uint64  `json:"bytes"`
-	Packets       uint64  `json:"packets"`
-	BitsPerSecond float64 `json:"bitsPerSecond"`
+	Bytes   uint64 `json:"bytes"`
+	Packets uint64 `json:"packets"`
+	// BitsPerSecond is whole bits per second, as the contract's output shows: a
+	// fraction of a bit says nothing about a NIC.
+	BitsPerSecond uint64 `json:"bitsPerSecond"`
 }
 
 func runMeasure(ctx context.Context, out io.Writer, o measureOptions) error {
@@ -86,6 +89,9 @@ func runMeasure(ctx context.Context, out io.Writer, o measureOptions) error {
 		return err
 	}
 	if err := checkSysfsRoot(o.sysfsRoot); err != nil {
+		return err
+	}
+	if err := checkNetns(o.netns); err != nil {
 		return err
 	}
 
@@ -151,7 +157,7 @@ func runMeasure(ctx context.Context, out io.Writer, o measureOptions) error {
 	res := measureResult{DurationSeconds: elapsed, Interfaces: []measureInterface{}}
 	dir := func(a, b bandwidth.Count) measureDirection {
 		d := measureDirection{Bytes: a.Bytes - b.Bytes, Packets: a.Packets - b.Packets}
-		d.BitsPerSecond = float64(d.Bytes) * 8 / elapsed
+		d.BitsPerSecond = uint64(math.Round(float64(d.Bytes) * 8 / elapsed))
 		return d
 	}
 	for _, l := range chosen {
@@ -171,8 +177,8 @@ func runMeasure(ctx context.Context, out io.Writer, o measureOptions) error {
 	fmt.Fprintf(tw, "INTERFACE\tIN BYTES\tIN PACKETS\tIN RATE\tOUT BYTES\tOUT PACKETS\tOUT RATE\t\n")
 	for _, i := range res.Interfaces {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%s\t\n", i.Name,
-			i.Ingress.Bytes, i.Ingress.Packets, humanBits(i.Ingress.BitsPerSecond),
-			i.Egress.Bytes, i.Egress.Packets, humanBits(i.Egress.BitsPerSecond))
+			i.Ingress.Bytes, i.Ingress.Packets, humanBits(float64(i.Ingress.BitsPerSecond)),
+			i.Egress.Bytes, i.Egress.Packets, humanBits(float64(i.Egress.BitsPerSecond)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

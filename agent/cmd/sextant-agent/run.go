@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -134,7 +136,7 @@ NodeTopology says which (status.numaPinning).`,
 	f.StringVar(&o.attachMode, "attach-mode", "auto", "how to attach: auto (tcx where the kernel has it, else clsact), tcx or clsact")
 	f.StringSliceVar(&o.interfaces, "interfaces", nil, "NICs to meter, by name or shell pattern (eth*), comma-separated (default: the physical NICs, not SR-IOV virtual functions, plus the default-route interface)")
 	f.StringArrayVar(&o.networks, "network", nil, "a network of the node, as NAME=IFACE[,IFACE...] (shell patterns allowed; NAME a DNS label such as storage), metered and published apart from the others; pods name it in bandwidth.sextant.io/network. The pod network is found without it (the interface holding the Node's InternalIP, else the default route's); pod=... overrides that. Repeatable")
-	f.StringArrayVar(&o.nicCapacities, "nic-capacity", nil, "capacity of a NIC whose sysfs speed is unknown, as IF=RATE or IF=ingress:RATE,egress:RATE in bits/s (e.g. eth0=10G); repeatable")
+	f.StringArrayVar(&o.nicCapacities, "nic-capacity", nil, "capacity of a NIC whose sysfs speed is unknown, as IF=RATE or IF=ingress:RATE,egress:RATE in bits/s from 1 to 1P (e.g. eth0=10G; M is mega, m milli); repeatable")
 	f.DurationVar(&o.sampleInterval, "sample-interval", time.Second, "how often the counters are sampled")
 	f.DurationVar(&o.window, "window", 60*time.Second, "how far back the peak rate looks; remaining = capacity - peak")
 	f.Float64Var(&o.threshold, "report-threshold", 0.05, "write NodeBandwidth when a remaining value moved by more than this fraction of capacity")
@@ -175,6 +177,8 @@ func (o runOptions) validate() error {
 	switch {
 	case o.nodeName == "":
 		return errors.New("--node-name is required (or set $NODE_NAME, e.g. from the downward API spec.nodeName)")
+	case len(validation.IsDNS1123Subdomain(o.nodeName)) > 0:
+		return fmt.Errorf("--node-name %q: %s (want a Node's name, e.g. from the downward API spec.nodeName)", o.nodeName, strings.Join(validation.IsDNS1123Subdomain(o.nodeName), "; "))
 	case !(o.threshold > 0 && o.threshold < 1): // NaN too
 		return fmt.Errorf("--report-threshold %v: want a fraction between 0 and 1, e.g. 0.05", o.threshold)
 	case o.minInterval <= 0 || o.maxInterval < o.minInterval:
@@ -200,6 +204,12 @@ func (o runOptions) validate() error {
 		return err
 	}
 	if err := checkSysfsRoot(o.sysfsRoot); err != nil {
+		return err
+	}
+	if err := checkNetns(o.netns); err != nil {
+		return err
+	}
+	if err := checkInterfacePatterns(o.interfaces); err != nil {
 		return err
 	}
 	if _, err := labels.Parse(o.sidecarPodSelector); err != nil {

@@ -39,6 +39,12 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--attach-mode", "tcx"}, ""},
 		{[]string{"--sysfs-root", "/nonexistent"}, `--sysfs-root "/nonexistent"`},
 		{[]string{"--sysfs-root", file}, "--sysfs-root " + `"` + file + `"`},
+		{[]string{"--netns", "/nonexistent/ns"}, `--netns "/nonexistent/ns"`},
+		{[]string{"--netns", file}, `--netns "` + file + `": not a namespace`},
+		{[]string{"--netns", "/proc/self/ns/net"}, ""},
+		{[]string{"--interfaces", "eth["}, `--interfaces "eth["`},
+		{[]string{"--interfaces", "eth0,veth*"}, ""},
+		{[]string{"--node-name", "Bad_Node!"}, `--node-name "Bad_Node!"`},
 	} {
 		o := parseRun(t, append([]string{"--node-name", "n1"}, tc.args...)...)
 		err := o.validate()

@@ -39,6 +39,9 @@ null, with a warning on stderr; malformed NUMA data is an error naming the file.
 			if output != "table" && output != "json" {
 				return fmt.Errorf("--output must be table or json, not %q", output)
 			}
+			if err := checkSysfsRoot(root); err != nil {
+				return err
+			}
 			snap, err := topology.Read(root)
 			if err != nil {
 				return err

@@ -106,6 +106,7 @@ func TestTopologyErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--output", "yaml"}, "--output must be table or json"},
+		{[]string{"topology", "--sysfs-root", "/nonexistent"}, `--sysfs-root "/nonexistent"`},
 		{[]string{"topology", "--sysfs-root", "../../topology/testdata/malformed-cpulist"}, "node0/cpulist"},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", "/nonexistent/prev.json"}, "--previous"},
 		{[]string{"topology", "extra"}, "unknown command"},

@@ -87,8 +87,10 @@ func TestChartRankerLeaderElection(t *testing.T) {
 }
 
 // agent.nicCapacities takes what the agent's --nic-capacity takes (agent/bandwidth
-// ParseCapacities: IF=RATE or IF=ingress:RATE,egress:RATE, RATE a positive
-// resource.Quantity), and refuses what it refuses.
+// ParseCapacities: IF=RATE or IF=ingress:RATE,egress:RATE, RATE a resource.Quantity of
+// 1 to 10^15 bits/s), and refuses what it refuses, but for the bounds: the pattern
+// refuses the milli suffix and negative exponents, not every value below 1 or above
+// 10^15.
 func TestChartNICCapacitiesSchema(t *testing.T) {
 	for _, tc := range []struct {
 		value string
@@ -102,7 +104,8 @@ func TestChartNICCapacitiesSchema(t *testing.T) {
 		{"eth0=100000000", true},
 		{"eth0=1e9", true},
 		{"eth0=+10M", true},
-		{"eth0=500m", true},
+		{"eth0=500m", false}, // milli: half a bit per second
+		{"eth0=1e-3", false},
 		{"ens1f0=25Ti", true},
 		{" eth0 = 10G ", true},
 		{"eth0=ingress:10G,egress:1G", true},
