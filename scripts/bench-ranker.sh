@@ -34,17 +34,24 @@
 # CRDs, builds sextant-ranker and the harness into bin/bench/, and removes every Node,
 # heartbeat and pod it made, also on failure or ^C.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+# --help prints this header, then the harness's flags (the one build it needs), and
+# touches nothing else: no cluster, no ranker build.
+for a in "$@"; do
+  case "$a" in
+    -h|-help|--help)
+      print_usage
+      cd "$(dirname "$0")/.."
+      go run ./scripts/bench-ranker --help 2>&1 | sed '/^exit status/d'
+      exit 0 ;;
+  esac
+done
 cd "$(dirname "$0")/.."
-. scripts/lib.sh
 
 mkdir -p bin/bench
 log "bench-ranker: building the harness"
 go build -o bin/bench/bench-ranker ./scripts/bench-ranker
-
-# --help prints the harness's flags and touches nothing else: no cluster, no ranker build.
-for a in "$@"; do
-  case "$a" in -h|-help|--help) exec bin/bench/bench-ranker --help ;; esac
-done
 
 [[ $(id -u) == 0 ]] || die "bench-ranker needs root (scripts/cluster.sh up runs a kubelet)"
 

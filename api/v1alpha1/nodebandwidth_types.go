@@ -71,10 +71,11 @@ type NodeBandwidthStatus struct {
 	// separate NICs (an agent older than networks is read as one pod network of it).
 	// +optional
 	Total *Bandwidth `json:"total,omitempty"`
-	// Networks groups the interfaces into the node's networks: "pod" (the default
-	// route's, found by the agent) and those the operator names (storage, a Multus
-	// network's master NIC, ...). The ranker filters and scores a pod on the network it
-	// names (bandwidth.sextant.io/network, default pod).
+	// Networks groups the interfaces into the node's networks: "pod" (found by the
+	// agent: the NIC of the node's InternalIP, else the default route's) and those the
+	// operator names (storage, a Multus network's master NIC, ...). The ranker filters
+	// and scores a pod on the network it names (bandwidth.sextant.io/network, default
+	// pod).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
