@@ -207,7 +207,6 @@ func TestValidateTopologyBounds(t *testing.T) {
 // poison among the objects: the poisoned nodes count as having no report, each bad
 // version is counted once, and a good version replaces a bad one.
 func TestStoreSyncsDespitePoison(t *testing.T) {
-	scheme := runtime.NewScheme()
 	var objs []runtime.Object
 	for i, p := range poison {
 		u := fromJSON(t, withStatus(t, goodOf(p.kind), p.path, p.value))
@@ -217,31 +216,12 @@ func TestStoreSyncsDespitePoison(t *testing.T) {
 	good := fromJSON(t, []byte(goodBandwidth))
 	good.SetName("good")
 	objs = append(objs, good)
-	gvrs := map[schema.GroupVersionResource]string{
-		v1alpha1.GroupVersion.WithResource("nodebandwidths"): "NodeBandwidthList",
-		v1alpha1.GroupVersion.WithResource("nodetopologies"): "NodeTopologyList",
-	}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, gvrs, objs...)
 	before := map[string]float64{}
 	for _, p := range poison {
 		before[p.kind+"/"+p.reason], _ = testutil.GetCounterMetricValue(rejectedTotal.WithLabelValues(p.kind, p.reason))
 	}
-
-	// The fake client's lists, as the API server would send them.
-	list := func(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) ([]byte, error) {
-		l, err := client.Resource(gvr).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		return l.MarshalJSON()
-	}
-	s := New(client, list, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s.Start(ctx)
-	syncCtx, done := context.WithTimeout(ctx, 10*time.Second)
-	defer done()
-	if err := s.WaitForSync(syncCtx); err != nil {
+	s, client, err := fakeStore(t, 10*time.Second, nil, objs...)
+	if err != nil {
 		t.Fatalf("the store did not sync with poison present: %v", err)
 	}
 	for i, p := range poison {
@@ -279,7 +259,7 @@ func TestStoreSyncsDespitePoison(t *testing.T) {
 	}
 	fixed := fromJSON(t, []byte(goodBandwidth))
 	fixed.SetName("poison-0")
-	if _, err := client.Resource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Update(ctx, fixed, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.Resource(v1alpha1.GroupVersion.WithResource("nodebandwidths")).Update(context.Background(), fixed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -294,28 +274,12 @@ func TestStoreSyncsDespitePoison(t *testing.T) {
 // A store whose lists fail (here NodeTopology's, as without its CRD) does not sync, and
 // its error names the kind it waited for and the list's error.
 func TestWaitForSyncNamesWhatIsMissing(t *testing.T) {
-	gvrs := map[schema.GroupVersionResource]string{
-		v1alpha1.GroupVersion.WithResource("nodebandwidths"): "NodeBandwidthList",
-		v1alpha1.GroupVersion.WithResource("nodetopologies"): "NodeTopologyList",
-	}
-	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs)
-	list := func(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) ([]byte, error) {
+	_, _, err := fakeStore(t, 3*time.Second, func(gvr schema.GroupVersionResource) error {
 		if gvr.Resource == "nodetopologies" {
-			return nil, apierrors.NewNotFound(gvr.GroupResource(), "")
+			return apierrors.NewNotFound(gvr.GroupResource(), "")
 		}
-		l, err := client.Resource(gvr).List(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		return l.MarshalJSON()
-	}
-	s := New(client, list, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s.Start(ctx)
-	syncCtx, done := context.WithTimeout(ctx, 3*time.Second)
-	defer done()
-	err := s.WaitForSync(syncCtx)
+		return nil
+	})
 	if err == nil {
 		t.Fatal("the store synced without NodeTopology's list")
 	}
@@ -327,4 +291,35 @@ func TestWaitForSyncNamesWhatIsMissing(t *testing.T) {
 	if strings.Contains(err.Error(), "NodeBandwidth not listed") {
 		t.Errorf("error %q names NodeBandwidth, whose list arrived", err)
 	}
+}
+
+// fakeStore starts a Store over a fake client holding objs, whose lists fail with
+// listErr's error where it returns one, and waits up to timeout for it to sync.
+func fakeStore(t *testing.T, timeout time.Duration, listErr func(schema.GroupVersionResource) error, objs ...runtime.Object) (*Store, *dynamicfake.FakeDynamicClient, error) {
+	t.Helper()
+	gvrs := map[schema.GroupVersionResource]string{
+		v1alpha1.GroupVersion.WithResource("nodebandwidths"): "NodeBandwidthList",
+		v1alpha1.GroupVersion.WithResource("nodetopologies"): "NodeTopologyList",
+	}
+	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), gvrs, objs...)
+	// The fake client's lists, as the API server would send them.
+	list := func(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) ([]byte, error) {
+		if listErr != nil {
+			if err := listErr(gvr); err != nil {
+				return nil, err
+			}
+		}
+		l, err := client.Resource(gvr).List(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return l.MarshalJSON()
+	}
+	s := New(client, list, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	s.Start(ctx)
+	syncCtx, done := context.WithTimeout(ctx, timeout)
+	defer done()
+	return s, client, s.WaitForSync(syncCtx)
 }
