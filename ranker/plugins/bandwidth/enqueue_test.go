@@ -85,22 +85,28 @@ func reject(t *testing.T, pl *BandwidthAware, pod *v1.Pod, before func()) {
 
 func TestReportActivatesWaitingPods(t *testing.T) {
 	old := report("n", "100M", "1G", now.Add(-10*time.Second))
+	needs400M := map[string]string{annotations.IngressRequired: "400M"}
+	// A pod that names a network and requires no rate waits for a report listing it.
+	onStorage := map[string]string{annotations.BandwidthNetwork: "storage"}
 	for _, tc := range []struct {
 		name   string
+		pod    map[string]string
 		report *v1alpha1.NodeBandwidth
 		want   bool
 	}{
-		{"enough now", report("n", "500M", "1G", now), true},
-		{"still too little", report("n", "300M", "1G", now), false},
+		{"enough now", needs400M, report("n", "500M", "1G", now), true},
+		{"still too little", needs400M, report("n", "300M", "1G", now), false},
 		// The report's arrival is what counts: however old the agent's clock says it
 		// is, it is fresh now.
-		{"sampled an hour ago, arriving now", report("n", "5G", "5G", now.Add(-time.Hour)), true},
-		{"partial", partialReport("n", "5G", "5G", now), false},
-		{"another node with room", report("m", "5G", "5G", now), true},
+		{"sampled an hour ago, arriving now", needs400M, report("n", "5G", "5G", now.Add(-time.Hour)), true},
+		{"partial", needs400M, partialReport("n", "5G", "5G", now), false},
+		{"another node with room", needs400M, report("m", "5G", "5G", now), true},
+		{"the network added", onStorage, networks(report("n", "1G", "1G", now), net3{"pod", "1G", "10G"}, net3{"storage", "1G", "25G"}), true},
+		{"still without the network", onStorage, networks(report("n", "5G", "5G", now), net3{"pod", "5G", "10G"}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pl, store, got := waitingPlugin(t, old)
-			pod := testPod(map[string]string{annotations.IngressRequired: "400M"})
+			pod := testPod(tc.pod)
 			reject(t, pl, pod, nil)
 			if pl.waiting.Len() != 1 {
 				t.Fatalf("%d pods waiting after PostFilter, want 1", pl.waiting.Len())
@@ -115,32 +121,6 @@ func TestReportActivatesWaitingPods(t *testing.T) {
 			}
 			if tc.want && pl.waiting.Len() != 0 {
 				t.Error("an activated pod is still waiting")
-			}
-		})
-	}
-}
-
-// A pod that names a network and requires no rate waits for a report that lists that
-// network.
-func TestReportWithTheNetworkActivatesWaitingPod(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		report *v1alpha1.NodeBandwidth
-		want   bool
-	}{
-		{"the network added", networks(report("n", "1G", "1G", now), net3{"pod", "1G", "10G"}, net3{"storage", "1G", "25G"}), true},
-		{"still without it", networks(report("n", "5G", "5G", now), net3{"pod", "5G", "10G"}), false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			pl, store, got := waitingPlugin(t, networks(report("n", "1G", "1G", now.Add(-10*time.Second)), net3{"pod", "1G", "10G"}))
-			reject(t, pl, testPod(map[string]string{annotations.BandwidthNetwork: "storage"}), nil)
-			if pl.waiting.Len() != 1 {
-				t.Fatalf("%d pods waiting after PostFilter, want 1", pl.waiting.Len())
-			}
-			got.node = tc.report.Name
-			store.PutAt(tc.report, now)
-			if activated := len(got.pods) == 1; activated != tc.want {
-				t.Fatalf("activated %v, want %v", got.pods, tc.want)
 			}
 		})
 	}
