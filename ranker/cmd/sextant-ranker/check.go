@@ -137,13 +137,16 @@ func runCheck(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 		return errors.New("check: --namespace (or $POD_NAMESPACE) and --image are required")
 	}
 	var missing []string
+	// listErr is the last failure to list the agent pods: then the API server, not the
+	// agents, is what did not answer.
+	var listErr error
 	err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		pods, err := kube.CoreV1().Pods(o.namespace).List(ctx, metav1.ListOptions{LabelSelector: o.agentSelector})
 		if err != nil {
-			missing = []string{"agent pods: " + err.Error()}
+			listErr = err
 			return false, nil
 		}
-		missing = nil
+		listErr, missing = nil, nil
 		nodes := 0
 		for _, p := range pods.Items {
 			if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning {
@@ -159,7 +162,10 @@ func runCheck(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interf
 		}
 		return len(missing) == 0, nil
 	})
-	if err != nil {
+	switch {
+	case err != nil && listErr != nil:
+		return fmt.Errorf("could not list the agent pods in %s (is the API server reachable?): %w", o.namespace, listErr)
+	case err != nil:
 		return fmt.Errorf("agents not reporting: %s", strings.Join(missing, "; "))
 	}
 	fmt.Fprintln(out, "every agent's node has a fresh NodeBandwidth")

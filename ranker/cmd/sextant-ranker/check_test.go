@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -78,6 +79,18 @@ func TestCheck(t *testing.T) {
 	}
 	if err := run(false, nodeBandwidth("n1", now), nodeBandwidth("n2", now)); err == nil || !strings.Contains(err.Error(), "did not place") {
 		t.Errorf("a ranker that places nothing: %v", err)
+	}
+
+	// An API server that does not answer is named as such, not as agents not reporting.
+	kube := fake.NewClientset()
+	kube.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("dial tcp 10.96.0.1:443: connect: connection refused")
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := runCheck(ctx, kube, dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), o, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "could not list the agent pods") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("an unreachable API server: %v, want an error saying the agent pods could not be listed, and why", err)
 	}
 }
 
