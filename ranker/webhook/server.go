@@ -10,6 +10,7 @@ import (
 	"io"
 	stdlog "log"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -247,18 +248,20 @@ func FileCertificate(certFile, keyFile string) (GetCertificate, error) {
 	return loader.get, nil
 }
 
-// Serve serves h on addr with TLS, with the certificate of cert, until ctx ends.
-func Serve(ctx context.Context, addr string, cert GetCertificate, h http.Handler, log logr.Logger) error {
+// Serve serves h on ln with TLS, with the certificate of cert, until ctx ends, and
+// closes ln. The caller listens, so that an address that cannot be served fails the
+// start before anything else begins.
+func Serve(ctx context.Context, ln net.Listener, cert GetCertificate, h http.Handler, log logr.Logger) error {
 	srv := &http.Server{
-		Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second,
+		Handler: h, ReadHeaderTimeout: 5 * time.Second,
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert},
 		ErrorLog:  stdlog.New(serverErrors{log}, "", 0),
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServeTLS("", "") }()
+	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {
 	case err := <-errc:
-		return fmt.Errorf("webhook server on %s: %w", addr, err)
+		return fmt.Errorf("webhook server on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)

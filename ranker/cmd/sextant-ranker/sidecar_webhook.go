@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -261,6 +262,13 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	if err != nil {
 		return err
 	}
+	// Bound before any part starts, so that an address that cannot be served fails the
+	// start, naming the flag.
+	ln, err := net.Listen("tcp", o.listenAddr)
+	if err != nil {
+		return fmt.Errorf("--listen-addr %q: %w", o.listenAddr, err)
+	}
+	defer ln.Close()
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -309,7 +317,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		return err
 	}
 	log.Info("sidecar webhook serving", "addr", o.listenAddr, "version", version.Version, "virtualNodes", o.virtualNodes, "certSecret", o.cert.secret)
-	err = webhook.Serve(ctx, o.listenAddr, cert, h.ServeMux(), log)
+	err = webhook.Serve(ctx, ln, cert, h.ServeMux(), log)
 	stop()
 	wg.Wait()
 	return err

@@ -125,6 +125,18 @@ func TestSubcommandsValidateBeforeClients(t *testing.T) {
 	}
 }
 
+// An address sidecar-webhook cannot serve on fails the start at once, naming the flag,
+// before it makes a certificate or starts a server.
+func TestSidecarWebhookListenAddr(t *testing.T) {
+	cmd := newSidecarWebhookCommand()
+	cmd.SetArgs([]string{"--wrapper-image", "w", "--virtual-nodes=false", "--metrics-addr", "", "--listen-addr", "notanaddr"})
+	cmd.SetOut(new(strings.Builder))
+	cmd.SetErr(new(strings.Builder))
+	if err := cmd.Execute(); err == nil || !strings.HasPrefix(err.Error(), `--listen-addr "notanaddr": `) {
+		t.Errorf("%v, want an error naming --listen-addr", err)
+	}
+}
+
 // --version, a global flag every subcommand lists, prints the version and exits 0 there
 // too, before any flag of the subcommand is checked.
 func TestSubcommandVersionFlag(t *testing.T) {
