@@ -81,7 +81,7 @@ func TestMeasureJSON(t *testing.T) {
 	in := res.Interfaces[0].Ingress
 	// About 100 datagrams, each over 1000 bytes, cross lo in 2 s.
 	if in.Packets < 20 || in.Bytes < 20*1000 {
-		t.Errorf("ingress %+v, want the ping's packets", in)
+		t.Errorf("ingress %+v, want the datagrams sent", in)
 	}
 	want := float64(in.Bytes) * 8 / res.DurationSeconds
 	if d := float64(in.BitsPerSecond) - want; d < -1 || d > 1 {
