@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -199,6 +201,11 @@ func (o runOptions) validate() error {
 		return errors.New("--cgroup-root is empty: want the directory where cgroups are mounted, e.g. /sys/fs/cgroup")
 	case o.heartbeats && o.devicePlugin && o.deviceAuditInterval <= 0:
 		return fmt.Errorf("--device-audit-interval %s: want a positive duration, e.g. 30s", o.deviceAuditInterval)
+	case slices.Contains(strings.Split(filepath.ToSlash(o.kubepodsCgroup), "/"), ".."):
+		// NUMA pinning writes cpusets under it: it must stay inside --cgroup-root.
+		return fmt.Errorf("--kubepods-cgroup %q: want a cgroup path under the cpuset hierarchy without '..', such as kubepods.slice", o.kubepodsCgroup)
+	case o.hostDevDir != "" && !filepath.IsAbs(o.hostDevDir):
+		return fmt.Errorf("--host-dev-dir %q: want an absolute path, the host's /dev as the kubelet sees it", o.hostDevDir)
 	}
 	if _, err := parseAttachMode(o.attachMode); err != nil {
 		return err

@@ -45,6 +45,9 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--interfaces", "eth["}, `--interfaces "eth["`},
 		{[]string{"--interfaces", "eth0,veth*"}, ""},
 		{[]string{"--node-name", "Bad_Node!"}, `--node-name "Bad_Node!"`},
+		{[]string{"--kubepods-cgroup", "../../etc"}, `--kubepods-cgroup "../../etc"`},
+		{[]string{"--kubepods-cgroup", "custom/kubepods.slice"}, ""},
+		{[]string{"--host-dev-dir", "relative/dev"}, `--host-dev-dir "relative/dev"`},
 	} {
 		o := parseRun(t, append([]string{"--node-name", "n1"}, tc.args...)...)
 		err := o.validate()

@@ -144,6 +144,17 @@ func TestChartNICCapacitiesSchema(t *testing.T) {
 // The schema refuses values the binaries refuse at startup: a report threshold of 0 or
 // 1, and zero durations where the agent or the ranker wants positive ones.
 func TestChartValuesSchemaRanges(t *testing.T) {
+	// NUMA pinning writes cpusets under the kubepods cgroup: it stays inside the hierarchy.
+	for _, v := range []string{"..", "../../etc", "kubepods/../x"} {
+		if err := schemaErr(t, chartValues("agent.numaPinning.kubepodsCgroup", v)); err == nil || !strings.Contains(err.Error(), "/agent/numaPinning/kubepodsCgroup") {
+			t.Errorf("agent.numaPinning.kubepodsCgroup %q: got %v, want it refused", v, err)
+		}
+	}
+	for _, v := range []string{"kubepods.slice", "custom/kubepods", "a..b"} {
+		if err := schemaErr(t, chartValues("agent.numaPinning.kubepodsCgroup", v)); err != nil {
+			t.Errorf("agent.numaPinning.kubepodsCgroup %q refused: %v", v, err)
+		}
+	}
 	for _, v := range []any{0, 1, 1.5, -0.1} {
 		if err := schemaErr(t, chartValues("agent.reportThreshold", v)); err == nil || !strings.Contains(err.Error(), "/agent/reportThreshold") {
 			t.Errorf("agent.reportThreshold %v: got %v, want it refused", v, err)
