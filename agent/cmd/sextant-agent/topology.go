@@ -81,6 +81,12 @@ func readPrevious(file string) ([]v1alpha1.PCIDevice, error) {
 	if err := json.Unmarshal(b, &t); err != nil {
 		return nil, fmt.Errorf("parsing --previous %s: %w", file, err)
 	}
+	// Without the list, every vanished device would go unmarked: a file that is not a
+	// topology (or one with the key misspelt) is refused rather than read as empty.
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil || keys["pciDevices"] == nil {
+		return nil, fmt.Errorf("--previous %s: no pciDevices list; want the output of sextant-agent topology --output json", file)
+	}
 	return t.PCIDevices, nil
 }
 

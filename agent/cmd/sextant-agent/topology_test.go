@@ -101,12 +101,17 @@ func TestTopologyPrevious(t *testing.T) {
 }
 
 func TestTopologyErrors(t *testing.T) {
+	noDevices := filepath.Join(t.TempDir(), "prev.json")
+	if err := os.WriteFile(noDevices, []byte(`{"pciDevicez": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--output", "yaml"}, "--output must be table or json"},
 		{[]string{"topology", "--sysfs-root", "/nonexistent"}, `--sysfs-root "/nonexistent"`},
+		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", noDevices}, "no pciDevices list"},
 		{[]string{"topology", "--sysfs-root", "../../topology/testdata/malformed-cpulist"}, "node0/cpulist"},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", "/nonexistent/prev.json"}, "--previous"},
 		{[]string{"topology", "extra"}, "unknown command"},
