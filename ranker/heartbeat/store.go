@@ -58,8 +58,9 @@ type Store struct {
 	bandwidth cache.SharedIndexInformer
 	topology  cache.SharedIndexInformer
 	nodes     *index
-	// synced reports whether the records hold what the informers listed at start.
-	synced []cache.InformerSynced
+	// synced reports, per kind, whether the records hold what its informer listed at
+	// start.
+	synced map[string]cache.InformerSynced
 	// topologyVersion counts the NodeTopology objects added, replaced and removed.
 	topologyVersion atomic.Uint64
 	// now is the ranker's clock, which stamps a report's arrival.
@@ -154,17 +155,11 @@ func New(client dynamic.Interface, list RawLister, resync time.Duration) *Store 
 		now:       time.Now,
 		rejected:  map[rejectKey]string{},
 	}
-	// In this order: s.synced[0] is NodeBandwidth's handler, s.synced[1] NodeTopology's.
-	for _, w := range []struct {
-		kind string
-		inf  cache.SharedIndexInformer
-	}{{kindBandwidth, s.bandwidth}, {kindTopology, s.topology}} {
-		kind, inf := w.kind, w.inf
+	s.synced = map[string]cache.InformerSynced{}
+	for kind, inf := range map[string]cache.SharedIndexInformer{kindBandwidth: s.bandwidth, kindTopology: s.topology} {
 		// The handlers are registered before the informers start, which cannot fail.
 		reg, _ := inf.AddEventHandler(s.recordHandler())
-		if reg != nil {
-			s.synced = append(s.synced, reg.HasSynced)
-		}
+		s.synced[kind] = func() bool { return inf.HasSynced() && reg != nil && reg.HasSynced() }
 		_ = inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *cache.Reflector, err error) {
 			s.watchErrors.Store(kind, err.Error())
 			cache.DefaultWatchErrorHandler(ctx, r, err)
@@ -541,18 +536,12 @@ func (s *Store) WaitForSync(ctx context.Context) error {
 // list or watch error.
 func (s *Store) pendingKinds() []string {
 	var pending []string
-	for _, k := range []struct {
-		kind   string
-		synced bool
-	}{
-		{kindBandwidth, s.bandwidth.HasSynced() && (len(s.synced) < 1 || s.synced[0]())},
-		{kindTopology, s.topology.HasSynced() && (len(s.synced) < 2 || s.synced[1]())},
-	} {
-		if k.synced {
+	for _, kind := range []string{kindBandwidth, kindTopology} {
+		if synced := s.synced[kind]; synced != nil && synced() {
 			continue
 		}
-		msg := k.kind + " not listed yet"
-		if err, ok := s.watchErrors.Load(k.kind); ok {
+		msg := kind + " not listed yet"
+		if err, ok := s.watchErrors.Load(kind); ok {
 			msg += ": " + err.(string)
 		}
 		pending = append(pending, msg)

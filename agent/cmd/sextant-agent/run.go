@@ -179,8 +179,6 @@ func (o runOptions) validate() error {
 	switch {
 	case o.nodeName == "":
 		return errors.New("--node-name is required (or set $NODE_NAME, e.g. from the downward API spec.nodeName)")
-	case len(validation.IsDNS1123Subdomain(o.nodeName)) > 0:
-		return fmt.Errorf("--node-name %q: %s (want a Node's name, e.g. from the downward API spec.nodeName)", o.nodeName, strings.Join(validation.IsDNS1123Subdomain(o.nodeName), "; "))
 	case !(o.threshold > 0 && o.threshold < 1): // NaN too
 		return fmt.Errorf("--report-threshold %v: want a fraction between 0 and 1, e.g. 0.05", o.threshold)
 	case o.minInterval <= 0 || o.maxInterval < o.minInterval:
@@ -201,11 +199,14 @@ func (o runOptions) validate() error {
 		return errors.New("--cgroup-root is empty: want the directory where cgroups are mounted, e.g. /sys/fs/cgroup")
 	case o.heartbeats && o.devicePlugin && o.deviceAuditInterval <= 0:
 		return fmt.Errorf("--device-audit-interval %s: want a positive duration, e.g. 30s", o.deviceAuditInterval)
-	case slices.Contains(strings.Split(filepath.ToSlash(o.kubepodsCgroup), "/"), ".."):
+	case slices.Contains(strings.Split(o.kubepodsCgroup, "/"), ".."):
 		// NUMA pinning writes cpusets under it: it must stay inside --cgroup-root.
 		return fmt.Errorf("--kubepods-cgroup %q: want a cgroup path under the cpuset hierarchy without '..', such as kubepods.slice", o.kubepodsCgroup)
 	case o.hostDevDir != "" && !filepath.IsAbs(o.hostDevDir):
 		return fmt.Errorf("--host-dev-dir %q: want an absolute path, the host's /dev as the kubelet sees it", o.hostDevDir)
+	}
+	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
+		return fmt.Errorf("--node-name %q: %s (want a Node's name, e.g. from the downward API spec.nodeName)", o.nodeName, strings.Join(errs, "; "))
 	}
 	if _, err := parseAttachMode(o.attachMode); err != nil {
 		return err
