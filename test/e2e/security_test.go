@@ -445,6 +445,23 @@ func grant(t *testing.T, ns, user string, rule rbacv1.PolicyRule) {
 		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: user}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The RBAC authorizer reads bindings from an informer: until it has seen this one,
+	// the user is refused by RBAC rather than by the policy a test means to show.
+	eventually(t, 30*time.Second, func() (bool, string) {
+		sar, err := local.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User:   user,
+				Groups: []string{"system:authenticated"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{
+					Namespace: ns, Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0],
+				},
+			},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, fmt.Sprintf("ask whether %s may %s %s: %v", user, rule.Verbs[0], rule.Resources[0], err)
+		}
+		return sar.Status.Allowed, fmt.Sprintf("the authorizer does not yet let %s %s %s in %s: %s", user, rule.Verbs[0], rule.Resources[0], ns, sar.Status.Reason)
+	})
 }
 
 // mayDoNamed asks the API server's authorizer whether a service account may do the verb
