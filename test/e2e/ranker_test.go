@@ -424,25 +424,28 @@ func TestRankerQueuesPodOnNewReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each case asks for more than the previous case's report gave, so the pod cannot
+	// fit whether the ranker holds that report or the 100M one published before it.
 	for i, tc := range []struct {
-		name  string
-		after time.Duration // from the failure to the report
+		name             string
+		after            time.Duration // from the failure to the report
+		required, report string
 	}{
-		{"report right after the failure", 0},
-		{"report while the pod waits", 3 * time.Second},
+		{"report right after the failure", 0, "1G", "2G"},
+		{"report while the pod waits", 3 * time.Second, "3G", "4G"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			name := fmt.Sprintf("p%d", i)
 			publishBandwidth(t, node, rankerNode{name: "node-1", ingressRemaining: "100M"})
 			if _, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, name, prefix, map[string]string{
-				"bandwidth.sextant.io/ingress-required": "1G",
+				"bandwidth.sextant.io/ingress-required": tc.required,
 			}), metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			waitFailedScheduling(t, ns, name, time.Minute)
 			time.Sleep(tc.after)
 			reported := time.Now()
-			publishBandwidth(t, node, rankerNode{name: "node-1", ingressRemaining: "2G"})
+			publishBandwidth(t, node, rankerNode{name: "node-1", ingressRemaining: tc.report})
 			// Far inside the 5-minute flush, with room for the ranker's backoff (1 s, doubling).
 			pod := waitScheduled(t, ns, name, 15*time.Second)
 			if pod.Spec.NodeName != nodes["node-1"] {

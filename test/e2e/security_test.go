@@ -328,6 +328,7 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	exitImage := chartExitImage(t)
 	wantAllowed(t, update(p.Name, func(p *corev1.Pod) { image(exitImage)(p); command(ptr.To(`["/exit0"]`))(p) }),
 		"the virtual-node controller swaps a container to the exit image and its command to the exit command")
+	waitPolicy(t, "sextant-virtual-node-controller", func() error { return update(p.Name, image("sextant.local/anything:else")) })
 	wantDenied(t, update(p.Name, image("sextant.local/anything:else")), "sextant-virtual-node-controller",
 		"the virtual-node controller changes a container's image to another than the exit image")
 	wantDenied(t, update(p.Name, func(p *corev1.Pod) { p.Labels["example.com/x"] = "y" }), "sextant-virtual-node-controller",
@@ -353,6 +354,9 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 		return &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Annotations: ann}, Target: corev1.ObjectReference{Kind: "Node", Name: node.Name}}
 	}
 	decisions := map[string]string{annotations.NUMANodes: "0", annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:3b:00.0"]}`}
+	waitPolicy(t, "sextant-binding-annotations", func() error {
+		return userKube.CoreV1().Pods(ns).Bind(ctx, binding(decisions), metav1.CreateOptions{DryRun: dryRun})
+	})
 	err = userKube.CoreV1().Pods(ns).Bind(ctx, binding(decisions), metav1.CreateOptions{DryRun: dryRun})
 	wantDenied(t, err, "sextant-binding-annotations", "a user binds a pod with the ranker's decisions")
 	// The API server copies a Binding's annotations onto the pod without pod admission:

@@ -327,16 +327,24 @@ func (h *sidecarHarness) startWebhook() {
 		_ = local.kube.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.Background(), h.ns, metav1.DeleteOptions{})
 		_ = local.kube.AdmissionregistrationV1().ValidatingWebhookConfigurations().Delete(context.Background(), h.ns, metav1.DeleteOptions{})
 	})
-	// The API server may take a moment to load the new configurations: wait until a
-	// dry-run pod comes back mutated.
+	// The API server loads each configuration on its own, a moment later: wait until a
+	// dry-run pod comes back mutated and one with a malformed annotation is refused.
 	probe := h.jobPodSpec(corev1.RestartPolicyNever, []corev1.Container{h.main("main", "true")}, []corev1.Container{h.sidecar("proxy", "sleep", "1")})
+	var last string
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: h.ns, Labels: map[string]string{sidecarLabel: h.id}}, Spec: probe}
 		out, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err == nil && out.Labels[annotations.SidecarPrepared] == "true", nil
+		if err != nil || out.Labels[annotations.SidecarPrepared] != "true" {
+			last = fmt.Sprintf("a dry-run pod came back unprepared (%v)", err)
+			return false, nil
+		}
+		pod.Annotations = map[string]string{annotations.BandwidthPrefix + "ingress-required": "fast"}
+		_, err = local.kube.CoreV1().Pods(h.ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		last = fmt.Sprintf("a dry-run pod with a malformed annotation: %v", err)
+		return err != nil && strings.Contains(err.Error(), "annotations.e2e.sextant.io"), nil
 	})
 	if err != nil {
-		t.Fatalf("the webhook at %s is not called: %v", addr, err)
+		t.Fatalf("the webhook at %s is not called: %s", addr, last)
 	}
 }
 
@@ -950,6 +958,13 @@ func TestSidecarAgentRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal("the agent never began to stop the sidecar")
 		}
+		// The mark goes on before the signal: wait for the sidecar to log the SIGTERM, so
+		// the agent dies in the middle of the stop and not between the two (then the next
+		// agent would wait out the grace period before signalling it).
+		eventually(t, 2*time.Second, func() (bool, string) {
+			logs, err := local.kube.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: "proxy"}).DoRaw(context.Background())
+			return err == nil && strings.Contains(string(logs), "got TERM"), fmt.Sprintf("the sidecar has not logged a SIGTERM (logs %q, %v)", logs, err)
+		})
 		h.killAgent()
 		if c := h.containers(pod)["proxy"]; c.State != cri.StateRunning {
 			t.Fatalf("the sidecar is %s right after the stop began; the test needs it still stopping", c.State)
