@@ -271,8 +271,10 @@ func (m *Manager) watch(ctx context.Context) error {
 			}
 			switch {
 			case ev.Name == kubeletSock && ev.Has(fsnotify.Create):
-				m.log.Info("kubelet socket created: registering again", "socket", kubeletSock)
-				m.forceRegister()
+				// The reconcile below registers with it: it is another file than the
+				// one registered with. Forcing a registration here would register twice
+				// when a reconcile ran between the socket's creation and this event.
+				m.log.Info("kubelet socket created", "socket", kubeletSock)
 			case filepath.Clean(ev.Name) == filepath.Clean(m.cfg.PluginDir) && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)):
 				m.log.Info("the kubelet's device-plugins directory was removed", "dir", m.cfg.PluginDir)
 				return nil
@@ -388,7 +390,8 @@ func (m *Manager) register(ctx context.Context, ep *endpoint, kubeletSock string
 	return nil
 }
 
-// fileID tells a file from the one that stood at its path before.
+// fileID tells a file from the one that stood at its path before: a socket made anew
+// at a reused inode still has another modification time.
 type fileID struct {
 	dev, ino uint64
 	mtime    time.Time

@@ -746,10 +746,11 @@ func TestPluginDirRecreated(t *testing.T) {
 	// not empty"), as it may when a node's kubelet directory is wiped: retry as rm -rf
 	// would be retried.
 	eventually(t, "removing the plugin directory", func() bool { return os.RemoveAll(dir) == nil })
-	time.Sleep(100 * time.Millisecond)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	k2 := startKubelet(t, dir)
-	eventually(t, "registration in the new directory", func() bool { return k2.registered("sextant.io/gpu") == 1 })
+	// A plugin that served in the new directory before it saw the old one go registers
+	// there again after: the kubelet takes a registration anew, so one or two are right.
+	eventually(t, "registration in the new directory", func() bool { return k2.registered("sextant.io/gpu") >= 1 })
 }
