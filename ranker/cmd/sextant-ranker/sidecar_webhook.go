@@ -258,17 +258,17 @@ func checkSelector(flag, s string) error {
 }
 
 func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
-	log, err := o.logger("sidecar-webhook")
-	if err != nil {
-		return err
-	}
-	// Bound before any part starts, so that an address that cannot be served fails the
+	// Bound before anything else, so that an address that cannot be served fails the
 	// start, naming the flag.
 	ln, err := net.Listen("tcp", o.listenAddr)
 	if err != nil {
 		return fmt.Errorf("--listen-addr %q: %w", o.listenAddr, err)
 	}
 	defer ln.Close()
+	log, err := o.logger("sidecar-webhook")
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
