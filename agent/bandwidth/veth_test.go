@@ -169,11 +169,19 @@ func testAgainstKernel(t *testing.T, mode tc.Mode) {
 			checkWithin(t, "settled rate (best 3-sample median) vs tbf rate", settled, shapedRate, 0.05)
 			// At egress the meter counts before tbf's queue, which fills
 			// (up to iperf3's 1M window) as the flow starts: the first
-			// samples may read above the link by that much, once.
+			// samples may read above the link by that much, once. Past
+			// them, one sample may read up to 15% high: a sample's time is
+			// read after its counters, and the sampler losing the CPU
+			// between the two (25 ms is 5% of an interval) shortens the
+			// next interval by as much.
+			var high []float64
 			for _, r := range rates[2:] {
 				if r > shapedRate*1.05 {
-					t.Errorf("a %s sample read %.0f bits/s, more than 5%% above the link's %.0f", dir.name, r, shapedRate)
+					high = append(high, r)
 				}
+			}
+			if len(high) > 1 || len(high) == 1 && high[0] > shapedRate*1.15 {
+				t.Errorf("%s samples read %.0f bits/s, more than 5%% above the link's %.0f (one, up to 15%%, allowed)", dir.name, high, shapedRate)
 			}
 
 			for _, d := range []DirectionSample{last.Ingress, last.Egress} {

@@ -64,16 +64,21 @@ func TestLastAliveShowsBlockedWorkers(t *testing.T) {
 		func(context.Context) (bool, error) { return blocked.Load() > 0, nil }); err != nil {
 		t.Fatal("the pod worker never asked for the topology")
 	}
-	time.Sleep(2 * resync) // a probe taken just before the block
+	// LastAlive is the older of the two workers' beats: once the runtime worker's has
+	// passed the blocked pod worker's, it is the pod worker's and must stay.
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return !p.rtBeat.Last().Before(p.beat.Last()), nil }); err != nil {
+		t.Fatal("the runtime worker's beat never passed the blocked pod worker's")
+	}
 	if moves(15 * resync) {
 		t.Fatal("LastAlive moves while the only pod worker is blocked")
 	}
 	open.Store(true)
 	close(release)
-	if !moves(time.Second) {
+	if !moves(5 * time.Second) {
 		t.Fatal("LastAlive does not move once the worker is free")
 	}
-	if !moves(time.Second) {
+	if !moves(5 * time.Second) {
 		t.Fatal("LastAlive does not keep moving with the resync")
 	}
 }

@@ -87,18 +87,25 @@ func TestSwapOnVirtualNodesOnly(t *testing.T) {
 			t.Errorf("%s: main container's image changed to %s", name, img)
 		}
 	}
-	time.Sleep(100 * time.Millisecond)
+	// The event and the metric follow the update, on the worker.
+	var events int
+	var swaps float64
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		evs, err := kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		events, swaps = len(evs.Items), testutil.ToFloat64(metrics.swaps.WithLabelValues(resultSwapped))
+		return events >= 2 && swaps >= 2, nil
+	})
+	if err != nil || events != 2 || swaps != 2 {
+		t.Errorf("%d events, want one per swapped pod; sextant_virtual_node_swaps_total{result=swapped} = %v, want 2 (one sidecar in each of two pods)", events, swaps)
+	}
+	// Checked after the swaps' events: the pods were all listed before the first swap.
 	for _, name := range []string{"running", "failed-onfailure", "on-real-node"} {
 		if img := get(name).Spec.InitContainers[0].Image; img != "busybox" {
 			t.Errorf("%s: swapped to %s, want untouched", name, img)
 		}
-	}
-	evs, _ := kube.CoreV1().Events("ns").List(context.Background(), metav1.ListOptions{})
-	if len(evs.Items) != 2 {
-		t.Errorf("%d events, want one per swapped pod", len(evs.Items))
-	}
-	if got := testutil.ToFloat64(metrics.swaps.WithLabelValues(resultSwapped)); got != 2 {
-		t.Errorf("sextant_virtual_node_swaps_total{result=swapped} = %v, want 2 (one sidecar in each of two pods)", got)
 	}
 }
 

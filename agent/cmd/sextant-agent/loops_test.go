@@ -95,8 +95,10 @@ func TestHealthzNamesAStuckReporter(t *testing.T) {
 // loop goes on: the reporter stays healthy.
 func TestReporterRoundsHaveADeadline(t *testing.T) {
 	l := loop{every: 10 * time.Millisecond, beat: &liveness.Beat{}, now: time.Now, timeout: 50 * time.Millisecond, log: quiet()}
+	// Far longer than a round (10 ms, and a 50 ms deadline): stuck only if a round hangs.
+	const limit = 2 * time.Second
 	loops := liveness.NewChecker(nil)
-	loops.Add("bandwidth-reporter", 300*time.Millisecond, l.beat.Last)
+	loops.Add("bandwidth-reporter", limit, l.beat.Last)
 	var calls atomic.Int32
 	offer := func(ctx context.Context, _ bandwidth.Snapshot) (bool, error) {
 		calls.Add(1)
@@ -106,19 +108,25 @@ func TestReporterRoundsHaveADeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var written atomic.Bool
 	done := make(chan struct{})
+	start := time.Now()
 	go func() {
 		defer close(done)
 		l.publishBandwidth(ctx, func() bandwidth.Snapshot { return bandwidth.Snapshot{Time: time.Now()} }, offer, &written)
 	}()
-	time.Sleep(time.Second)
+	// Five writes tried, each cut at its deadline, and past the liveness limit.
+	for calls.Load() < 5 || time.Since(start) <= limit {
+		if time.Since(start) > 30*time.Second {
+			cancel()
+			<-done
+			t.Fatalf("%d writes tried in 30s, want the loop to go on after each deadline", calls.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	code, body := healthz(t, loops)
 	cancel()
 	<-done
 	if code != http.StatusOK {
 		t.Errorf("/healthz with writes cut at their deadline: %d %q", code, body)
-	}
-	if n := calls.Load(); n < 5 {
-		t.Errorf("%d writes tried in a second, want the loop to go on after each deadline", n)
 	}
 	if written.Load() {
 		t.Error("a failed write counted as written")
@@ -147,11 +155,18 @@ func TestTopologyLoop(t *testing.T) {
 	done := make(chan struct{})
 	start := time.Now()
 	go func() { defer close(done); l.publishTopology(ctx, read, offer, "/") }()
-	time.Sleep(200 * time.Millisecond)
+	// Every other read fails: five reads take two writes, if the loop goes on after a
+	// failed one.
+	for reads.Load() < 5 || offers.Load() < 2 {
+		if time.Since(start) > 30*time.Second {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	cancel()
 	<-done
 	if reads.Load() < 5 || offers.Load() < 2 {
-		t.Errorf("%d reads and %d writes in 200ms at a 10ms interval", reads.Load(), offers.Load())
+		t.Errorf("%d reads and %d writes in %v at a 10ms interval", reads.Load(), offers.Load(), time.Since(start).Round(time.Millisecond))
 	}
 	if !sawDeadline.Load() {
 		t.Error("a NodeTopology write without a deadline")

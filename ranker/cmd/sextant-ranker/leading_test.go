@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/api/annotations"
@@ -130,14 +131,20 @@ func TestLeadershipFlap(t *testing.T) {
 
 	// The thief holds the lease, renewing it, for longer than the renew deadline.
 	steal := func() {
-		l := lease()
-		l.Spec.HolderIdentity = ptr.To("thief")
-		l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
-		l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-		// The elector compares the record it read with the one it wrote; a changed
-		// transition count is part of a real takeover.
-		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
-		if _, err := kube.CoordinationV1().Leases("ns").Update(bg, l, metav1.UpdateOptions{}); err != nil {
+		// The leader renews every 200 ms: a renewal between the read and the write is
+		// a conflict, and the thief reads again.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			l := lease()
+			l.Spec.HolderIdentity = ptr.To("thief")
+			l.Spec.LeaseDurationSeconds = ptr.To[int32](2)
+			l.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			// The elector compares the record it read with the one it wrote; a changed
+			// transition count is part of a real takeover.
+			l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+			_, err := kube.CoordinationV1().Leases("ns").Update(bg, l, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
