@@ -451,65 +451,53 @@ func grant(t *testing.T, ns, user string, rule rbacv1.PolicyRule) {
 	}
 	// The RBAC authorizer reads bindings from an informer: until it has seen this one,
 	// the user is refused by RBAC rather than by the policy a test means to show.
+	attrs := authorizationv1.ResourceAttributes{Namespace: ns, Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0]}
 	eventually(t, 30*time.Second, func() (bool, string) {
-		sar, err := local.kube.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
-			Spec: authorizationv1.SubjectAccessReviewSpec{
-				User:   user,
-				Groups: []string{"system:authenticated"},
-				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: ns, Verb: rule.Verbs[0], Group: rule.APIGroups[0], Resource: rule.Resources[0],
-				},
-			},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return false, fmt.Sprintf("ask whether %s may %s %s: %v", user, rule.Verbs[0], rule.Resources[0], err)
-		}
-		return sar.Status.Allowed, fmt.Sprintf("the authorizer does not yet let %s %s %s in %s: %s", user, rule.Verbs[0], rule.Resources[0], ns, sar.Status.Reason)
+		allowed, reason, err := accessReview(user, []string{"system:authenticated"}, attrs)
+		return err == nil && allowed, fmt.Sprintf("the authorizer does not yet let %s %s %s in %s: %s %v", user, attrs.Verb, attrs.Resource, ns, reason, err)
 	})
+}
+
+// accessReview asks the API server's authorizer whether user, in groups, may do what
+// attrs name.
+func accessReview(user string, groups []string, attrs authorizationv1.ResourceAttributes) (allowed bool, reason string, err error) {
+	sar, err := local.kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &attrs},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return false, "", fmt.Errorf("ask whether %s may %s %s: %w", user, attrs.Verb, attrs.Resource, err)
+	}
+	return sar.Status.Allowed, sar.Status.Reason, nil
 }
 
 // mayDoNamed asks the API server's authorizer whether a service account may do the verb
 // on the named object (all of them with name ""), with the groups its token gives it.
 func mayDoNamed(t *testing.T, user, namespace, group, resource, name, verb string) bool {
 	t.Helper()
-	ns := strings.Split(user, ":")[2]
-	sar, err := local.kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   user,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: namespace, Verb: verb, Group: group, Resource: resource, Name: name,
-			},
-		},
-	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sar.Status.Allowed
+	return serviceAccountMay(t, user, authorizationv1.ResourceAttributes{Namespace: namespace, Verb: verb, Group: group, Resource: resource, Name: name})
 }
 
 // mayDo asks the API server's authorizer whether a service account may do the verb
 // on pods in some namespace (or on nodes), with the groups its token gives it.
 func mayDo(t *testing.T, user, verb, resource, subresource string) bool {
 	t.Helper()
-	ns := strings.Split(user, ":")[2]
 	objectNamespace := "default"
 	if resource == "nodes" {
 		objectNamespace = ""
 	}
-	sar, err := local.kube.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
-		Spec: authorizationv1.SubjectAccessReviewSpec{
-			User:   user,
-			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: objectNamespace, Verb: verb, Resource: resource, Subresource: subresource,
-			},
-		},
-	}, metav1.CreateOptions{})
+	return serviceAccountMay(t, user, authorizationv1.ResourceAttributes{Namespace: objectNamespace, Verb: verb, Resource: resource, Subresource: subresource})
+}
+
+// serviceAccountMay is accessReview for a service account (system:serviceaccount:ns:name)
+// with the groups its token gives it.
+func serviceAccountMay(t *testing.T, user string, attrs authorizationv1.ResourceAttributes) bool {
+	t.Helper()
+	ns := strings.Split(user, ":")[2]
+	allowed, _, err := accessReview(user, []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}, attrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sar.Status.Allowed
+	return allowed
 }
 
 // TestSecurityChartHardening: what the chart deployed runs confined. Every workload
