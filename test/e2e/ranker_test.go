@@ -525,7 +525,7 @@ func TestRankerLeaderHandover(t *testing.T) {
 	prefix := "ha" + strings.TrimPrefix(ns, "e2e-")
 	makeRankerNodes(t, prefix, []rankerNode{{name: "n", ingressRemaining: "5G"}})
 	lease := "sextant-ranker-" + prefix
-	allowLease(t, lease)
+	allowLease(t, "sextant-ranker", lease)
 	a := startRanker(t, rankerOptions{scheduler: prefix, port: 10367, leaseName: lease})
 	b := startRanker(t, rankerOptions{scheduler: prefix, port: 10368, leaseName: lease})
 	create := func(name string) {
@@ -569,10 +569,10 @@ func acquiredLease(p *process) bool {
 	return strings.Contains(strings.ToLower(p.output()), "successfully acquired lease")
 }
 
-// allowLease lets the ranker's ServiceAccount hold a lease of the test's own: the chart
-// grants it only the chart's lease name ("sextant-ranker"), which the chart's replicas
-// hold.
-func allowLease(t *testing.T, lease string) {
+// allowLease lets one of the chart's ServiceAccounts hold a lease of the test's own: the
+// chart grants each only its own lease name ("sextant-ranker", ...), which the chart's
+// replicas hold.
+func allowLease(t *testing.T, serviceAccount, lease string) {
 	t.Helper()
 	ctx := context.Background()
 	meta := metav1.ObjectMeta{Name: "e2e-" + lease, Namespace: releaseNamespace}
@@ -582,7 +582,7 @@ func allowLease(t *testing.T, lease string) {
 	}}}
 	binding := &rbacv1.RoleBinding{ObjectMeta: meta,
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: meta.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "sextant-ranker", Namespace: releaseNamespace}},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: serviceAccount, Namespace: releaseNamespace}},
 	}
 	rbac := local.kube.RbacV1()
 	if _, err := rbac.Roles(releaseNamespace).Create(ctx, role, metav1.CreateOptions{}); err != nil {

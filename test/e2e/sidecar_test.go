@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1083,6 +1084,52 @@ func TestSidecarVirtualNode(t *testing.T) {
 	})
 	if n, err := swapped(); n != 1 {
 		t.Errorf("SidecarSwapped events: %d (%v), want exactly 1", n, err)
+	}
+}
+
+// TestVirtualNodeControllerReleasesLease: the leading virtual-node controller, run as
+// the chart's account, releases its lease when it gets SIGTERM (a rolling update, a
+// drained node) and exits 0, so another replica takes over at its next try instead of
+// after the lease runs out.
+func TestVirtualNodeControllerReleasesLease(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	ctx := context.Background()
+	lease := "sextant-sidecar-controller-" + strings.TrimPrefix(testNamespace(t), "e2e-")
+	allowLease(t, "sextant-virtual-node-controller", lease)
+	// A selector no pod has keeps it from swapping the sidecars of tests running beside it.
+	p := startProcess(t, rankerBinary(t), "virtual-node-controller",
+		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-virtual-node-controller"),
+		"--exit-image", chartExitImage(t), "--pod-selector", "e2e.sextant.io/no-pod=true",
+		"--leader-elect-name", lease, "--leader-elect-namespace", releaseNamespace)
+	holder := func() (string, error) {
+		l, err := local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return ptr.Deref(l.Spec.HolderIdentity, ""), nil
+	}
+	self := fmt.Sprintf("_%d", p.cmd.Process.Pid)
+	eventually(t, time.Minute, func() (bool, string) {
+		h, err := holder()
+		return err == nil && strings.HasSuffix(h, self), fmt.Sprintf("lease %s held by %q (%v), want the controller (*%s)", lease, h, err, self)
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- p.cmd.Wait() }()
+	// Not a speed bound: a controller that does not exit hangs a rolling update.
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the controller ended with %v after SIGTERM, want exit 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the controller still runs 30s after SIGTERM\n%s", lastLines(p.output(), 20))
+	}
+	if h, err := holder(); err != nil || h != "" {
+		t.Errorf("lease %s held by %q (%v) after the controller exited, want no holder", lease, h, err)
 	}
 }
 
