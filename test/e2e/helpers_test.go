@@ -227,7 +227,7 @@ func (p *process) output() string {
 	return p.out.String()
 }
 
-// stop sends SIGTERM and waits for the process to exit.
+// stop sends SIGINT and waits for the process to exit.
 func (p *process) stop() {
 	if p.cmd.ProcessState != nil {
 		return

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -538,11 +537,10 @@ func TestRankerLeaderHandover(t *testing.T) {
 	}
 	create("before")
 	waitScheduled(t, ns, "before", time.Minute)
-	l, err := local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, lease, metav1.GetOptions{})
+	holder, err := leaseHolder(ctx, lease)
 	if err != nil {
-		t.Fatalf("lease %s: %v", lease, err)
+		t.Fatal(err)
 	}
-	holder := ptr.Deref(l.Spec.HolderIdentity, "")
 	// Kill the leader without letting it release the lease.
 	leader, other := a, b
 	if !acquiredLease(a) {
@@ -552,11 +550,11 @@ func TestRankerLeaderHandover(t *testing.T) {
 	_, _ = leader.cmd.Process.Wait()
 	create("after")
 	waitScheduled(t, ns, "after", time.Minute)
-	var l2 *coordinationv1.Lease
-	if l2, err = local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, lease, metav1.GetOptions{}); err != nil {
+	h, err := leaseHolder(ctx, lease)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if h := ptr.Deref(l2.Spec.HolderIdentity, ""); h == holder {
+	if h == holder {
 		t.Errorf("lease still held by %s after it was killed", h)
 	}
 	if !acquiredLease(other) {
@@ -567,6 +565,15 @@ func TestRankerLeaderHandover(t *testing.T) {
 // acquiredLease reports whether the ranker logged taking the leader lease.
 func acquiredLease(p *process) bool {
 	return strings.Contains(strings.ToLower(p.output()), "successfully acquired lease")
+}
+
+// leaseHolder is the identity holding the lease in the release namespace, "" for none.
+func leaseHolder(ctx context.Context, lease string) (string, error) {
+	l, err := local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, lease, metav1.GetOptions{})
+	if err != nil {
+		return "", fmt.Errorf("lease %s: %w", lease, err)
+	}
+	return ptr.Deref(l.Spec.HolderIdentity, ""), nil
 }
 
 // allowLease lets one of the chart's ServiceAccounts hold a lease of the test's own: the

@@ -654,11 +654,10 @@ func TestSecurityChartHardening(t *testing.T) {
 		t.Errorf("the virtual-node controller runs as %q", vnc.Spec.Template.Spec.ServiceAccountName)
 	}
 	eventually(t, time.Minute, func() (bool, string) {
-		lease, err := local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, "sextant-sidecar-controller", metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil {
+		holder, err := leaseHolder(ctx, "sextant-sidecar-controller")
+		if err != nil || holder == "" {
 			return false, fmt.Sprintf("no holder of the lease sextant-sidecar-controller (%v)", err)
 		}
-		holder := *lease.Spec.HolderIdentity
 		return strings.HasPrefix(holder, "sextant-virtual-node-controller-"),
 			fmt.Sprintf("the lease sextant-sidecar-controller is held by %q, not a virtual-node controller pod", holder)
 	})

@@ -1102,16 +1102,9 @@ func TestVirtualNodeControllerReleasesLease(t *testing.T) {
 		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-virtual-node-controller"),
 		"--exit-image", chartExitImage(t), "--pod-selector", "e2e.sextant.io/no-pod=true",
 		"--leader-elect-name", lease, "--leader-elect-namespace", releaseNamespace)
-	holder := func() (string, error) {
-		l, err := local.kube.CoordinationV1().Leases(releaseNamespace).Get(ctx, lease, metav1.GetOptions{})
-		if err != nil {
-			return "", err
-		}
-		return ptr.Deref(l.Spec.HolderIdentity, ""), nil
-	}
 	self := fmt.Sprintf("_%d", p.cmd.Process.Pid)
 	eventually(t, time.Minute, func() (bool, string) {
-		h, err := holder()
+		h, err := leaseHolder(ctx, lease)
 		return err == nil && strings.HasSuffix(h, self), fmt.Sprintf("lease %s held by %q (%v), want the controller (*%s)", lease, h, err, self)
 	})
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -1126,9 +1119,11 @@ func TestVirtualNodeControllerReleasesLease(t *testing.T) {
 			t.Errorf("the controller ended with %v after SIGTERM, want exit 0", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the controller still runs 30s after SIGTERM\n%s", lastLines(p.output(), 20))
+		_ = p.cmd.Process.Kill()
+		<-exited
+		t.Fatalf("the controller still ran 30s after SIGTERM\n%s", lastLines(p.output(), 20))
 	}
-	if h, err := holder(); err != nil || h != "" {
+	if h, err := leaseHolder(ctx, lease); err != nil || h != "" {
 		t.Errorf("lease %s held by %q (%v) after the controller exited, want no holder", lease, h, err)
 	}
 }
