@@ -249,14 +249,10 @@ func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 	if out, err := exec.Command("promtool", "check", "config", configFile).CombinedOutput(); err != nil {
 		t.Fatalf("promtool check config: %v\n%s\n%s", err, out, config)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	// --log.level=info for the line that names the port the kernel picked.
 	p := startProcess(t, bin, "--config.file="+configFile, "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
+		"--web.listen-address=127.0.0.1:0", "--log.level=info")
+	addr := waitForAddress(t, p, regexp.MustCompile(`msg="Listening on" address=(\S+)`), 30*time.Second)
 	prom := &prometheus{base: "http://" + addr}
 	eventually(t, 30*time.Second, func() (bool, string) {
 		resp, err := http.Get(prom.base + "/-/ready")

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -103,17 +104,6 @@ func (p *countingProxy) kubeconfig(t *testing.T, through string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// freeLocalAddr is a loopback address with a port nothing listens on now.
-func freeLocalAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 type statusRecorder struct {
@@ -301,11 +291,10 @@ func agentWithoutKubelet(t *testing.T, n int, criSocket, kubeletSocket string) {
 	ctx := context.Background()
 	node := fakeNode(t, "e2e-nokubelet-")
 	pair := newVethPair(t, n, "200mbit")
-	metricsAddr := freeLocalAddr(t)
 	const every = 3 * time.Second
 	agent := startProcess(t, agentBinary(t), "run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, node.Name),
-		"--node-name", node.Name, "--metrics-addr", metricsAddr, "--sidecar-terminator=false",
+		"--node-name", node.Name, "--metrics-addr", "127.0.0.1:0", "--sidecar-terminator=false",
 		"--cri-endpoint", criSocket, "--pod-resources-socket", kubeletSocket,
 		"--device-plugin-dir", filepath.Join(t.TempDir(), "missing", "device-plugins"),
 		"--cgroup-root", t.TempDir(), // no cgroup hierarchy: the kubelet never made its pods' cgroups
@@ -333,6 +322,7 @@ func agentWithoutKubelet(t *testing.T, n int, criSocket, kubeletSocket string) {
 		}
 		return true, ""
 	})
+	metricsAddr := waitForAddress(t, agent, regexp.MustCompile(`"msg":"serving metrics".*?"addr":"([^"]+)"`), 30*time.Second)
 	eventually(t, 30*time.Second, func() (bool, string) {
 		resp, err := http.Get("http://" + metricsAddr + "/healthz")
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -274,12 +275,6 @@ func (h *sidecarHarness) startWebhook() {
 	t := h.t
 	t.Helper()
 	ip := nodeInternalIP(t, local.nodeName)
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatalf("find a free port on %s: %v", ip, err)
-	}
-	addr := l.Addr().String()
-	l.Close()
 	caPEM, certFile, keyFile := webhookCertificate(t, ip)
 	// The virtual-node controller in it runs as the chart's own account: the chart's pod
 	// policy lets that account alone swap a command annotation. Its lease is in the
@@ -288,10 +283,10 @@ func (h *sidecarHarness) startWebhook() {
 	kubeconfig := serviceAccountKubeconfig(t, releaseNamespace, "sextant-virtual-node-controller")
 	leaseRole(t, h.ns, releaseNamespace, "sextant-virtual-node-controller")
 	h.webhook = startProcess(t, rankerBinary(t), "sidecar-webhook", "--logging-format=json", "--kubeconfig", kubeconfig,
-		"--listen-addr", addr, "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--listen-addr", net.JoinHostPort(ip, "0"), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", chartExitImage(t),
 		"--pod-selector", sidecarLabel+"="+h.id, "--leader-elect-namespace", h.ns)
-	waitForOutput(t, h.webhook, `"msg":"sidecar webhook serving"`, 30*time.Second)
+	addr := waitForAddress(t, h.webhook, regexp.MustCompile(`"msg":"sidecar webhook serving".*?"addr":"([^"]+)"`), 30*time.Second)
 
 	scope := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": h.ns}}
 	fail := admissionregistrationv1.Fail
@@ -332,7 +327,7 @@ func (h *sidecarHarness) startWebhook() {
 	// dry-run pod comes back mutated and one with a malformed annotation is refused.
 	probe := h.jobPodSpec(corev1.RestartPolicyNever, []corev1.Container{h.main("main", "true")}, []corev1.Container{h.sidecar("proxy", "sleep", "1")})
 	var last string
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: h.ns, Labels: map[string]string{sidecarLabel: h.id}}, Spec: probe}
 		out, err := local.kube.CoreV1().Pods(h.ns).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil || out.Labels[annotations.SidecarPrepared] != "true" {
@@ -404,6 +399,29 @@ func waitForOutput(t *testing.T, p *process, want string, timeout time.Duration)
 	if err != nil {
 		t.Fatalf("%s did not print %s: %v\n%s", filepath.Base(p.cmd.Path), want, err, lastLines(p.output(), 30))
 	}
+}
+
+// waitForAddress waits until p prints a line that re matches, and returns re's first
+// group: the address p bound. Each process is told port 0 and the kernel picks the
+// port as it binds, so that no other process can take it between a test finding a free
+// port and p binding it.
+func waitForAddress(t *testing.T, p *process, re *regexp.Regexp, timeout time.Duration) string {
+	t.Helper()
+	var addr string
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		if p.cmd.ProcessState != nil {
+			return false, errors.New("exited")
+		}
+		if m := re.FindStringSubmatch(p.output()); m != nil {
+			addr = m[1]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%s did not print an address matching %s: %v\n%s", filepath.Base(p.cmd.Path), re, err, lastLines(p.output(), 30))
+	}
+	return addr
 }
 
 func (h *sidecarHarness) main(name string, script string) corev1.Container {

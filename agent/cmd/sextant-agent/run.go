@@ -433,6 +433,8 @@ func runAgent(ctx context.Context, o runOptions) error {
 				fail(fmt.Errorf("metrics server on %s: %w", o.metricsAddr, err))
 			}
 		}()
+		// The bound address, not the flag's: with port 0 the kernel picks it.
+		log.Info("serving metrics", "addr", metricsListener.Addr().String())
 		defer func() {
 			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

@@ -316,7 +316,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		wg.Wait()
 		return err
 	}
-	log.Info("sidecar webhook serving", "addr", o.listenAddr, "version", version.Version, "virtualNodes", o.virtualNodes, "certSecret", o.cert.secret)
+	log.Info("sidecar webhook serving", "addr", ln.Addr().String(), "version", version.Version, "virtualNodes", o.virtualNodes, "certSecret", o.cert.secret)
 	err = webhook.Serve(ctx, ln, cert, h.ServeMux(), log)
 	stop()
 	wg.Wait()
