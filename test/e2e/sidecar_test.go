@@ -390,15 +390,7 @@ func webhookCertificate(t *testing.T, ip string) ([]byte, string, string) {
 
 func waitForOutput(t *testing.T, p *process, want string, timeout time.Duration) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		if p.cmd.ProcessState != nil {
-			return false, errors.New("exited")
-		}
-		return strings.Contains(p.output(), want), nil
-	})
-	if err != nil {
-		t.Fatalf("%s did not print %s: %v\n%s", filepath.Base(p.cmd.Path), want, err, lastLines(p.output(), 30))
-	}
+	waitForMatch(t, p, regexp.MustCompile(regexp.QuoteMeta(want)), timeout)
 }
 
 // waitForAddress waits until p prints a line that re matches, and returns re's first
@@ -407,21 +399,25 @@ func waitForOutput(t *testing.T, p *process, want string, timeout time.Duration)
 // port and p binding it.
 func waitForAddress(t *testing.T, p *process, re *regexp.Regexp, timeout time.Duration) string {
 	t.Helper()
-	var addr string
+	return waitForMatch(t, p, re, timeout)[1]
+}
+
+// waitForMatch waits until p's output matches re and returns the match and its groups;
+// it fails the test if p exits first or the timeout passes.
+func waitForMatch(t *testing.T, p *process, re *regexp.Regexp, timeout time.Duration) []string {
+	t.Helper()
+	var m []string
 	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		if p.cmd.ProcessState != nil {
 			return false, errors.New("exited")
 		}
-		if m := re.FindStringSubmatch(p.output()); m != nil {
-			addr = m[1]
-			return true, nil
-		}
-		return false, nil
+		m = re.FindStringSubmatch(p.output())
+		return m != nil, nil
 	})
 	if err != nil {
-		t.Fatalf("%s did not print an address matching %s: %v\n%s", filepath.Base(p.cmd.Path), re, err, lastLines(p.output(), 30))
+		t.Fatalf("%s did not print %s: %v\n%s", filepath.Base(p.cmd.Path), re, err, lastLines(p.output(), 30))
 	}
-	return addr
+	return m
 }
 
 func (h *sidecarHarness) main(name string, script string) corev1.Container {
