@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -657,5 +659,44 @@ func TestPodClasses(t *testing.T) {
 	}
 	if g := podClasses(4)[0]; g.kind != "gpu" || g.gpus != (span{1, 4, 1}) {
 		t.Errorf("first class %+v, want gpu pods asking 1-4 GPUs", g)
+	}
+}
+
+// TestLaunchRetriesATakenPort: a scheduler that exits because another process took its
+// port first is started again on another port, up to portAttempts times; one that exits
+// for any other reason is not.
+func TestLaunchRetriesATakenPort(t *testing.T) {
+	for _, tc := range []struct {
+		name, says string
+		starts     int
+	}{
+		// kube-scheduler's own words, from a run against a port held by a listener.
+		{"port taken", `E1128 09:18:31.308271   29958 run.go:72] "command failed" err="failed to create listener: failed to listen on 127.0.0.1:41293: listen tcp 127.0.0.1:41293: bind: address already in use"`, portAttempts},
+		{"other failure", `E1128 09:18:27.744573   29887 run.go:72] "command failed" err="stat /nonexistent: no such file or directory"`, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			starts := filepath.Join(dir, "starts")
+			bin := filepath.Join(dir, "scheduler")
+			script := fmt.Sprintf("#!/bin/sh\necho started >>%q\necho %q >&2\nexit 1\n", starts, tc.says)
+			if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			b := &bench{o: options{workDir: dir, kubeconfig: filepath.Join(dir, "kubeconfig")}, size: 1, shape: shapes[defaultShape]}
+			p, err := b.launch(context.Background(), "sextant", bin, false, nil)
+			if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
+				t.Errorf("launch: %v, want the scheduler to have exited before it was ready", err)
+			}
+			if p != nil {
+				p.stop()
+			}
+			got, err := os.ReadFile(starts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(got), "started"); n != tc.starts {
+				t.Errorf("started %d times, want %d", n, tc.starts)
+			}
+		})
 	}
 }

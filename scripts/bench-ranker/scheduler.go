@@ -157,12 +157,36 @@ func (b *bench) startScheduler(ctx context.Context, sched string) (*schedProc, s
 	return p, "PLUGINS MISSING: plain profile", err
 }
 
-// launch starts bin as the scheduler name, with env added to the bench's environment.
+// portAttempts is how many ports launch tries: the one freePort found can be taken by
+// another process before the scheduler binds it (kube-scheduler takes port 0 to mean
+// no server, so it cannot pick its own).
+const portAttempts = 3
+
+// launch starts bin as the scheduler name, with env added to the bench's environment,
+// on another port if the one it was given was taken first.
 func (b *bench) launch(ctx context.Context, name, bin string, plugins bool, env []string) (*schedProc, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		p, err := b.launchOn(ctx, name, bin, plugins, env, port)
+		if err != nil && attempt < portAttempts && p != nil && p.exited() && portTaken(readTail(p.logPath, 16000)) {
+			logf("%s nodes: %s found port %d taken; starting it again on another", b.label(), name, port)
+			p.stop()
+			continue
+		}
+		return p, err
 	}
+}
+
+// portTaken says whether a scheduler's log ends with it failing to bind its port.
+func portTaken(log string) bool {
+	return strings.Contains(log, "bind: address already in use")
+}
+
+// launchOn starts bin as the scheduler name on port and waits until it is ready.
+func (b *bench) launchOn(ctx context.Context, name, bin string, plugins bool, env []string, port int) (*schedProc, error) {
 	sched := strings.TrimSuffix(name, "-plain")
 	cfgPath := b.fileName(name, "yaml")
 	if err := os.WriteFile(cfgPath, []byte(schedulerConfig(b.o.kubeconfig, "bench-"+sched, b.o.schedulerQPS, plugins)), 0o644); err != nil {
