@@ -180,7 +180,7 @@ func (b *bench) launch(ctx context.Context, name, bin string, plugins bool, env 
 	}
 }
 
-// portTaken says whether a scheduler's log ends with it failing to bind its port.
+// portTaken says whether the tail of a scheduler's log has it failing to bind its port.
 func portTaken(log string) bool {
 	return strings.Contains(log, "bind: address already in use")
 }
