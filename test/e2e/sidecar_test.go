@@ -592,6 +592,15 @@ func findContainer(list []corev1.Container, name string) *corev1.Container {
 	return nil
 }
 
+// mostStops is how many SidecarStopped events a sidecar may have: one for each of its
+// containers. The kubelet reads a pod's containers one by one, so a sync that read a
+// main container still running and then its native sidecar already stopped restarts
+// the sidecar, and the agent stops that container too, with an Event of its own (event
+// names derive from container IDs). Attempts count from 0, and c is the latest.
+func mostStops(c cri.Container) int {
+	return int(c.Attempt) + 1
+}
+
 // checkStopped asserts that the agent stopped each sidecar, each of its containers at
 // most once, the last after the mains finished and within limit of the last one, and
 // that it ended with 0.
@@ -615,11 +624,7 @@ func (h *sidecarHarness) checkStopped(pod *corev1.Pod, limit time.Duration, main
 		if findContainer(pod.Spec.InitContainers, sc) != nil {
 			path = "spec.initContainers{" + sc + "}"
 		}
-		// The kubelet reads a pod's containers one by one: a sync that read a main
-		// container still running and then its native sidecar already stopped restarts
-		// the sidecar, and the agent stops that container too, with an Event of its own.
-		// Attempts count from 0, and the kubelet keeps the latest.
-		if n, most := events[path], int(c.Attempt)+1; n < 1 || n > most {
+		if n, most := events[path], mostStops(c); n < 1 || n > most {
 			h.t.Errorf("sidecar %s: %d SidecarStopped events, want 1 to %d, one at most for each of its containers (events: %v)", sc, n, most, events)
 		}
 		d := stopDelay(ctrs, sc, mains...)
@@ -1322,9 +1327,7 @@ func TestSidecarBench(t *testing.T) {
 		}
 		pod := h.jobPod(name)
 		ctrs := h.containers(pod)
-		// One more for each time the kubelet started the stopped sidecar again (see
-		// checkStopped).
-		if n, most := h.stopEvents(pod)["spec.initContainers{proxy}"], int(ctrs["proxy"].Attempt)+1; n < 1 || n > most {
+		if n, most := h.stopEvents(pod)["spec.initContainers{proxy}"], mostStops(ctrs["proxy"]); n < 1 || n > most {
 			t.Errorf("job %s: %d SidecarStopped events, want 1 to %d: one for each container of the sidecar the agent stopped", name, n, most)
 		}
 		delays = append(delays, stopDelay(ctrs, "proxy", "main"))
