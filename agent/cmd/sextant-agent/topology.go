@@ -77,17 +77,24 @@ func readPrevious(file string) ([]v1alpha1.PCIDevice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading --previous: %w", err)
 	}
-	var t v1alpha1.Topology
+	// The list is kept raw to tell a missing key from null, which a node without PCI
+	// devices writes.
+	var t struct {
+		PCIDevices json.RawMessage `json:"pciDevices"`
+	}
 	if err := json.Unmarshal(b, &t); err != nil {
 		return nil, fmt.Errorf("parsing --previous %s: %w", file, err)
 	}
 	// Without the list, every vanished device would go unmarked: a file that is not a
 	// topology (or one with the key misspelt) is refused rather than read as empty.
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(b, &keys); err != nil || keys["pciDevices"] == nil {
+	if t.PCIDevices == nil {
 		return nil, fmt.Errorf("--previous %s: no pciDevices list; want the output of sextant-agent topology --output json", file)
 	}
-	return t.PCIDevices, nil
+	var devices []v1alpha1.PCIDevice
+	if err := json.Unmarshal(t.PCIDevices, &devices); err != nil {
+		return nil, fmt.Errorf("parsing --previous %s: pciDevices: %w", file, err)
+	}
+	return devices, nil
 }
 
 func writeTable(out io.Writer, t v1alpha1.Topology) error {

@@ -100,9 +100,41 @@ func TestTopologyPrevious(t *testing.T) {
 	}
 }
 
+// A node without PCI devices writes a null list; read back, it is an empty one.
+func TestTopologyPreviousWithoutDevices(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "prev.json")
+	if err := os.WriteFile(file, []byte(`{"numaNodes": [], "pciDevices": null}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := runTopologyCLI(t, "topology", "--sysfs-root", twoNUMA, "--previous", file, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got v1alpha1.Topology
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range got.PCIDevices {
+		if d.Health != v1alpha1.Healthy {
+			t.Errorf("%s is %s, want Healthy: the previous run listed no devices", d.Address, d.Health)
+		}
+	}
+	if len(got.PCIDevices) != 6 {
+		t.Errorf("%d devices, want the 6 present", len(got.PCIDevices))
+	}
+}
+
 func TestTopologyErrors(t *testing.T) {
 	noDevices := filepath.Join(t.TempDir(), "prev.json")
 	if err := os.WriteFile(noDevices, []byte(`{"pciDevicez": []}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badDevices := filepath.Join(t.TempDir(), "prev.json")
+	if err := os.WriteFile(badDevices, []byte(`{"pciDevices": {"address": "0000:3b:00.0"}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notJSON := filepath.Join(t.TempDir(), "prev.json")
+	if err := os.WriteFile(notJSON, []byte(`pciDevices: []`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -112,6 +144,8 @@ func TestTopologyErrors(t *testing.T) {
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--output", "yaml"}, "--output must be table or json"},
 		{[]string{"topology", "--sysfs-root", "/nonexistent"}, `--sysfs-root "/nonexistent"`},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", noDevices}, "no pciDevices list"},
+		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", badDevices}, "pciDevices: json"},
+		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", notJSON}, "parsing --previous"},
 		{[]string{"topology", "--sysfs-root", "../../topology/testdata/malformed-cpulist"}, "node0/cpulist"},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", "/nonexistent/prev.json"}, "--previous"},
 		{[]string{"topology", "extra"}, "unknown command"},
