@@ -27,10 +27,9 @@ import (
 // deliberately differs from hwloc, the difference is named in exceptions below and
 // checked to be exactly what we intend.
 func TestReferenceHwloc(t *testing.T) {
-	dir := fixturesDir(t)
-	tarballs, _ := filepath.Glob(filepath.Join(dir, "*.tar.bz2"))
+	tarballs, _ := filepath.Glob(filepath.Join(hwlocFixtures, "*.tar.bz2"))
 	if len(tarballs) == 0 {
-		t.Skipf("no hwloc fixtures (*.tar.bz2) in %s: the shared fixtures are not checked out next to the repository", dir)
+		t.Fatalf("no hwloc fixtures (*.tar.bz2) in %s", hwlocFixtures)
 	}
 	lstopo, err := exec.LookPath("lstopo-no-graphics")
 	if err != nil {
@@ -340,24 +339,9 @@ func runLstopo(t *testing.T, lstopo, root string) *hwObj {
 	return doc.Objects[0]
 }
 
-// fixturesDir finds ../shared/fixtures/hwloc next to the module root.
-func fixturesDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return filepath.Join(dir, "..", "shared", "fixtures", "hwloc")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Skip("no go.mod above the test directory: cannot locate ../shared/fixtures/hwloc")
-		}
-		dir = parent
-	}
-}
+// hwlocFixtures holds sysfs/procfs trees from hwloc's own test suite (BSD-3-Clause,
+// their COPYING beside them).
+const hwlocFixtures = "testdata/hwloc"
 
 // extract unpacks a fixture and returns the directory holding its sys/ (hwloc's
 // tarballs have one top directory, which need not be named like the tarball).

@@ -207,13 +207,13 @@ func TestAgentPublishesBandwidth(t *testing.T) {
 	}
 }
 
-// fixtureRoot extracts one of ../shared/fixtures/hwloc into a temporary directory and
-// returns the sysfs/procfs root inside it.
+// fixtureRoot extracts one of hwloc's sysfs trees (agent/topology/testdata/hwloc) into
+// a temporary directory and returns the sysfs/procfs root inside it.
 func fixtureRoot(t *testing.T, tarball string) string {
 	t.Helper()
-	path := filepath.Join(repoRoot(t), "..", "shared", "fixtures", "hwloc", tarball)
+	path := filepath.Join(repoRoot(t), "agent", "topology", "testdata", "hwloc", tarball)
 	if _, err := os.Stat(path); err != nil {
-		t.Skipf("hwloc fixture %s not found (../shared beside the repository): %v", tarball, err)
+		t.Fatalf("hwloc fixture %s: %v", tarball, err)
 	}
 	dir := t.TempDir()
 	run(t, "tar", "-xjf", path, "-C", dir)
