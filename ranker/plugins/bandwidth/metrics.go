@@ -80,7 +80,7 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservationsGauge, reservedBytes, reservationsTotal, releasesTotal)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
-		for _, r := range []string{reasonInvalidAnnotation, reasonNoReport, reasonStaleReport, reasonPartialReport,
+		for _, r := range []string{reasonInvalidAnnotation, reasonLedgerNotSynced, reasonNoReport, reasonStaleReport, reasonPartialReport,
 			reasonUnknownCapacity, reasonNoNetwork, reasonIngress, reasonEgress, reasonOutsideWindow} {
 			filterRejections.WithLabelValues(r)
 		}

@@ -58,3 +58,33 @@ sextant_ranker_bandwidth_stale_reports 2
 		t.Error(err)
 	}
 }
+
+// TestRejectionReasonsExportedAtZero: every reason docs/operations.md lists is exported
+// once the plugin is made, so a rate over it is 0 rather than no data. (Run alone, no
+// other test has counted one.)
+func TestRejectionReasonsExportedAtZero(t *testing.T) {
+	testPlugin(t, testArgs(nil))
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range families {
+		if f.GetName() != "sextant_ranker_bandwidth_filter_rejections_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "reason" {
+					have[l.GetValue()] = true
+				}
+			}
+		}
+	}
+	for _, r := range []string{"invalid_annotation", "ledger_not_synced", "no_report", "stale_report", "partial_report",
+		"unknown_capacity", "no_network", "insufficient_ingress", "insufficient_egress", "outside_best_fit_window"} {
+		if !have[r] {
+			t.Errorf("reason %q not exported (have %v)", r, have)
+		}
+	}
+}
