@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarcommand"
 	"sextant.io/sextant/api/sidecarrules"
 )
 
@@ -204,7 +205,7 @@ func FuzzMutatePatch(f *testing.F) {
 		// What it writes, the validating webhook accepts.
 		for k, v := range out.Annotations {
 			if strings.HasPrefix(k, annotations.SidecarCommandPrefix) && in.Annotations[k] != v {
-				if _, err := ParseCommand(v); err != nil {
+				if _, err := sidecarcommand.Parse(v); err != nil {
 					t.Fatalf("Mutate wrote %s=%s, which the validating webhook refuses: %v", k, v, err)
 				}
 			}

@@ -15,12 +15,14 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarcommand"
 	"sextant.io/sextant/api/sidecarrules"
 )
 
 const (
-	// EnvCommand is where the wrapper finds the command (downward API).
-	EnvCommand = "SEXTANT_SIDECAR_COMMAND"
+	// EnvCommand is where the wrapper finds the command (downward API); the wrapper
+	// reads it too, so it is defined in sidecarcommand.
+	EnvCommand = sidecarcommand.Env
 	// WrapperDir is where the wrapper is mounted in sidecars, WrapperPath the binary;
 	// the agent tells a wrapped sidecar by them too, so they are defined in sidecarrules.
 	WrapperDir  = sidecarrules.WrapperDir
@@ -212,9 +214,9 @@ func (cfg MutatorConfig) wrap(pod *corev1.Pod, c *corev1.Container) (bool, strin
 				"which the webhook cannot see: it is not wrapped (a SIGTERM it ignores delays its stop by the grace period). "+
 				"To have it wrapped, put %s in the annotation %s, a JSON array", c.Name, what, key), nil
 		}
-		parsed, err := ParseCommand(raw)
+		parsed, err := sidecarcommand.Parse(raw)
 		if err != nil {
-			return false, "", fmt.Errorf("annotation %s=%q: %w; want a non-empty JSON array of strings, e.g. [\"/usr/local/bin/envoy\",\"-c\",\"/etc/envoy.yaml\"]", key, raw, err)
+			return false, "", fmt.Errorf("annotation %s=%q: %w; want %s", key, raw, err, sidecarcommand.Form)
 		}
 		command = parsed
 	}
@@ -311,18 +313,6 @@ func nameClash(pod *corev1.Pod) string {
 
 // installCommand is what the wrapper's init container runs.
 var installCommand = []string{wrapperInImage, "install", WrapperPath}
-
-// ParseCommand parses a command annotation: a non-empty JSON array of strings.
-func ParseCommand(raw string) ([]string, error) {
-	var cmd []string
-	if err := json.Unmarshal([]byte(raw), &cmd); err != nil {
-		return nil, fmt.Errorf("not a JSON array of strings")
-	}
-	if len(cmd) == 0 || cmd[0] == "" {
-		return nil, fmt.Errorf("empty command")
-	}
-	return cmd, nil
-}
 
 func (cfg MutatorConfig) installContainer() corev1.Container {
 	policy := cfg.WrapperPullPolicy

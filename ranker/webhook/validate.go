@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/sidecarcommand"
 )
 
 // ValidateAnnotations checks sextant's scheduling annotations with the parsers the ranker
@@ -20,8 +21,8 @@ func ValidateAnnotations(podAnnotations map[string]string) error {
 	}
 	for k, v := range podAnnotations {
 		if strings.HasPrefix(k, annotations.SidecarCommandPrefix) {
-			if _, err := ParseCommand(v); err != nil {
-				errs = append(errs, errors.New("annotation "+k+"="+quote(v)+": "+err.Error()+`; want a non-empty JSON array of strings, e.g. ["/usr/local/bin/envoy"]`))
+			if _, err := sidecarcommand.Parse(v); err != nil {
+				errs = append(errs, errors.New("annotation "+k+"="+quote(v)+": "+err.Error()+"; want "+sidecarcommand.Form))
 			}
 		}
 	}

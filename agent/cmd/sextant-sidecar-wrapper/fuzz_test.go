@@ -1,12 +1,13 @@
 package main
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"k8s.io/kubernetes/third_party/forked/golang/expansion"
+
+	"sextant.io/sextant/api/sidecarcommand"
 )
 
 // FuzzExpand: the wrapper expands $(VAR) in the command the webhook moved out of the
@@ -49,10 +50,10 @@ func FuzzParseCommand(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw string) {
 		lookup := func(k string) (string, bool) { return "v", k == "A" }
 		got, err := parseCommand(raw, lookup)
-		var words []string
-		if json.Unmarshal([]byte(raw), &words) != nil {
+		words, perr := sidecarcommand.Parse(raw)
+		if perr != nil {
 			if err == nil {
-				t.Fatalf("parseCommand(%q) = %q, want an error: not a JSON array of strings", raw, got)
+				t.Fatalf("parseCommand(%q) = %q, want an error: %v", raw, got, perr)
 			}
 			return
 		}

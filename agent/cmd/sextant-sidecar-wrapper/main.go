@@ -16,7 +16,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,11 +26,12 @@ import (
 	"strings"
 	"syscall"
 
+	"sextant.io/sextant/api/sidecarcommand"
 	"sextant.io/sextant/internal/version"
 )
 
 // EnvCommand holds the sidecar's command as a JSON array of strings.
-const EnvCommand = "SEXTANT_SIDECAR_COMMAND"
+const EnvCommand = sidecarcommand.Env
 
 func main() {
 	os.Exit(run(os.Args[1:]))
@@ -56,6 +56,7 @@ func run(args []string) int {
 		usage(os.Stdout)
 		return 0
 	}
+	fmt.Fprintf(os.Stderr, "sextant-sidecar-wrapper: arguments %q: not a form it takes, and $%s is not set\n", args, EnvCommand)
 	usage(os.Stderr)
 	return 2
 }
@@ -72,6 +73,9 @@ func usage(w io.Writer) {
 
 // install copies the running binary to dest, atomically.
 func install(dest string) error {
+	if dest == "" {
+		return errors.New("install: DEST is empty; want the path to copy the wrapper to")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find own binary: %w", err)
@@ -106,9 +110,9 @@ func install(dest string) error {
 // parseCommand reads the JSON array of EnvCommand and expands $(VAR) references in it
 // the way the kubelet expands them in a container's command.
 func parseCommand(raw string, lookup func(string) (string, bool)) ([]string, error) {
-	var cmd []string
-	if err := json.Unmarshal([]byte(raw), &cmd); err != nil {
-		return nil, fmt.Errorf("$%s=%q: want a JSON array of strings: %w", EnvCommand, raw, err)
+	cmd, err := sidecarcommand.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("$%s=%q: %w; want %s", EnvCommand, raw, err, sidecarcommand.Form)
 	}
 	for i := range cmd {
 		cmd[i] = expand(cmd[i], lookup)
@@ -166,12 +170,9 @@ func runSidecar(raw string, args []string) int {
 		return 1
 	}
 	argv := append(cmd, args...)
-	if len(argv) == 0 {
-		return 0 // nothing to run: done
-	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "sextant-sidecar-wrapper:", err)
+		fmt.Fprintf(os.Stderr, "sextant-sidecar-wrapper: the command of $%s: %v\n", EnvCommand, err)
 		return 127
 	}
 	sigs := make(chan os.Signal, 8)

@@ -51,7 +51,7 @@ func TestParseCommand(t *testing.T) {
 	if err != nil || len(got) != 3 || got[2] != "7" {
 		t.Errorf("parseCommand = %q, %v", got, err)
 	}
-	for _, bad := range []string{"", "envoy", `{"a":1}`, `[1]`} {
+	for _, bad := range []string{"", "envoy", `{"a":1}`, `[1]`, `null`, `[]`, `[""]`, `["printf",null]`} {
 		if _, err := parseCommand(bad, os.LookupEnv); err == nil {
 			t.Errorf("parseCommand(%q): no error", bad)
 		}
@@ -158,8 +158,10 @@ func TestMissingCommand(t *testing.T) {
 	if code := exitCode(t, wrapper(t, `["/no/such/binary"]`).Run()); code != 127 {
 		t.Errorf("exit code %d, want 127", code)
 	}
-	if code := exitCode(t, wrapper(t, `[]`).Run()); code != 0 {
-		t.Errorf("empty command: exit code %d, want 0", code)
+	// The webhook never writes an empty command: one is a broken pod, not a sidecar
+	// with nothing to do.
+	if code := exitCode(t, wrapper(t, `[]`).Run()); code != 1 {
+		t.Errorf("empty command: exit code %d, want 1", code)
 	}
 }
 

@@ -1,0 +1,39 @@
+package sidecarcommand
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for _, tt := range []struct {
+		raw  string
+		want []string
+		err  string
+	}{
+		{raw: `["/bin/envoy","-c","/etc/envoy.yaml"]`, want: []string{"/bin/envoy", "-c", "/etc/envoy.yaml"}},
+		{raw: `["sh","-c",""]`, want: []string{"sh", "-c", ""}},
+		{raw: `["$(A)"]`, want: []string{"$(A)"}},
+		{raw: ``, err: "not a JSON array of strings"},
+		{raw: `envoy`, err: "not a JSON array of strings"},
+		{raw: `{"a":1}`, err: "not a JSON array of strings"},
+		{raw: `[1]`, err: "not a JSON array of strings"},
+		{raw: `null`, err: "not a JSON array of strings"},
+		{raw: `[]`, err: "empty command"},
+		{raw: `[""]`, err: "empty command"},
+		{raw: `["",  "x"]`, err: "empty command"},
+		{raw: `["printf",null,"b"]`, err: "word 1 is null, not a string"},
+		{raw: `[null]`, err: "word 0 is null, not a string"},
+	} {
+		got, err := Parse(tt.raw)
+		if tt.err != "" {
+			if err == nil || err.Error() != tt.err {
+				t.Errorf("Parse(%q) = %q, %v; want the error %q", tt.raw, got, err, tt.err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("Parse(%q) = %q, %v; want %q", tt.raw, got, err, tt.want)
+		}
+	}
+}
