@@ -155,6 +155,10 @@ func envOr(name, def string) string {
 
 // validateWebhook checks the flags of sidecar-webhook before anything starts.
 func (o webhookOptions) validateWebhook() error {
+	// net.Listen takes "" (and a host without a port) as any port on every address.
+	if _, port, err := net.SplitHostPort(o.listenAddr); err != nil || port == "" {
+		return fmt.Errorf("--listen-addr %q: want [host]:port, such as :9443", o.listenAddr)
+	}
 	switch corev1.PullPolicy(o.wrapperPullPolicy) {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 )
 
@@ -128,12 +134,32 @@ func TestSubcommandsValidateBeforeClients(t *testing.T) {
 // An address sidecar-webhook cannot serve on fails the start at once, naming the flag,
 // before it makes a certificate or starts a server.
 func TestSidecarWebhookListenAddr(t *testing.T) {
-	cmd := newSidecarWebhookCommand()
-	cmd.SetArgs([]string{"--wrapper-image", "w", "--virtual-nodes=false", "--metrics-addr", "", "--listen-addr", "notanaddr"})
-	cmd.SetOut(new(strings.Builder))
-	cmd.SetErr(new(strings.Builder))
-	if err := cmd.Execute(); err == nil || !strings.HasPrefix(err.Error(), `--listen-addr "notanaddr": `) {
-		t.Errorf("%v, want an error naming --listen-addr", err)
+	// "" and a host alone would have net.Listen pick any port on every address.
+	for _, addr := range []string{"notanaddr", "", "127.0.0.1", "127.0.0.1:"} {
+		cmd := newSidecarWebhookCommand()
+		cmd.SetArgs([]string{"--wrapper-image", "w", "--virtual-nodes=false", "--metrics-addr", "", "--listen-addr", addr})
+		cmd.SetOut(new(strings.Builder))
+		cmd.SetErr(new(strings.Builder))
+		want := fmt.Sprintf("--listen-addr %q: want [host]:port, such as :9443", addr)
+		if err := cmd.Execute(); err == nil || err.Error() != want {
+			t.Errorf("--listen-addr %q: %v, want %q", addr, err, want)
+		}
+	}
+}
+
+// Certificate files that cannot be served fail the start, naming both flags.
+func TestSidecarWebhookCertificateFiles(t *testing.T) {
+	garbage := filepath.Join(t.TempDir(), "tls.crt")
+	if err := os.WriteFile(garbage, []byte("not PEM"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, files := range [][2]string{{"", ""}, {garbage, garbage}, {"/nonexistent/tls.crt", garbage}} {
+		o := webhookOptions{certFile: files[0], keyFile: files[1]}
+		_, err := o.servingCertificate(context.Background(), &sync.WaitGroup{}, logr.Discard())
+		prefix := fmt.Sprintf("--tls-cert-file %q, --tls-key-file %q: ", files[0], files[1])
+		if err == nil || !strings.HasPrefix(err.Error(), prefix) || !strings.HasSuffix(err.Error(), "want a PEM certificate and its PEM key (or --cert-secret, for a certificate the webhook makes itself)") {
+			t.Errorf("%q: %v, want an error naming both flags and the accepted form", files, err)
+		}
 	}
 }
 

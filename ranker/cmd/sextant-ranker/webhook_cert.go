@@ -86,7 +86,11 @@ func (o selfCertOptions) validate() error {
 // step.
 func (o webhookOptions) servingCertificate(ctx context.Context, wg *sync.WaitGroup, log logr.Logger) (webhook.GetCertificate, error) {
 	if o.cert.secret == "" {
-		return webhook.FileCertificate(o.certFile, o.keyFile)
+		get, err := webhook.FileCertificate(o.certFile, o.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert-file %q, --tls-key-file %q: %w; want a PEM certificate and its PEM key (or --cert-secret, for a certificate the webhook makes itself)", o.certFile, o.keyFile, err)
+		}
+		return get, nil
 	}
 	if err := o.cert.validate(); err != nil {
 		return nil, err

@@ -99,7 +99,8 @@ func (f windowFlag) String() string {
 }
 
 func (f windowFlag) Set(v string) error {
-	if !BestFitWindow(v).valid() {
+	// valid takes "" for args built in code; on the command line it is a mistake.
+	if v == "" || !BestFitWindow(v).valid() {
 		return fmt.Errorf("unknown best-fit window %q; want prefer or strict", v)
 	}
 	*f.w = BestFitWindow(v)

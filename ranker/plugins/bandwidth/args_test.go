@@ -166,8 +166,10 @@ func TestBestFitWindowFlag(t *testing.T) {
 	if err := fs.Parse([]string{"--bandwidth-best-fit-window=strict"}); err != nil || Defaults.BestFitWindow != WindowStrict {
 		t.Fatalf("--bandwidth-best-fit-window=strict: %v, Defaults %q", err, Defaults.BestFitWindow)
 	}
-	err := fs.Parse([]string{"--bandwidth-best-fit-window=loose"})
-	if err == nil || !strings.Contains(err.Error(), "bandwidth-best-fit-window") || !strings.Contains(err.Error(), "prefer or strict") {
-		t.Errorf("want an error naming the flag and the accepted values, got %v", err)
+	for _, bad := range []string{"loose", ""} {
+		err := fs.Parse([]string{"--bandwidth-best-fit-window=" + bad})
+		if err == nil || !strings.Contains(err.Error(), "bandwidth-best-fit-window") || !strings.Contains(err.Error(), "prefer or strict") {
+			t.Errorf("%q: want an error naming the flag and the accepted values, got %v", bad, err)
+		}
 	}
 }

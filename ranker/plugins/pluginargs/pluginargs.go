@@ -8,9 +8,15 @@
 package pluginargs
 
 import (
+	stdjson "encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -26,9 +32,49 @@ func Decode(name string, obj runtime.Object, into any) error {
 	}
 	strict, err := json.UnmarshalStrict(raw, into)
 	if err != nil {
-		return wrap(name, err)
+		return wrap(name, fieldError(raw, into, err))
 	}
 	return wrap(name, errors.Join(strict...))
+}
+
+// fieldError names the field of raw that does not decode into a value of into's type,
+// with its value: encoding/json passes a field's own UnmarshalJSON error (a
+// metav1.Duration's "time: invalid duration") on without saying which field it was.
+// It returns err as it is when no single field fails alone.
+func fieldError(raw []byte, into any, err error) error {
+	var fields map[string]stdjson.RawMessage
+	if stdjson.Unmarshal(raw, &fields) != nil {
+		return err
+	}
+	t := reflect.TypeOf(into).Elem()
+	for _, name := range slices.Sorted(maps.Keys(fields)) {
+		one, merr := stdjson.Marshal(map[string]stdjson.RawMessage{name: fields[name]})
+		if merr != nil {
+			continue
+		}
+		ferr := json.UnmarshalCaseSensitivePreserveInts(one, reflect.New(t).Interface())
+		if ferr == nil {
+			continue
+		}
+		if isDuration(t, name) {
+			return fmt.Errorf("%s: %s: %w; want a duration such as 60s or 2m30s", name, fields[name], ferr)
+		}
+		return fmt.Errorf("%s: %s: %w", name, fields[name], ferr)
+	}
+	return err
+}
+
+// isDuration reports whether struct type t's field of JSON name name is a metav1.Duration.
+func isDuration(t reflect.Type, name string) bool {
+	if t.Kind() != reflect.Struct {
+		return false
+	}
+	for f := range t.Fields() {
+		if tag, _, _ := strings.Cut(f.Tag.Get("json"), ","); tag == name {
+			return f.Type == reflect.TypeFor[metav1.Duration]()
+		}
+	}
+	return false
 }
 
 // None refuses args for plugin name, which takes none: args given to it were meant

@@ -9,8 +9,9 @@ import (
 )
 
 type args struct {
-	Weight int64  `json:"weight"`
-	Mode   string `json:"mode,omitempty"`
+	Weight int64           `json:"weight"`
+	Mode   string          `json:"mode,omitempty"`
+	After  metav1.Duration `json:"after,omitempty"`
 }
 
 func TestDecode(t *testing.T) {
@@ -28,6 +29,10 @@ func TestDecode(t *testing.T) {
 		{name: "field names are case-sensitive", obj: &runtime.Unknown{Raw: []byte(`{"Weight":3}`)}, wantErr: []string{`unknown field "Weight"`}},
 		{name: "duplicate field", obj: &runtime.Unknown{Raw: []byte(`{"weight":3,"weight":4}`)}, wantErr: []string{`duplicate field "weight"`}},
 		{name: "wrong type", obj: &runtime.Unknown{Raw: []byte(`{"weight":1.5}`)}, wantErr: []string{"weight"}},
+		{name: "malformed duration", obj: &runtime.Unknown{Raw: []byte(`{"weight":2,"after":"abc"}`)},
+			wantErr: []string{`decode P args: after: "abc": time: invalid duration "abc"; want a duration such as 60s or 2m30s`}},
+		{name: "malformed duration in YAML", obj: &runtime.Unknown{Raw: []byte("after: 5 minutes\n"), ContentType: runtime.ContentTypeYAML},
+			wantErr: []string{`after: "5 minutes": time: unknown unit`, "want a duration such as 60s"}},
 		{name: "content type", obj: &runtime.Unknown{Raw: []byte(`x`), ContentType: "application/vnd.kubernetes.protobuf"}, wantErr: []string{"want JSON or YAML"}},
 		{name: "typed args of another kind", obj: &metav1.Status{}, wantErr: []string{"runtime.Unknown"}},
 	} {
