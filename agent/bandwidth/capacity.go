@@ -37,11 +37,16 @@ func ParseCapacities(values []string) (map[string]Capacity, error) {
 			}
 			c = Capacity{Ingress: r, Egress: r}
 		} else {
+			seen := map[string]bool{}
 			for _, part := range strings.Split(spec, ",") {
 				dir, rate, ok := strings.Cut(strings.TrimSpace(part), ":")
 				if !ok {
 					return nil, fmt.Errorf("--nic-capacity %q: %q has no direction; want %s", v, part, capacityForm)
 				}
+				if seen[dir] {
+					return nil, fmt.Errorf("--nic-capacity %q: direction %s is given twice; want %s", v, dir, capacityForm)
+				}
+				seen[dir] = true
 				r, err := parseRate(rate)
 				if err != nil {
 					return nil, fmt.Errorf("--nic-capacity %q: %w; want %s", v, err, capacityForm)

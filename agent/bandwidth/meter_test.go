@@ -338,6 +338,7 @@ func TestParseCapacities(t *testing.T) {
 		{in: []string{"eth0=1P"}, want: map[string]Capacity{"eth0": {1e15, 1e15}}},
 		{in: []string{"eth0=up:1G"}, wantErr: `unknown direction "up"`},
 		{in: []string{"eth0=1G", "eth0=2G"}, wantErr: "given twice"},
+		{in: []string{"eth0=ingress:10G,ingress:1G"}, wantErr: `"eth0=ingress:10G,ingress:1G": direction ingress is given twice`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.in, " "), func(t *testing.T) {

@@ -195,6 +195,12 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--numa-resync %s: want a positive duration", o.numaResync)
 	case (o.sidecarTerminator || o.numaPinning) && o.criTimeout <= 0:
 		return fmt.Errorf("--cri-timeout %s: want a positive duration, e.g. 10s", o.criTimeout)
+	case (o.sidecarTerminator || o.numaPinning) && !isUnixSocket(o.criEndpoint):
+		return fmt.Errorf("--cri-endpoint %q: want containerd's unix socket, e.g. %s", o.criEndpoint, cri.DefaultEndpoint)
+	case (o.sidecarTerminator || o.numaPinning) && o.containerdNamespace == "":
+		return fmt.Errorf("--containerd-namespace is empty: want the containerd namespace of the kubelet's containers, e.g. %s", cri.DefaultNamespace)
+	case (o.numaPinning || o.heartbeats && o.devicePlugin) && o.podResourcesSocket == "":
+		return fmt.Errorf("--pod-resources-socket is empty: want the kubelet's PodResources socket, e.g. %s", podresources.DefaultSocket)
 	case o.numaPinning && o.cgroupRoot == "":
 		return errors.New("--cgroup-root is empty: want the directory where cgroups are mounted, e.g. /sys/fs/cgroup")
 	case o.heartbeats && o.devicePlugin && o.deviceAuditInterval <= 0:
@@ -224,6 +230,16 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--sidecar-pod-selector %q: %w", o.sidecarPodSelector, err)
 	}
 	return nil
+}
+
+// isUnixSocket reports whether endpoint names a unix socket, with or without unix://,
+// the only kind the CRI client dials.
+func isUnixSocket(endpoint string) bool {
+	if !strings.Contains(endpoint, "://") {
+		return endpoint != ""
+	}
+	path, ok := strings.CutPrefix(endpoint, "unix://")
+	return ok && path != ""
 }
 
 func runAgent(ctx context.Context, o runOptions) error {

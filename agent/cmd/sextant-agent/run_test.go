@@ -48,6 +48,15 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--kubepods-cgroup", "../../etc"}, `--kubepods-cgroup "../../etc"`},
 		{[]string{"--kubepods-cgroup", "custom/kubepods.slice"}, ""},
 		{[]string{"--host-dev-dir", "relative/dev"}, `--host-dev-dir "relative/dev"`},
+		{[]string{"--cri-endpoint", "tcp://1.2.3.4:5"}, `--cri-endpoint "tcp://1.2.3.4:5": want containerd's unix socket`},
+		{[]string{"--cri-endpoint", ""}, `--cri-endpoint "": want containerd's unix socket`},
+		{[]string{"--cri-endpoint", "unix://"}, `--cri-endpoint "unix://": want containerd's unix socket`},
+		{[]string{"--cri-endpoint", "/run/k3s/containerd/containerd.sock"}, ""},
+		{[]string{"--cri-endpoint", "unix:///run/sextant/containerd.sock"}, ""},
+		{[]string{"--cri-endpoint", "", "--sidecar-terminator=false", "--numa-pinning=false"}, ""},
+		{[]string{"--containerd-namespace", ""}, "--containerd-namespace is empty"},
+		{[]string{"--pod-resources-socket", ""}, "--pod-resources-socket is empty"},
+		{[]string{"--pod-resources-socket", "", "--numa-pinning=false", "--device-plugin=false"}, ""},
 	} {
 		o := parseRun(t, append([]string{"--node-name", "n1"}, tc.args...)...)
 		err := o.validate()

@@ -77,22 +77,22 @@ func readPrevious(file string) ([]v1alpha1.PCIDevice, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading --previous: %w", err)
 	}
+	const form = "want the output of sextant-agent topology --output json"
 	// The list is kept raw to tell a missing key from null, which a node without PCI
 	// devices writes.
-	var t struct {
-		PCIDevices json.RawMessage `json:"pciDevices"`
-	}
+	var t map[string]json.RawMessage
 	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, fmt.Errorf("parsing --previous %s: %w", file, err)
+		return nil, fmt.Errorf("parsing --previous %s: not a JSON object (%v); %s", file, err, form)
 	}
 	// Without the list, every vanished device would go unmarked: a file that is not a
 	// topology (or one with the key misspelt) is refused rather than read as empty.
-	if t.PCIDevices == nil {
-		return nil, fmt.Errorf("--previous %s: no pciDevices list; want the output of sextant-agent topology --output json", file)
+	list, ok := t["pciDevices"]
+	if !ok {
+		return nil, fmt.Errorf("--previous %s: no pciDevices list; %s", file, form)
 	}
 	var devices []v1alpha1.PCIDevice
-	if err := json.Unmarshal(t.PCIDevices, &devices); err != nil {
-		return nil, fmt.Errorf("parsing --previous %s: pciDevices: %w", file, err)
+	if err := json.Unmarshal(list, &devices); err != nil {
+		return nil, fmt.Errorf("parsing --previous %s: pciDevices: %w; %s", file, err, form)
 	}
 	return devices, nil
 }
