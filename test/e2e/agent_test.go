@@ -176,13 +176,14 @@ func TestAgentPublishesBandwidth(t *testing.T) {
 	// delays by seconds. Both sampleTimes are truncated to the second: the next heartbeat
 	// would be at least max-interval - 1s after this one; two seconds short of that leaves
 	// iperf3 about six seconds to start.
-	if lag := hit.status.SampleTime.Sub(heartbeat.status.SampleTime.Time); lag > maxInterval-2*time.Second {
+	lag := hit.status.SampleTime.Sub(heartbeat.status.SampleTime.Time)
+	if lag > maxInterval-2*time.Second {
 		t.Errorf("first write showing traffic sampled %v after the heartbeat before it, want at most %v: a change is written when a sample sees it, not at the next heartbeat (%v)",
 			lag, maxInterval-2*time.Second, maxInterval)
 	}
 	v := veth(hit.status)
-	t.Logf("traffic: written after %v; egress rate %s peak %s remaining %s; ingress remaining %s",
-		hit.seen.Sub(trafficStart).Round(time.Millisecond), v.Egress.Rate, v.Egress.Peak, v.Egress.Remaining, v.Ingress.Remaining)
+	t.Logf("traffic: written %v after iperf3 was started, sampled %v after the heartbeat; egress rate %s peak %s remaining %s; ingress remaining %s",
+		hit.seen.Sub(trafficStart).Round(time.Millisecond), lag, v.Egress.Rate, v.Egress.Peak, v.Egress.Remaining, v.Ingress.Remaining)
 	// Traffic went A→B: egress of veth-a. Ingress carried only the ACKs.
 	last := veth(writes()[len(writes())-1].status)
 	if p := last.Egress.Peak.AsApproximateFloat64(); p < 0.75*capacity || p > 1.05*capacity {
