@@ -42,11 +42,12 @@ func Decode(name string, obj runtime.Object, into any) error {
 // metav1.Duration's "time: invalid duration") on without saying which field it was.
 // It returns err as it is when no single field fails alone.
 func fieldError(raw []byte, into any, err error) error {
+	ptr := reflect.TypeOf(into)
 	var fields map[string]stdjson.RawMessage
-	if stdjson.Unmarshal(raw, &fields) != nil {
+	if ptr == nil || ptr.Kind() != reflect.Pointer || stdjson.Unmarshal(raw, &fields) != nil {
 		return err
 	}
-	t := reflect.TypeOf(into).Elem()
+	t := ptr.Elem()
 	for _, name := range slices.Sorted(maps.Keys(fields)) {
 		one, merr := stdjson.Marshal(map[string]stdjson.RawMessage{name: fields[name]})
 		if merr != nil {
