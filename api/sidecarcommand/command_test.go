@@ -1,6 +1,7 @@
 package sidecarcommand
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 )
@@ -36,4 +37,29 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %q, %v; want %q", tt.raw, got, err, tt.want)
 		}
 	}
+}
+
+// FuzzParse: whatever the annotation holds, Parse never panics, and what it accepts
+// written back as JSON parses to the same words.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{`["/bin/envoy","-c","/etc/envoy.yaml"]`, `[]`, `[""]`, `null`, `["a",null]`, `[1]`, `"x"`, `{"a":1}`, ``} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		got, err := Parse(raw)
+		if err != nil {
+			return
+		}
+		if len(got) == 0 || got[0] == "" {
+			t.Fatalf("Parse(%q) = %q: accepted an empty command", raw, got)
+		}
+		b, err := json.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := Parse(string(b))
+		if err != nil || !slices.Equal(again, got) {
+			t.Fatalf("Parse(%q) = %q, written back %s parses to %q, %v", raw, got, b, again, err)
+		}
+	})
 }
