@@ -79,8 +79,31 @@ func TestTopologyPrevious(t *testing.T) {
 		Driver: "nvidia", Kind: v1alpha1.KindGPU, Health: v1alpha1.Healthy,
 	}}}
 	b, _ := json.Marshal(prev)
+	health := healthAfter(t, b)
+	if health["0000:83:00.0"] != v1alpha1.Unhealthy || health["0000:81:00.0"] != v1alpha1.Healthy || len(health) != 7 {
+		t.Errorf("health = %v, want 0000:83:00.0 Unhealthy and the 6 present devices Healthy", health)
+	}
+}
+
+// A node without PCI devices writes a null list; read back, it is an empty one.
+func TestTopologyPreviousWithoutDevices(t *testing.T) {
+	health := healthAfter(t, []byte(`{"numaNodes": [], "pciDevices": null}`))
+	for addr, h := range health {
+		if h != v1alpha1.Healthy {
+			t.Errorf("%s is %s, want Healthy: the previous run listed no devices", addr, h)
+		}
+	}
+	if len(health) != 6 {
+		t.Errorf("%d devices, want the 6 present", len(health))
+	}
+}
+
+// healthAfter runs topology on the two-NUMA fixture with previous as --previous, and
+// returns the health of each device it lists.
+func healthAfter(t *testing.T, previous []byte) map[string]v1alpha1.DeviceHealth {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "prev.json")
-	if err := os.WriteFile(file, b, 0o644); err != nil {
+	if err := os.WriteFile(file, previous, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	out, _, err := runTopologyCLI(t, "topology", "--sysfs-root", twoNUMA, "--previous", file, "-o", "json")
@@ -95,33 +118,7 @@ func TestTopologyPrevious(t *testing.T) {
 	for _, d := range got.PCIDevices {
 		health[d.Address] = d.Health
 	}
-	if health["0000:83:00.0"] != v1alpha1.Unhealthy || health["0000:81:00.0"] != v1alpha1.Healthy || len(health) != 7 {
-		t.Errorf("health = %v, want 0000:83:00.0 Unhealthy and the 6 present devices Healthy", health)
-	}
-}
-
-// A node without PCI devices writes a null list; read back, it is an empty one.
-func TestTopologyPreviousWithoutDevices(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "prev.json")
-	if err := os.WriteFile(file, []byte(`{"numaNodes": [], "pciDevices": null}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	out, _, err := runTopologyCLI(t, "topology", "--sysfs-root", twoNUMA, "--previous", file, "-o", "json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got v1alpha1.Topology
-	if err := json.Unmarshal([]byte(out), &got); err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range got.PCIDevices {
-		if d.Health != v1alpha1.Healthy {
-			t.Errorf("%s is %s, want Healthy: the previous run listed no devices", d.Address, d.Health)
-		}
-	}
-	if len(got.PCIDevices) != 6 {
-		t.Errorf("%d devices, want the 6 present", len(got.PCIDevices))
-	}
+	return health
 }
 
 func TestTopologyErrors(t *testing.T) {
