@@ -84,13 +84,11 @@ func Dial(endpoint, namespace string, opts ...Option) (*Client, error) {
 	if namespace == "" {
 		namespace = DefaultNamespace
 	}
-	target := endpoint
-	if !strings.Contains(target, "://") {
-		target = "unix://" + target
-	}
-	if !strings.HasPrefix(target, "unix://") {
+	path, ok := SocketPath(endpoint)
+	if !ok {
 		return nil, fmt.Errorf("cri endpoint %q: only unix sockets are supported (unix:///path)", endpoint)
 	}
+	target := "unix://" + path
 	c := &Client{namespace: namespace, timeout: DefaultTimeout}
 	for _, o := range opts {
 		o(c)
@@ -114,6 +112,16 @@ func Dial(endpoint, namespace string, opts ...Option) (*Client, error) {
 	c.events = eventsapi.NewEventsClient(conn)
 	c.tasks = tasksapi.NewTasksClient(conn)
 	return c, nil
+}
+
+// SocketPath is the path of the unix socket endpoint names (unix:///path or a plain
+// path); ok is false for an empty one and any other kind, which Dial refuses.
+func SocketPath(endpoint string) (path string, ok bool) {
+	if !strings.Contains(endpoint, "://") {
+		return endpoint, endpoint != ""
+	}
+	path, ok = strings.CutPrefix(endpoint, "unix://")
+	return path, ok && path != ""
 }
 
 // Timeout is the bound on each call.

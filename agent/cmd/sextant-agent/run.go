@@ -195,7 +195,7 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--numa-resync %s: want a positive duration", o.numaResync)
 	case (o.sidecarTerminator || o.numaPinning) && o.criTimeout <= 0:
 		return fmt.Errorf("--cri-timeout %s: want a positive duration, e.g. 10s", o.criTimeout)
-	case (o.sidecarTerminator || o.numaPinning) && !isUnixSocket(o.criEndpoint):
+	case (o.sidecarTerminator || o.numaPinning) && !isSocket(o.criEndpoint):
 		return fmt.Errorf("--cri-endpoint %q: want containerd's unix socket, e.g. %s", o.criEndpoint, cri.DefaultEndpoint)
 	case (o.sidecarTerminator || o.numaPinning) && o.containerdNamespace == "":
 		return fmt.Errorf("--containerd-namespace is empty: want the containerd namespace of the kubelet's containers, e.g. %s", cri.DefaultNamespace)
@@ -232,14 +232,10 @@ func (o runOptions) validate() error {
 	return nil
 }
 
-// isUnixSocket reports whether endpoint names a unix socket, with or without unix://,
-// the only kind the CRI client dials.
-func isUnixSocket(endpoint string) bool {
-	if !strings.Contains(endpoint, "://") {
-		return endpoint != ""
-	}
-	path, ok := strings.CutPrefix(endpoint, "unix://")
-	return ok && path != ""
+// isSocket reports whether endpoint names a unix socket, the only kind cri.Dial takes.
+func isSocket(endpoint string) bool {
+	_, ok := cri.SocketPath(endpoint)
+	return ok
 }
 
 func runAgent(ctx context.Context, o runOptions) error {
