@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sextant.io/sextant/agent/topology"
+	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -93,6 +94,19 @@ func readPrevious(file string) ([]v1alpha1.PCIDevice, error) {
 	var devices []v1alpha1.PCIDevice
 	if err := json.Unmarshal(list, &devices); err != nil {
 		return nil, fmt.Errorf("parsing --previous %s: pciDevices: %w; %s", file, err, form)
+	}
+	// The address is what a device is tracked by: an entry without a real one would be
+	// shown as a vanished device that never existed, and a repeated one would hide
+	// which record is meant. The API server refuses both in a NodeTopology.
+	seen := make(map[string]int, len(devices))
+	for i, d := range devices {
+		if !annotations.IsPCIAddress(d.Address) {
+			return nil, fmt.Errorf("--previous %s: pciDevices[%d].address %q: want a PCI address such as 0000:3b:00.0; %s", file, i, d.Address, form)
+		}
+		if j, dup := seen[d.Address]; dup {
+			return nil, fmt.Errorf("--previous %s: pciDevices[%d] and [%d] both have address %s; %s", file, j, i, d.Address, form)
+		}
+		seen[d.Address] = i
 	}
 	return devices, nil
 }

@@ -130,6 +130,18 @@ func TestTopologyErrors(t *testing.T) {
 	if err := os.WriteFile(badDevices, []byte(`{"pciDevices": {"address": "0000:3b:00.0"}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	noAddress := filepath.Join(t.TempDir(), "prev.json")
+	if err := os.WriteFile(noAddress, []byte(`{"pciDevices": [{"address": "0000:3b:00.0"}, {"kind": "gpu"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	badAddress := filepath.Join(t.TempDir(), "prev.json")
+	if err := os.WriteFile(badAddress, []byte(`{"pciDevices": [{"address": "banana"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	twice := filepath.Join(t.TempDir(), "prev.json")
+	if err := os.WriteFile(twice, []byte(`{"pciDevices": [{"address": "0000:3b:00.0"}, {"address": "0000:3c:00.0"}, {"address": "0000:3b:00.0"}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	notJSON := filepath.Join(t.TempDir(), "prev.json")
 	if err := os.WriteFile(notJSON, []byte(`pciDevices: []`), 0o600); err != nil {
 		t.Fatal(err)
@@ -142,6 +154,9 @@ func TestTopologyErrors(t *testing.T) {
 		{[]string{"topology", "--sysfs-root", "/nonexistent"}, `--sysfs-root "/nonexistent"`},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", noDevices}, "no pciDevices list"},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", badDevices}, "pciDevices: json"},
+		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", noAddress}, `pciDevices[1].address "": want a PCI address such as 0000:3b:00.0`},
+		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", badAddress}, `pciDevices[0].address "banana"`},
+		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", twice}, "pciDevices[0] and [2] both have address 0000:3b:00.0"},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", notJSON}, "not a JSON object"},
 		{[]string{"topology", "--sysfs-root", twoNUMA, "--previous", notJSON}, "want the output of sextant-agent topology --output json"},
 		{[]string{"topology", "--sysfs-root", "../../topology/testdata/malformed-cpulist"}, "node0/cpulist"},
