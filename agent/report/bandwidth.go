@@ -58,6 +58,11 @@ type BandwidthReporter struct {
 	lastWrite time.Time
 	// lastFull says the last write covered the meter's whole window.
 	lastFull bool
+	// failedRounds counts the Offers in a row whose write failed (after the writer's own
+	// retries); retryAt is when the next may try, so that a node does not press an API
+	// server that refuses or sheds its writes every sample interval.
+	failedRounds int
+	retryAt      time.Time
 }
 
 // NewBandwidthReporter returns a reporter for the node's NodeBandwidth.
@@ -81,11 +86,29 @@ func (r *BandwidthReporter) Offer(ctx context.Context, snap bandwidth.Snapshot) 
 	if !becameFull && !bandwidthDue(r.cfg, r.last, r.lastWrite, &status, now) {
 		return false, nil
 	}
+	if now.Before(r.retryAt) {
+		return false, nil
+	}
 	if err := r.w.write(ctx, &status); err != nil {
+		r.failedRounds++
+		r.retryAt = r.clock.Now().Add(failedRoundDelay(r.cfg, r.failedRounds))
 		return false, err
 	}
 	r.last, r.lastWrite, r.lastFull = &status, now, full
+	r.failedRounds, r.retryAt = 0, time.Time{}
 	return true, nil
+}
+
+// failedRoundDelay is how long after the rounds-th failed write in a row the next may
+// be tried: the minimum interval, doubled with each further failure, up to the maximum
+// interval. The ranker counts a node's agent silent only after 2 minutes without a
+// report, so a recovered API server hears from every agent well before that.
+func failedRoundDelay(cfg BandwidthConfig, rounds int) time.Duration {
+	d := cfg.MinInterval
+	for i := 1; i < rounds && d < cfg.MaxInterval; i++ {
+		d *= 2
+	}
+	return min(d, cfg.MaxInterval)
 }
 
 // bandwidthDue decides whether next is worth writing, given what was last written and

@@ -487,6 +487,70 @@ func TestWriterGivesUpOnForbidden(t *testing.T) {
 	}
 }
 
+// A node whose writes fail does not try every sample interval: after a failed round it
+// waits the minimum interval, twice as long after each further one, up to the maximum,
+// and a write that goes through ends the wait.
+func TestBandwidthReporterBacksOffFailedRounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		// attempts are the writer's tries per round: a Forbidden is not retried.
+		attempts int
+	}{
+		{"forbidden", apierrors.NewForbidden(v1alpha1.Resource("nodebandwidths"), "node-1", errors.New("rbac")), 1},
+		{"too many requests", apierrors.NewTooManyRequests("slow down", 1), 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dyn, kube := newFakes(t)
+			clk := clocktesting.NewFakePassiveClock(time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC))
+			r := NewBandwidthReporter(BandwidthConfig{AgentVersion: "test", MinInterval: 2 * time.Second, MaxInterval: 30 * time.Second}, dyn, kube, "node-1", NewMetrics(nil), clk)
+			r.w.backoff.Duration = time.Microsecond
+			ctx := context.Background()
+			steady := bandwidth.InterfaceSample{Name: "eth0", Ingress: dir(1e9, 0, 100e6), Egress: dir(1e9, 0, 100e6)}
+			if wrote, err := r.Offer(ctx, snapshot(clk.Now(), steady)); !wrote || err != nil {
+				t.Fatalf("first offer: wrote %v, err %v", wrote, err)
+			}
+			failing := true
+			dyn.PrependReactor("update", "nodebandwidths", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if failing {
+					return true, nil, tc.err
+				}
+				return false, nil, nil
+			})
+			// Two minutes of an unchanged node offered every second, as the agent's loop
+			// does: due from 30s on, then tried at 30, 32, 36, 44, 60, 90 and 120s.
+			var tried []int
+			for sec := 1; sec <= 120; sec++ {
+				clk.SetTime(clk.Now().Add(time.Second))
+				before := countActions(dyn, "update", "status")
+				if wrote, _ := r.Offer(ctx, snapshot(clk.Now(), steady)); wrote {
+					t.Fatalf("second %d: a write went through", sec)
+				}
+				if n := countActions(dyn, "update", "status") - before; n > 0 {
+					if n != tc.attempts {
+						t.Errorf("second %d: %d tries, want %d", sec, n, tc.attempts)
+					}
+					tried = append(tried, sec)
+				}
+			}
+			if want := []int{30, 32, 36, 44, 60, 90, 120}; !slices.Equal(tried, want) {
+				t.Errorf("rounds tried at seconds %v, want %v", tried, want)
+			}
+			// The API server takes writes again: the next due round writes, and the one
+			// after waits only for what is due.
+			failing = false
+			clk.SetTime(clk.Now().Add(30 * time.Second))
+			if wrote, err := r.Offer(ctx, snapshot(clk.Now(), steady)); !wrote || err != nil {
+				t.Fatalf("after the API server came back: wrote %v, err %v", wrote, err)
+			}
+			clk.SetTime(clk.Now().Add(30 * time.Second))
+			if wrote, err := r.Offer(ctx, snapshot(clk.Now(), steady)); !wrote || err != nil {
+				t.Fatalf("the next heartbeat: wrote %v, err %v", wrote, err)
+			}
+		})
+	}
+}
+
 func TestTopologyReporter(t *testing.T) {
 	gpu := func(addr string) v1alpha1.PCIDevice {
 		return v1alpha1.PCIDevice{Address: addr, Class: "0x030200", Vendor: "0x10de", Device: "0x20b0", Driver: "nvidia",

@@ -11,7 +11,9 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -98,13 +100,18 @@ func NewTopologyReporter(cfg TopologyConfig, dyn dynamic.Interface, kube kuberne
 // device that vanished while the agent was down is still reported, as Unhealthy, and
 // keeps the holders it named (PublishedHolders). ctx also bounds the writes SetHolders
 // brings forward: none is made before Start or after ctx ends.
+//
+// It waits out an API server that is down or overloaded, retrying until ctx ends: a
+// first write without what was published would show the ranker held devices as free
+// and drop the devices that vanished while the agent was down, for good. An error that
+// will not pass by itself (forbidden) ends it at once.
 func (r *TopologyReporter) Start(ctx context.Context) error {
 	r.mu.Lock()
 	r.ctx = ctx
 	r.mu.Unlock()
 	r.writeMu.Lock()
 	defer r.writeMu.Unlock()
-	obj, err := r.w.get(ctx)
+	obj, err := r.readPublished(ctx)
 	if err != nil {
 		return err
 	}
@@ -129,6 +136,31 @@ func (r *TopologyReporter) Start(ctx context.Context) error {
 	r.published = published
 	r.mu.Unlock()
 	return nil
+}
+
+// startRetry paces Start's reads of the published NodeTopology: soon after a blip, no
+// more than a read per agent every 10s (with jitter) through a long outage.
+var startRetry = wait.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.5, Cap: 10 * time.Second, Steps: 8}
+
+// readPublished reads the node's NodeTopology (nil when there is none), retrying errors
+// worth another try until ctx ends.
+func (r *TopologyReporter) readPublished(ctx context.Context) (*unstructured.Unstructured, error) {
+	backoff := startRetry
+	for {
+		obj, err := r.w.get(ctx)
+		if err == nil || !retriable(err) {
+			return obj, err
+		}
+		delay := backoff.Step()
+		klog.FromContext(ctx).Info("waiting for the API server to read the NodeTopology published before", "err", err.Error(), "retryIn", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("%w (waiting for the API server: %w)", ctx.Err(), err)
+		case <-t.C:
+		}
+	}
 }
 
 // PublishedHolders returns the holders the NodeTopology this node published before

@@ -2,12 +2,19 @@ package report
 
 import (
 	"context"
+	"errors"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/utils/clock"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -190,5 +197,101 @@ func TestTopologyReporterPublishedHolders(t *testing.T) {
 	}
 	if got, want := start().PublishedHolders(), held("train"); !maps.Equal(got, want) {
 		t.Errorf("after a restart: published holders %v, want %v", got, want)
+	}
+}
+
+// An agent that restarts while the API server is unavailable waits to read what it
+// published before: going on without it would publish the held GPU as free and drop the
+// GPU that vanished while the agent was down.
+func TestTopologyReporterStartWaitsForTheAPIServer(t *testing.T) {
+	saved := startRetry
+	startRetry.Duration = time.Millisecond
+	t.Cleanup(func() { startRetry = saved })
+
+	gpu := func(addr string) v1alpha1.PCIDevice {
+		return v1alpha1.PCIDevice{Address: addr, Class: "0x030200", Kind: v1alpha1.KindGPU, Driver: "nvidia", NUMANode: ptr.To[int32](0), Health: v1alpha1.Healthy}
+	}
+	train := gpu("0000:3b:00.0")
+	train.Holder = &v1alpha1.DeviceHolder{Namespace: "ns", Name: "train", UID: "uid-train"}
+	gone := gpu("0000:3c:00.0")
+	gone.Health, gone.Driver = v1alpha1.Unhealthy, ""
+	numa := []v1alpha1.NUMANode{{ID: 0, CPUs: []int32{0, 1}, MemoryBytes: 1 << 30, Distances: []int32{10}}}
+	prev := &v1alpha1.NodeTopology{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "NodeTopology"},
+		ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Status:     v1alpha1.NodeTopologyStatus{Topology: v1alpha1.Topology{NUMANodes: numa, PCIDevices: []v1alpha1.PCIDevice{train, gone}}},
+	}
+
+	for _, tc := range []struct {
+		name string
+		errs []error // the first GETs' answers, in turn
+		// wantErr: Start gives up, and the reporter starts from nothing.
+		wantErr bool
+	}{
+		{name: "unavailable, then a timeout", errs: []error{apierrors.NewServiceUnavailable("restarting"), apierrors.NewTimeoutError("busy", 1)}},
+		{name: "connection refused", errs: []error{errors.New("dial tcp 10.0.0.1:6443: connect: connection refused")}},
+		{name: "forbidden", errs: []error{apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "nodetopologies"}, "node-1", errors.New("no"))}, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dyn, kube := newFakes(t, prev.DeepCopy())
+			gets := 0
+			dyn.PrependReactor("get", "nodetopologies", func(clienttesting.Action) (bool, runtime.Object, error) {
+				if gets++; gets <= len(tc.errs) {
+					return true, nil, tc.errs[gets-1]
+				}
+				return false, nil, nil
+			})
+			r := NewTopologyReporter(TopologyConfig{AgentVersion: "test"}, dyn, kube, "node-1", NewMetrics(nil), clock.RealClock{})
+			ctx := context.Background()
+			err := r.Start(ctx)
+			if tc.wantErr {
+				if err == nil || gets != 1 {
+					t.Fatalf("Start: %v after %d reads, want the error at once", err, gets)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Start: %v", err)
+			}
+			if want := len(tc.errs) + 1; gets != want {
+				t.Errorf("Start read %d times, want %d", gets, want)
+			}
+			if got := r.PublishedHolders(); !maps.Equal(got, map[string]v1alpha1.DeviceHolder{train.Address: *train.Holder}) {
+				t.Errorf("published holders %v, want %s's", got, train.Holder.Name)
+			}
+			r.SetHolders(r.PublishedHolders())
+			// The GPU that vanished is still absent; the held one is there.
+			if wrote, err := r.Offer(ctx, v1alpha1.Topology{NUMANodes: numa, PCIDevices: []v1alpha1.PCIDevice{gpu(train.Address)}}); !wrote || err != nil {
+				t.Fatalf("offer: wrote %v, err %v", wrote, err)
+			}
+			got := map[string]v1alpha1.PCIDevice{}
+			for _, d := range publishedTopology(t, dyn, "node-1").Status.PCIDevices {
+				got[d.Address] = d
+			}
+			if d, ok := got[gone.Address]; !ok || d.Health != v1alpha1.Unhealthy {
+				t.Errorf("%s published as %+v (present %v), want Unhealthy", gone.Address, d, ok)
+			}
+			if d := got[train.Address]; d.Holder == nil || d.Holder.Name != "train" {
+				t.Errorf("%s published with holder %v, want ns/train", train.Address, d.Holder)
+			}
+		})
+	}
+}
+
+// Start gives up when the agent stops, saying why it waited.
+func TestTopologyReporterStartEndsWithTheAgent(t *testing.T) {
+	saved := startRetry
+	startRetry.Duration = time.Millisecond
+	t.Cleanup(func() { startRetry = saved })
+	dyn, kube := newFakes(t)
+	dyn.PrependReactor("get", "nodetopologies", func(clienttesting.Action) (bool, runtime.Object, error) {
+		return true, nil, apierrors.NewServiceUnavailable("restarting")
+	})
+	r := NewTopologyReporter(TopologyConfig{AgentVersion: "test"}, dyn, kube, "node-1", NewMetrics(nil), clock.RealClock{})
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := r.Start(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "restarting") {
+		t.Errorf("Start: %v, want the context's end and the API server's last error", err)
 	}
 }

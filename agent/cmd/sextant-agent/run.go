@@ -402,7 +402,9 @@ func runAgent(ctx context.Context, o runOptions) error {
 		}
 		topoReporter := report.NewTopologyReporter(topoCfg, dyn, kube, o.nodeName, metrics, clock.RealClock{})
 
-		if err := topoReporter.Start(ctx); err != nil {
+		// Start waits for the API server; it gives up only on an error that will not pass
+		// by itself, or when the agent stops.
+		if err := topoReporter.Start(klog.NewContext(ctx, log)); err != nil {
 			// Without the published list, a device that vanished while the agent was down
 			// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
 			log.Error(err, "could not read the previous NodeTopology to seed device health")
