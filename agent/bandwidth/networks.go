@@ -60,8 +60,8 @@ const (
 
 // meteredLink resolves l to the interfaces whose counters count its traffic, each once:
 // a VLAN, macvlan or ipvlan to its lower device; a bridge to its ports that are NICs or
-// bonds (not the veths of pods); a bond's slave to its bond; a bond, and anything else,
-// to itself.
+// bonds, or VLANs over them (not the veths of pods); a bond's slave to its bond; a bond,
+// and anything else, to itself.
 func meteredLink(byIndex map[int]Link, l Link) []Link {
 	return resolveLink(byIndex, l, 0)
 }
@@ -78,8 +78,20 @@ func resolveLink(byIndex map[int]Link, l Link, depth int) []Link {
 	case kindBridge:
 		var ports []Link
 		for _, p := range byIndex {
-			if p.MasterIndex == l.Index && (p.Physical || p.Kind == kindBond) {
+			if p.MasterIndex != l.Index {
+				continue
+			}
+			switch {
+			case p.Physical || p.Kind == kindBond:
 				ports = append(ports, resolveLink(byIndex, p, depth+1)...)
+			case p.Kind == kindVLAN:
+				// An uplink tagged on the way out (br0 over eth0.100): its traffic is the
+				// NIC's or bond's under it. A VLAN over a pod's veth is not an uplink.
+				for _, lower := range resolveLink(byIndex, p, depth+1) {
+					if lower.Physical || lower.Kind == kindBond {
+						ports = append(ports, lower)
+					}
+				}
 			}
 		}
 		if len(ports) > 0 {

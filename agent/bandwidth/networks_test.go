@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 func TestParseNetworks(t *testing.T) {
@@ -95,6 +97,45 @@ func TestGroupNetworks(t *testing.T) {
 			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A bridge whose uplink is a VLAN resolves to the NIC or bond under the VLAN: the
+// bridge's own hooks see only the host stack's traffic, and it has no speed. A VLAN
+// over a pod's veth is no uplink.
+func TestGroupNetworksBridgeOverVLAN(t *testing.T) {
+	nodeIP := net.ParseIP("10.0.0.5")
+	for _, tc := range []struct {
+		name  string
+		links []Link
+		want  []string
+	}{
+		{"over a NIC", []Link{
+			{Name: "eth0", Index: 2, Kind: "device", Physical: true, Up: true, SpeedMbps: 25000},
+			{Name: "eth0.100", Index: 3, Kind: "vlan", Up: true, ParentIndex: 2, MasterIndex: 4},
+			{Name: "br0", Index: 4, Kind: "bridge", Up: true, Addrs: []net.IP{nodeIP}, DefaultRoute: true},
+			{Name: "veth1", Index: 5, Kind: "veth", Up: true, MasterIndex: 4},
+		}, []string{"eth0"}},
+		{"over a bond", []Link{
+			{Name: "eth0", Index: 2, Kind: "device", Physical: true, Up: true, SpeedMbps: 10000, MasterIndex: 10},
+			{Name: "eth1", Index: 3, Kind: "device", Physical: true, Up: true, SpeedMbps: 10000, MasterIndex: 10},
+			{Name: "bond0", Index: 10, Kind: "bond", Up: true},
+			{Name: "bond0.7", Index: 11, Kind: "vlan", Up: true, ParentIndex: 10, MasterIndex: 20},
+			{Name: "br0", Index: 20, Kind: "bridge", Up: true, Addrs: []net.IP{nodeIP}},
+		}, []string{"bond0"}},
+		{"a VLAN over a pod's veth only", []Link{
+			{Name: "eth0", Index: 2, Kind: "device", Physical: true, Up: true, SpeedMbps: 25000},
+			{Name: "veth1", Index: 5, Kind: "veth", Up: true},
+			{Name: "veth1.5", Index: 6, Kind: "vlan", Up: true, ParentIndex: 5, MasterIndex: 4},
+			{Name: "br0", Index: 4, Kind: "bridge", Up: true, Addrs: []net.IP{nodeIP}},
+		}, []string{"br0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := groupNetworks(tc.links, nil, []net.IP{nodeIP})
+			if !reflect.DeepEqual(names(got[annotations.PodNetwork]), tc.want) || len(got) != 1 {
+				t.Errorf("networks %v, want the pod network on %v", got, tc.want)
 			}
 		})
 	}
