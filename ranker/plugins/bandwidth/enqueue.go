@@ -42,16 +42,20 @@ func (pl *BandwidthAware) reportArrived(node string, report *heartbeat.Bandwidth
 	pl.waiting.Activate(klog.Background(), func(pod *v1.Pod) bool { return pl.admits(pod, report, now) })
 }
 
-// admits reports whether report alone (without the reservations) passes the pod's
+// admits reports whether report alone (without the reservations) may pass the pod's
 // Filter: a pod brought back needlessly costs one attempt, in which Filter applies the
 // ledger as usual, while one left waiting would wait for the node's next report.
+//
+// A node outside the strict best-fit window admits the pod too: the window is also an
+// upper bound, and the reservations left out here lower what the node has, which can
+// bring it into the window.
 func (pl *BandwidthAware) admits(pod *v1.Pod, report *heartbeat.Bandwidth, now time.Time) bool {
 	req, ok := pl.request(nil, pod)
 	if !ok || !req.Filtered() {
 		return false // malformed annotations: no report fixes those
 	}
 	reason, _ := pl.check(req, report, 0, 0, now, false)
-	return reason == ""
+	return reason == "" || reason == reasonOutsideWindow
 }
 
 // isSchedulableAfterPodDeleted queues the pod when a bound pod with a bandwidth

@@ -275,3 +275,41 @@ func partialReport(node, ingressRemaining, egressRemaining string, sampled time.
 	r.Status.Window.Duration = 5 * time.Second
 	return r
 }
+
+// Under the strict best-fit window, a report whose remaining is above the window still
+// brings the waiting pod back: reservations the report does not show yet can put the
+// node inside the window, where Filter passes it.
+func TestReportActivatesPodsOutsideTheStrictWindow(t *testing.T) {
+	store := reportStore(report("n", "10G", "10G", now.Add(-10*time.Second)))
+	pl := newPlugin(testArgs(func(a *Args) { a.BestFitWindow = WindowStrict }), store, func() time.Time { return now })
+	activated := 0
+	pl.waiting = requeue.New(Name, func(_ klog.Logger, pods map[string]*v1.Pod) { activated += len(pods) })
+	pl.nodes = func() ([]fwk.NodeInfo, error) { return nodeInfos("n"), nil }
+	store.AddListener(heartbeat.Listener{Bandwidth: pl.reportArrived})
+
+	// Window 3G-5G: 10G left is 6G from expected, more than expected - required.
+	x := testPod(map[string]string{annotations.IngressRequired: "3G", annotations.IngressExpected: "4G"})
+	reject(t, pl, x, nil)
+	// Another pod takes 6G on n: 4G left, x's expected.
+	y := testPod(map[string]string{annotations.IngressRequired: "6G"})
+	pl.Ledger().Reserve(y, "n", mustParse(t, y))
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, x, nodeInfos("n")); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := pl.Filter(context.Background(), state, x, nodeInfo("n")); !st.IsSuccess() {
+		t.Fatalf("setup: Filter(x, n) = %v, want success beside y's reservation", st)
+	}
+	// y is not running yet: n's next report still shows 10G.
+	store.PutAt(report("n", "10G", "10G", now), now)
+	if activated != 1 || pl.waiting.Len() != 0 {
+		t.Errorf("after n's report: %d activated, %d waiting; want x back, as Filter passes it", activated, pl.waiting.Len())
+	}
+	// A node under the floor still does not bring it back.
+	z := testPod(map[string]string{annotations.IngressRequired: "11G", annotations.IngressExpected: "12G"})
+	reject(t, pl, z, nil)
+	store.PutAt(report("n", "10G", "10G", now.Add(time.Second)), now)
+	if pl.waiting.Len() != 1 {
+		t.Errorf("z, which requires more than n reports, left waiting: %d waiting, want 1", pl.waiting.Len())
+	}
+}

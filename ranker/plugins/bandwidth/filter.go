@@ -34,10 +34,12 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 		return fwk.NewStatus(fwk.Error, "node not found")
 	}
 	rec := pl.reports.NodeOf(node)
-	report := rec.Bandwidth()
+	var report *heartbeat.Bandwidth
 	var resIn, resEg int64
-	if report != nil && s.req.HasRequired() {
-		resIn, resEg = pl.ledger.reservedOn(rec, networkOf(s.req))
+	if s.req.HasRequired() {
+		report, resIn, resEg = pl.ledger.reportAndReserved(rec, networkOf(s.req))
+	} else {
+		report = rec.Bandwidth()
 	}
 	reason, _ := pl.check(s.req, report, resIn, resEg, s.now, false)
 	if reason == "" {
@@ -233,7 +235,7 @@ func full(report *heartbeat.Bandwidth, minWindow time.Duration) bool {
 // node's fresh report at now; a direction is not ok when the node has no usable report
 // for it, or no such network.
 func (pl *BandwidthAware) available(rec *heartbeat.Node, network string, now time.Time) (ingress, egress avail) {
-	report := rec.Bandwidth()
+	report, in, eg := pl.ledger.reportAndReserved(rec, network)
 	if report == nil {
 		return avail{}, avail{}
 	}
@@ -244,7 +246,6 @@ func (pl *BandwidthAware) available(rec *heartbeat.Node, network string, now tim
 	if nw == nil {
 		return avail{}, avail{}
 	}
-	in, eg := pl.ledger.reservedOn(rec, network)
 	if nw.IngressKnown {
 		ingress = avail{bits: nw.IngressRemaining - in, ok: true}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,5 +340,57 @@ func TestStaleByArrival(t *testing.T) {
 	expected := testPod(map[string]string{annotations.IngressExpected: "400M", annotations.BandwidthStrategy: "most-headroom"})
 	if c := schedule(t, pl, expected, []string{"partial", "modest"}, false); c.chosen != "modest" || c.scores["partial"] != 0 {
 		t.Errorf("most-headroom between a partial 9G and a full 1G: chose %q, scores %v; want the full one, the partial scored 0", c.chosen, c.scores)
+	}
+}
+
+// Filter pairs a node's report with reservations from no earlier than that report. The
+// store swaps a report in before the ledger releases the pods it covers; reading the
+// report, then reservations already released, would count a pod the report does not
+// show yet nowhere. Every consistent state here rejects x, so a Filter that passes it
+// read a torn pair.
+func TestFilterReadsReportAndReservationsTogether(t *testing.T) {
+	started := now.Add(-2 * time.Minute)                                // p runs from here
+	before := report("n", "1G", "10G", started.Add(30*time.Second))     // without p's traffic
+	covering := report("n", "400M", "10G", started.Add(61*time.Second)) // with it: covers p
+	store := reportStore(before)
+	pl := newPlugin(testArgs(nil), store, func() time.Time { return now })
+	store.AddListener(heartbeat.Listener{Bandwidth: pl.reportArrived})
+	p := testPod(map[string]string{annotations.IngressRequired: "600M"})
+	reserveP := func() {
+		l := pl.ledger
+		l.mu.Lock()
+		delete(l.covered, p.UID)
+		l.addLocked(p.UID, &reservation{pod: "p", node: "n", network: annotations.PodNetwork, ingress: 600_000_000, runningSince: started, bound: true})
+		l.mu.Unlock()
+	}
+	x := testPod(map[string]string{annotations.IngressRequired: "500M"})
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, x, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	var stop atomic.Bool
+	var passes, runs atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ni := nodeInfo("n")
+		for !stop.Load() {
+			runs.Add(1)
+			if pl.Filter(context.Background(), state, x, ni).IsSuccess() {
+				passes.Add(1)
+			}
+		}
+	}()
+	rounds := 0
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); rounds++ {
+		reserveP()                 // covering, p reserved: 400M - 600M
+		store.PutAt(before, now)   // before, p reserved: 1G - 600M = 400M
+		store.PutAt(covering, now) // covering, then p released: 400M
+	}
+	stop.Store(true)
+	<-done
+	t.Logf("%d rounds, %d Filter calls", rounds, runs.Load())
+	if passes.Load() > 0 {
+		t.Errorf("Filter passed x %d times: it read a report with reservations released after a newer one arrived", passes.Load())
 	}
 }

@@ -187,6 +187,25 @@ func (l *Ledger) reservedOn(rec *heartbeat.Node, network string) (ingress, egres
 	return n.reserved(network)
 }
 
+// reportAndReserved returns the node's report and the reservations on network beside
+// it, read as one: the store swaps a new report in before the ledger releases the
+// pods that report covers, so reservations read after a report changed may already be
+// without pods the report read before them does not show yet. Reading again until the
+// report holds still pairs each report with reservations from no earlier than itself:
+// at worst a pod is counted twice for a moment, never not at all.
+func (l *Ledger) reportAndReserved(rec *heartbeat.Node, network string) (report *heartbeat.Bandwidth, ingress, egress int64) {
+	report = rec.Bandwidth()
+	for report != nil {
+		ingress, egress = l.reservedOn(rec, network)
+		again := rec.Bandwidth()
+		if again == report {
+			break
+		}
+		report = again
+	}
+	return report, ingress, egress
+}
+
 // publishLocked puts n (an entry or none) into the node's record, if it has one.
 func (l *Ledger) publishLocked(node string, n *nodeReservations) {
 	if rec := l.reports.Node(node); rec != nil {
