@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -484,8 +485,18 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 		return true
 	} else if err != nil {
 		if ctx.Err() == nil {
-			p.log.Error(err, "pinning a pod to its NUMA nodes failed; retrying", "pod", key)
-			if p.queue.NumRequeues(key) == failingAfter-1 {
+			n := p.queue.NumRequeues(key)
+			if errors.Is(err, errNoCpuset) && n < failingAfter-1 {
+				// Counted and logged only if it lasts: the files come a moment after
+				// the pod's cgroup.
+				p.log.V(1).Info("the pod's cgroup has no cpuset files yet; retrying", "pod", key, "detail", err.Error())
+			} else {
+				if errors.Is(err, errNoCpuset) {
+					p.metrics.failures.WithLabelValues(reasonCgroup).Inc()
+				}
+				p.log.Error(err, "pinning a pod to its NUMA nodes failed; retrying", "pod", key)
+			}
+			if n == failingAfter-1 {
 				p.failing(ctx, key, err)
 			}
 		}
@@ -499,6 +510,10 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 // errPolicyUnknown holds every pod back until the kubelet answers: not a failure of the
 // pod's.
 var errPolicyUnknown = errors.New("the kubelet has not said whether it runs a static CPU or memory manager policy (PodResources); the pod is pinned once it has")
+
+// errNoCpuset: the pod's cgroup is there without its cpuset files, which is a failure
+// only once it lasts failingAfter attempts.
+var errNoCpuset = errors.New("the cpuset controller is not enabled for it (see its parent's cgroup.subtree_control)")
 
 // failingAfter is how many failed attempts in a row make a pod's pinning failure an
 // Event: a cgroup the kubelet is still setting up may fail an attempt or two.
@@ -600,7 +615,7 @@ func (p *Pinner) decide(ctx context.Context, pod *corev1.Pod, st *podState, valu
 	// else: the annotation, which admission keeps as the ranker wrote it on the Binding,
 	// is the decision, so the set is repaired, not adopted.
 	if hasCgroup {
-		if cur, err := kp.Requested(dir); err == nil && len(cur.CPUs) > 0 && !cur.Equal(want) && p.narrowed(kp, dir, cur) {
+		if cur, err := kp.Requested(dir); err == nil && !cur.Equal(want) && p.narrowed(kp, dir, cur) {
 			st.foreign = cur.String()
 		}
 	}
@@ -608,11 +623,27 @@ func (p *Pinner) decide(ctx context.Context, pod *corev1.Pod, st *podState, valu
 	return nil
 }
 
-// narrowed says whether the pod cgroup dir asks for less than its parent has, i.e. was
-// narrowed by someone.
+// narrowed says whether the pod cgroup dir, asking for cur, asks for less than its
+// parent has, i.e. was narrowed by someone.
 func (p *Pinner) narrowed(kp *cgroups.Kubepods, dir string, cur cgroups.Cpuset) bool {
 	parent, err := kp.Effective(filepath.Dir(dir))
-	return err == nil && cur.Within(parent) && !cur.Equal(parent)
+	if err != nil {
+		return false
+	}
+	if kp.Version == cgroups.V2 {
+		// An empty part asks for the parent's.
+		if len(cur.CPUs) == 0 {
+			cur.CPUs = parent.CPUs
+		}
+		if len(cur.Mems) == 0 {
+			cur.Mems = parent.Mems
+		}
+	} else if len(cur.CPUs) == 0 || len(cur.Mems) == 0 {
+		// Nothing written yet, or the kubelet's copy of the parent's set half written
+		// (libcontainer writes cpus, then mems): no one's narrowing.
+		return false
+	}
+	return cur.Within(parent) && !cur.Equal(parent)
 }
 
 // pin narrows the pod's cgroup if it does not hold the set, and confirms the pin once
@@ -629,7 +660,14 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 		st.looked, st.fresh = true, len(children) == 0
 	}
 	eff, err := kp.Effective(dir)
-	if errors.Is(err, cgroups.ErrGone) || errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(dir); serr != nil {
+			return nil // gone: the pod ended
+		}
+		// On v2 the files come once the parent's cgroup.subtree_control enables cpuset:
+		// runc under systemd does it after systemd made the pod's slice.
+		return fmt.Errorf("cgroup %s has no cpuset files: %w", dir, errNoCpuset)
+	} else if errors.Is(err, cgroups.ErrGone) {
 		return nil
 	} else if err != nil {
 		return err

@@ -678,3 +678,146 @@ func TestUnknownCPUManagerPolicy(t *testing.T) {
 		t.Errorf("state %q once the kubelet answered, want %q", got, v1alpha1.PinningActive)
 	}
 }
+
+// manual makes the pinner without running it, over the harness's pods: the test calls
+// processNext itself, one attempt at a time, and sees what each one counted.
+func (h *harness) manual(ctx context.Context) {
+	h.t.Helper()
+	h.reg = prometheus.NewRegistry()
+	inf := nodepods.NewInformer(h.kube, node)
+	p, err := New(Config{NodeName: node, CgroupRoot: h.tree.root}, h.kube, inf, h.rt,
+		func() ([]v1alpha1.NUMANode, error) { return twoNUMA, nil }, nil, NewMetrics(h.reg), logr.Discard())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { p.queue.ShutDown(); p.rtQueue.ShutDown() })
+	if _, err := p.findKubepods(ctx); err != nil {
+		h.t.Fatal(err)
+	}
+	p.checkStaticPolicy(ctx)
+	pods, err := h.kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for i := range pods.Items {
+		if err := inf.GetStore().Add(&pods.Items[i]); err != nil {
+			h.t.Fatal(err)
+		}
+		p.onPod(&pods.Items[i])
+	}
+	h.p = p
+}
+
+// TestNoCpusetFiles: on v2 a pod cgroup has no cpuset files until the cpuset controller
+// is enabled in its parent's cgroup.subtree_control (runc under systemd does it after
+// systemd made the pod's slice). The pod is retried, not dropped, and pinned once the
+// files appear; a failure is counted, and NUMAPinFailing recorded, only once they have
+// stayed away failingAfter attempts.
+func TestNoCpusetFiles(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		missing  int // attempts that find no cpuset files
+		failures float64
+	}{
+		{"a moment", failingAfter - 1, 0},
+		{"lasting", failingAfter + 1, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tr := newTree(t, true)
+			dir := tr.podDir(uidA)
+			if err := os.MkdirAll(dir, 0o755); err != nil { // no cpuset.* files
+				t.Fatal(err)
+			}
+			h := newHarness(t, tr, pod("p", uidA, "1"))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go tr.kernel(ctx)
+			h.manual(ctx)
+			key := "default/p"
+			for i := 1; i <= c.missing; i++ {
+				h.p.processNext(ctx)
+				if got := h.p.queue.NumRequeues(key); got != i {
+					t.Fatalf("after %d attempts without cpuset files, %d retries queued, want %d: the pod was dropped", i, got, i)
+				}
+			}
+			if got := h.counter("sextant_numa_pin_failures_total", reasonCgroup); got != c.failures {
+				t.Errorf("%v cgroup failures counted after %d attempts, want %v", got, c.missing, c.failures)
+			}
+			ev := h.events("NUMAPinFailing")
+			if lasting := c.missing >= failingAfter; len(ev) != map[bool]int{false: 0, true: 1}[lasting] {
+				t.Errorf("%d NUMAPinFailing events after %d attempts", len(ev), c.missing)
+			} else if lasting && !strings.Contains(ev[0].Message, "cpuset controller is not enabled") {
+				t.Errorf("NUMAPinFailing %q does not say the cpuset controller is not enabled", ev[0].Message)
+			}
+			tr.mkdir(dir, "0-3", "0") // the controller enabled: the kernel makes the files
+			for i := 0; i < failingAfter && !tr.holds(dir, "2-3", "0"); i++ {
+				h.p.processNext(ctx)
+			}
+			if !tr.holds(dir, "2-3", "0") {
+				t.Errorf("not narrowed once the cpuset files appeared; the cgroups:\n%s", tr.dump())
+			}
+		})
+	}
+}
+
+// TestNarrowed: only a set someone wrote counts as another's narrowing. On v1 the
+// kubelet's copy of the parent's set into a new pod cgroup is two writes, cpus then
+// mems: read between them it is half written. On v2 an empty part means the parent's.
+func TestNarrowed(t *testing.T) {
+	for _, c := range []struct {
+		v2         bool
+		cpus, mems string
+		want       bool
+	}{
+		{false, "2-3", "0", true},
+		{false, "0-3", "0", false}, // the parent's
+		{false, "0-3", "", false},  // the copy, half written
+		{false, "", "", false},     // nothing written yet
+		{false, "2-3", "", false},
+		{true, "2-3", "0", true},
+		{true, "2-3", "", true}, // mems as the parent
+		{true, "", "0", false},  // cpus as the parent: all of it
+		{true, "", "", false},
+	} {
+		t.Run(fmt.Sprintf("v2=%v cpus=%q mems=%q", c.v2, c.cpus, c.mems), func(t *testing.T) {
+			tr := newTree(t, c.v2)
+			dir := tr.podDir(uidA)
+			tr.mkdir(dir, "0-3", "0")
+			tr.write(dir, "cpuset.cpus", c.cpus)
+			tr.write(dir, "cpuset.mems", c.mems)
+			h := newHarness(t, tr)
+			h.manual(context.Background())
+			kp := h.p.kubepods.Load()
+			cur, err := kp.Requested(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := h.p.narrowed(kp, dir, cur); got != c.want {
+				t.Errorf("narrowed = %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// TestHalfCopiedIsNotForeign: a new v1 pod cgroup read between the kubelet's two writes
+// (cpus the parent's, mems empty) is pinned as any new pod, not repaired.
+func TestHalfCopiedIsNotForeign(t *testing.T) {
+	tr := newTree(t, false)
+	dir := tr.podDir(uidA)
+	tr.mkdir(dir, "0-3", "")
+	h := newHarness(t, tr, pod("p", uidA, "1"))
+	h.start()
+	h.eventually("narrowed", func() bool { return tr.holds(dir, "2-3", "0") })
+	tr.settle(dir)
+	tr.mkdir(filepath.Join(dir, "sandbox"), "2-3", "0")
+	h.eventually("pin confirmed", func() bool { return testutil.ToFloat64(h.p.metrics.pinned) == 1 })
+	if n := h.counter("sextant_numa_pins_total", pathPodCgroup); n != 1 {
+		t.Errorf("%v pod-cgroup pins, want 1", n)
+	}
+	if n := h.counter("sextant_numa_pins_total", pathRepair); n != 0 {
+		t.Errorf("%v repairs counted for a new pod", n)
+	}
+	if ev := h.events("NUMAPinRepaired"); len(ev) != 0 {
+		t.Errorf("NUMAPinRepaired for a new pod: %q", ev[0].Message)
+	}
+}
