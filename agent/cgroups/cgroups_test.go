@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,6 +129,109 @@ func TestFindKubepodsAndPodDirs(t *testing.T) {
 	}
 }
 
+// TestKubeletLayouts builds the trees the kubelet (k8s.io/kubernetes pkg/kubelet/cm)
+// makes: with the systemd driver every cgroup is named CgroupName.ToSystemd(), its parts
+// joined with '-', so --cgroup-root=/kubelet gives kubelet.slice/kubelet-kubepods.slice/
+// kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod<uid_>.slice; the
+// cgroupfs driver names them by their last part only.
+func TestKubeletLayouts(t *testing.T) {
+	const uidGuaranteed = "3e0f8db1-8e61-4f4d-af91-5c4d6e7f8091"
+	for _, c := range []struct {
+		name     string
+		kubepods string // relative to the hierarchy, as --kubepods-cgroup gives it
+		override bool   // pass kubepods to FindKubepods rather than let it look
+		qos      []string
+		pods     map[string]string // uid → pod cgroup relative to kubepods
+	}{
+		{
+			name: "systemd", kubepods: "kubepods.slice",
+			qos: []string{"", "kubepods-burstable.slice", "kubepods-besteffort.slice"},
+			pods: map[string]string{
+				uidGuaranteed: "kubepods-pod3e0f8db1_8e61_4f4d_af91_5c4d6e7f8091.slice",
+				uidBurstable:  "kubepods-burstable.slice/kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice",
+				uidBestEffort: "kubepods-besteffort.slice/kubepods-besteffort-pod1c9d7b9f_6c4f_4d2b_8d7f_3a2e4b5c6d7e.slice",
+			},
+		},
+		{
+			name: "systemd --cgroup-root=/kubelet", kubepods: "kubelet.slice/kubelet-kubepods.slice", override: true,
+			qos: []string{"", "kubelet-kubepods-burstable.slice", "kubelet-kubepods-besteffort.slice"},
+			pods: map[string]string{
+				uidGuaranteed: "kubelet-kubepods-pod3e0f8db1_8e61_4f4d_af91_5c4d6e7f8091.slice",
+				uidBurstable:  "kubelet-kubepods-burstable.slice/kubelet-kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice",
+				uidBestEffort: "kubelet-kubepods-besteffort.slice/kubelet-kubepods-besteffort-pod1c9d7b9f_6c4f_4d2b_8d7f_3a2e4b5c6d7e.slice",
+			},
+		},
+		{
+			// ToSystemd keeps ".slice" of a root so given as part of the name.
+			name: "systemd --cgroup-root=/kubelet.slice", kubepods: "kubelet.slice.slice/kubelet.slice-kubepods.slice", override: true,
+			qos: []string{"", "kubelet.slice-kubepods-burstable.slice", "kubelet.slice-kubepods-besteffort.slice"},
+			pods: map[string]string{
+				uidGuaranteed: "kubelet.slice-kubepods-pod3e0f8db1_8e61_4f4d_af91_5c4d6e7f8091.slice",
+				uidBurstable:  "kubelet.slice-kubepods-burstable.slice/kubelet.slice-kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice",
+				uidBestEffort: "kubelet.slice-kubepods-besteffort.slice/kubelet.slice-kubepods-besteffort-pod1c9d7b9f_6c4f_4d2b_8d7f_3a2e4b5c6d7e.slice",
+			},
+		},
+		{
+			name: "cgroupfs --cgroup-root=/kubelet", kubepods: "kubelet/kubepods", override: true,
+			qos: []string{"", "burstable", "besteffort"},
+			pods: map[string]string{
+				uidGuaranteed: "pod" + uidGuaranteed,
+				uidBurstable:  "burstable/pod" + uidBurstable,
+				uidBestEffort: "besteffort/pod" + uidBestEffort,
+			},
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			kubepods := filepath.Join(root, filepath.FromSlash(c.kubepods))
+			for _, rel := range c.pods {
+				// A container's cgroup too: PodUID must not take it for a pod.
+				if err := os.MkdirAll(filepath.Join(kubepods, filepath.FromSlash(rel), "cri-containerd-"+uidBurstable+".scope"), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			override := ""
+			if c.override {
+				override = c.kubepods
+			}
+			k, err := FindKubepods(Hierarchy{Dir: root, Version: V2}, override)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k.Dir != kubepods {
+				t.Fatalf("kubepods %s, want %s", k.Dir, kubepods)
+			}
+			var want []string
+			for _, q := range c.qos {
+				want = append(want, filepath.Join(kubepods, q))
+			}
+			if got := k.QoSDirs(); !slices.Equal(got, want) {
+				t.Errorf("QoSDirs = %q, want %q", got, want)
+			}
+			for _, q := range k.QoSDirs() {
+				if _, ok := PodUID(filepath.Base(q)); ok {
+					t.Errorf("PodUID(%s) takes a QoS directory for a pod", filepath.Base(q))
+				}
+			}
+			for uid, rel := range c.pods {
+				wantDir := filepath.Join(kubepods, filepath.FromSlash(rel))
+				if dir, ok := k.PodDir(uid); !ok || dir != wantDir {
+					t.Errorf("PodDir(%s) = %q, %v; want %q", uid, dir, ok, wantDir)
+				}
+				if got, ok := PodUID(filepath.Base(wantDir)); !ok || got != uid {
+					t.Errorf("PodUID(%s) = %q, %v; want %s", filepath.Base(wantDir), got, ok, uid)
+				}
+				if got, ok := PodUID("cri-containerd-" + uidBurstable + ".scope"); ok {
+					t.Errorf("PodUID takes a container's cgroup for pod %s", got)
+				}
+			}
+			if _, ok := k.PodDir("2d0e8ca0-7d50-4e3c-9e80-4b3f5c6d7e8f"); ok {
+				t.Error("a pod the kubelet never started has a cgroup")
+			}
+		})
+	}
+}
+
 func TestFindKubepodsMissing(t *testing.T) {
 	root := fixture(t, "v1-cgroupfs")
 	h, _ := DetectHierarchy(root)
@@ -139,9 +243,16 @@ func TestFindKubepodsMissing(t *testing.T) {
 func TestPodUID(t *testing.T) {
 	for name, want := range map[string]string{
 		"pod" + uidBurstable: uidBurstable,
-		"kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":  uidBurstable,
-		"kubepods-besteffort-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice": uidBurstable,
-		"kubepods-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":            uidBurstable,
+		"kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":          uidBurstable,
+		"kubepods-besteffort-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":         uidBurstable,
+		"kubepods-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":                    uidBurstable,
+		"kubelet-kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":  uidBurstable,
+		"kubelet-kubepods-besteffort-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice": uidBurstable,
+		"kubelet-kubepods-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":            uidBurstable,
+		"kubelet-kubepods-burstable.slice":                                          "",
+		"kubelet-kubepods.slice":                                                    "",
+		"pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":                             "",
+		"-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice":                            "",
 		"burstable":                "",
 		"kubepods-burstable.slice": "",
 		"pod0b8c6a8e":              "",
@@ -284,6 +395,44 @@ func TestWatcherOnFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectUID(t, w, uid2)
+}
+
+// TestWatcherSystemdCgroupRoot: with --cgroup-root=/kubelet the watch finds the QoS
+// directories and pod cgroups under their kubelet-kubepods-… names.
+func TestWatcherSystemdCgroupRoot(t *testing.T) {
+	root := t.TempDir()
+	kubepods := filepath.Join(root, "kubelet.slice", "kubelet-kubepods.slice")
+	if err := os.MkdirAll(filepath.Join(kubepods, "kubelet-kubepods-burstable.slice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k, err := FindKubepods(Hierarchy{Dir: root, Version: V2}, "kubelet.slice/kubelet-kubepods.slice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := k.Watch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	if err := os.Mkdir(filepath.Join(kubepods, "kubelet-kubepods-burstable.slice",
+		"kubelet-kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expectUID(t, w, uidBurstable)
+	// The BestEffort QoS directory the kubelet makes later.
+	if err := os.Mkdir(filepath.Join(kubepods, "kubelet-kubepods-besteffort.slice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expectUID(t, w, Rescan)
+	if err := os.Mkdir(filepath.Join(kubepods, "kubelet-kubepods-besteffort.slice",
+		"kubelet-kubepods-besteffort-pod1c9d7b9f_6c4f_4d2b_8d7f_3a2e4b5c6d7e.slice"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	expectUID(t, w, uidBestEffort)
 }
 
 func expectUID(t *testing.T, w *Watcher, want string) {

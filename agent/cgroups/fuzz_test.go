@@ -18,6 +18,7 @@ func FuzzPodUID(f *testing.F) {
 		"kubepods-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice",
 		"burstable", "kubepods-burstable.slice", "pod", "kubepods-pod.slice", "cri-containerd-abc.scope",
 		"pod0B8C6A8E-5B3E-4C1A-9C6E-2F1D3A4B5C6D", "kubepods-besteffort-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice",
+		"kubelet-kubepods-burstable-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice", "-pod0b8c6a8e_5b3e_4c1a_9c6e_2f1d3a4b5c6d.slice",
 	} {
 		f.Add(s)
 	}
@@ -31,15 +32,18 @@ func FuzzPodUID(f *testing.F) {
 		if !isUID(name) {
 			return
 		}
-		for _, systemd := range []bool{false, true} {
-			k := &Kubepods{Systemd: systemd}
+		for _, k := range []*Kubepods{
+			{Dir: "/sys/fs/cgroup/kubepods"},
+			{Dir: "/sys/fs/cgroup/kubepods.slice", Systemd: true},
+			{Dir: "/sys/fs/cgroup/kubelet.slice/kubelet-kubepods.slice", Systemd: true}, // --cgroup-root=/kubelet
+		} {
 			names := k.podDirNames(name)
 			if len(names) != len(k.QoSDirs()) {
 				t.Fatalf("%d names for %d QoS directories", len(names), len(k.QoSDirs()))
 			}
 			for _, n := range names {
 				if uid, ok := PodUID(n); !ok || uid != name {
-					t.Fatalf("PodUID(%q) = %q, %v; want %q (systemd %v)", n, uid, ok, name, systemd)
+					t.Fatalf("PodUID(%q) = %q, %v; want %q (kubepods %s)", n, uid, ok, name, k.Dir)
 				}
 			}
 			if slices.Contains(names, "") {

@@ -39,13 +39,21 @@ func FindKubepods(h Hierarchy, name string) (*Kubepods, error) {
 		h.Dir, strings.Join(candidates, ", "))
 }
 
+// slicePrefix is the kubepods cgroup's systemd name without ".slice". The systemd driver
+// joins all parts of a cgroup's name with '-' (CgroupName.ToSystemd), so every cgroup
+// below begins with it: "kubepods-", or "kubelet-kubepods-" with --cgroup-root=/kubelet.
+func (k *Kubepods) slicePrefix() string {
+	return strings.TrimSuffix(filepath.Base(k.Dir), ".slice")
+}
+
 // QoSDirs are the directories pod cgroups are created in: kubepods itself for
 // Guaranteed pods, and the Burstable and BestEffort cgroups.
 func (k *Kubepods) QoSDirs() []string {
 	if k.Systemd {
+		p := k.slicePrefix()
 		return []string{k.Dir,
-			filepath.Join(k.Dir, "kubepods-burstable.slice"),
-			filepath.Join(k.Dir, "kubepods-besteffort.slice")}
+			filepath.Join(k.Dir, p+"-burstable.slice"),
+			filepath.Join(k.Dir, p+"-besteffort.slice")}
 	}
 	return []string{k.Dir, filepath.Join(k.Dir, "burstable"), filepath.Join(k.Dir, "besteffort")}
 }
@@ -56,9 +64,10 @@ func (k *Kubepods) podDirNames(uid string) []string {
 	if k.Systemd {
 		// systemd slice names cannot hold "-" inside a unit name's part.
 		u := strings.ReplaceAll(uid, "-", "_")
-		return []string{"kubepods-pod" + u + ".slice",
-			"kubepods-burstable-pod" + u + ".slice",
-			"kubepods-besteffort-pod" + u + ".slice"}
+		p := k.slicePrefix()
+		return []string{p + "-pod" + u + ".slice",
+			p + "-burstable-pod" + u + ".slice",
+			p + "-besteffort-pod" + u + ".slice"}
 	}
 	return []string{"pod" + uid, "pod" + uid, "pod" + uid}
 }
@@ -82,13 +91,18 @@ func PodUID(name string) (string, bool) {
 	switch {
 	case strings.HasPrefix(name, "pod"):
 		uid = strings.TrimPrefix(name, "pod")
-	case strings.HasPrefix(name, "kubepods-") && strings.HasSuffix(name, ".slice"):
-		rest := strings.TrimSuffix(strings.TrimPrefix(name, "kubepods-"), ".slice")
-		rest = strings.TrimPrefix(strings.TrimPrefix(rest, "burstable-"), "besteffort-")
-		if !strings.HasPrefix(rest, "pod") {
+	case strings.HasSuffix(name, ".slice"):
+		// <kubepods>-[<qos>-]pod<uid_>.slice, where <kubepods> depends on --cgroup-root
+		// ("kubepods", "kubelet-kubepods"): the pod is the last '-'-separated part.
+		i := strings.LastIndex(name, "-")
+		if i <= 0 {
 			return "", false
 		}
-		uid = strings.ReplaceAll(strings.TrimPrefix(rest, "pod"), "_", "-")
+		last := strings.TrimSuffix(name[i+1:], ".slice")
+		if !strings.HasPrefix(last, "pod") {
+			return "", false
+		}
+		uid = strings.ReplaceAll(strings.TrimPrefix(last, "pod"), "_", "-")
 	default:
 		return "", false
 	}

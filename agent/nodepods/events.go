@@ -3,6 +3,7 @@ package nodepods
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -23,7 +24,8 @@ func EventName(pod *corev1.Pod, suffix string) string {
 	tail := "." + uid + "." + suffix
 	name := pod.Name
 	if max := 253 - len(tail); len(name) > max {
-		name = name[:max]
+		// A name must end alphanumeric: the API server refuses one ending "-" or ".".
+		name = strings.TrimRight(name[:max], "-.")
 	}
 	return name + tail
 }

@@ -25,7 +25,15 @@ func TestEventName(t *testing.T) {
 		{"job-x", "1c9d7b9f-6c4f-4d2b-8d7f-3a2e4b5c6d7e", "numa-pinned", "job-x.1c9d7b9f.numa-pinned"},
 		{"job-x", "short", "sidecar-not-stopped.proxy", "job-x.short.sidecar-not-stopped.proxy"},
 		{strings.Repeat("p", 253), "1c9d7b9f-6c4f", "device-mismatch", strings.Repeat("p", 253-len(".1c9d7b9f.device-mismatch")) + ".1c9d7b9f.device-mismatch"},
+		// Cut right after a '-' or '.' (232 characters fit before the tail): the name must
+		// still end with an alphanumeric character.
+		{strings.Repeat("a", 231) + "-" + strings.Repeat("b", 21), "1c9d7b9f-6c4f", "numa-pinned", strings.Repeat("a", 231) + ".1c9d7b9f.numa-pinned"},
+		{strings.Repeat("a", 230) + "--" + strings.Repeat("b", 21), "1c9d7b9f-6c4f", "numa-pinned", strings.Repeat("a", 230) + ".1c9d7b9f.numa-pinned"},
+		{strings.Repeat("a", 231) + "." + strings.Repeat("b", 21), "1c9d7b9f-6c4f", "numa-pinned", strings.Repeat("a", 231) + ".1c9d7b9f.numa-pinned"},
 	} {
+		if errs := validation.IsDNS1123Subdomain(c.name); len(errs) > 0 {
+			t.Fatalf("%.20s… is no valid pod name: %v", c.name, errs)
+		}
 		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: c.name, UID: k8stypes.UID(c.uid)}}
 		got := EventName(pod, c.suffix)
 		if got != c.want {
