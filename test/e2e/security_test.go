@@ -229,7 +229,8 @@ func TestSecurityAgentWritesOnlyItsNode(t *testing.T) {
 // TestSecurityOnlyTheRankerWritesItsDecisions: nobody, not even the cluster's admin,
 // creates a pod with numa.sextant.io/nodes or devices.sextant.io/allocated or adds them
 // later; they reach a pod on its Binding, which carries them only from the ranker.
-// Once bound, a pod's bandwidth annotations stay as they are; a sidecar's command
+// Once bound, a pod's bandwidth annotations stay as they are, and a pod created bound
+// carries none; a sidecar's command
 // annotation changes only to the exit command, by the virtual-node controller. The
 // ranker may not patch pods.
 func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
@@ -266,6 +267,17 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	userKube, _ := impersonate(t, user, nil)
 	_, err := userKube.CoreV1().Pods(ns).Create(ctx, pod("forged", map[string]string{annotations.DevicesAllocated: `{"sextant.io/gpu":["0"]}`}), metav1.CreateOptions{})
 	wantDenied(t, err, "sextant-pod-annotations", "a user creates a pod with "+annotations.DevicesAllocated)
+	// A pod created on a node skips the ranker's check of what it asks for: it may not
+	// ask for bandwidth, whose reservation would keep other pods off that node.
+	onNode := func(ann map[string]string) *corev1.Pod {
+		p := pod("on-node", ann)
+		p.Spec.NodeName = node.Name
+		return p
+	}
+	_, err = userKube.CoreV1().Pods(ns).Create(ctx, onNode(map[string]string{annotations.BandwidthPrefix + "ingress-required": "1000T"}), metav1.CreateOptions{DryRun: dryRun})
+	wantDenied(t, err, "sextant-pod-annotations", "a user creates a pod on a node asking for bandwidth")
+	_, err = userKube.CoreV1().Pods(ns).Create(ctx, onNode(map[string]string{"example.com/note": "x"}), metav1.CreateOptions{DryRun: dryRun})
+	wantAllowed(t, err, "a user creates a pod on a node without bandwidth annotations (dry run)")
 
 	const sidecarKey = annotations.SidecarCommandPrefix + "proxy"
 	prepared := pod("p", map[string]string{

@@ -42,6 +42,7 @@ func TestInFramework(t *testing.T) {
 
 	bound := testPod(map[string]string{annotations.IngressRequired: "100M"})
 	bound.Spec.NodeName = "node-3"
+	bound.Spec.SchedulerName = "sextant" // the profile's: reserved before it runs
 	client := fake.NewClientset(bound)
 	factory := informers.NewSharedInformerFactory(client, 0)
 

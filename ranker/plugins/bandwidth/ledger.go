@@ -47,6 +47,11 @@ const defaultWindow = 60 * time.Second
 // A pod that is bound but never runs (image pull failure, a node without a kubelet)
 // keeps its reservation until it is deleted: the ranker cannot tell it will not start.
 //
+// Pods of other schedulers (see SetOurs) reserve only from when they run: Filter never
+// checked what they ask for, so a pod that never starts, asking for more than any node
+// has, would otherwise shut its node to every pod that requires bandwidth, for as long
+// as its author likes. Once running, the next full report covers them.
+//
 // The ledger is rebuilt from the cluster rather than persisted: every pod informer
 // Add/Update of a bound, unfinished pod with bandwidth annotations that the ledger does
 // not hold and whose node's latest report does not cover it is reserved again
@@ -67,7 +72,13 @@ type Ledger struct {
 	// none stands in a node's record for "no reservations here", so that a node
 	// without any is not looked up under the lock again in every cycle.
 	none *nodeReservations
+	// ours says whether a pod is placed by this ranker (nil: every pod is).
+	ours func(*v1.Pod) bool
 }
+
+// SetOurs says which pods this ranker places, and so checked before reserving: the
+// others reserve only once they run. Call it before the ledger sees pods.
+func (l *Ledger) SetOurs(ours func(*v1.Pod) bool) { l.ours = ours }
 
 type reservation struct {
 	pod     string // namespace/name, for logs
@@ -387,6 +398,9 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 	if !ok {
 		if _, done := l.covered[pod.UID]; done {
 			return
+		}
+		if since.IsZero() && l.ours != nil && !l.ours(pod) {
+			return // another scheduler's pod, not running yet: see the type's doc
 		}
 		req, err := annotations.ParseBandwidth(pod.Annotations)
 		if err != nil || req.Empty() {

@@ -295,6 +295,50 @@ func TestLedgerRebuild(t *testing.T) {
 	}
 }
 
+// A pod another scheduler bound reserves only once it runs: Filter never checked what
+// it asks for, and one that never starts would otherwise shut its node to every pod
+// requiring bandwidth for as long as it stays. The ranker's own pods, seen bound after
+// a restart or leader change, reserve at once, as before they run their traffic is in
+// no report.
+func TestLedgerOtherSchedulersPodsReserveOnceRunning(t *testing.T) {
+	pl := testPlugin(t, testArgs(nil), report("n", "10G", "10G", now.Add(-10*time.Second)))
+	pl.Ledger().SetOurs(func(p *v1.Pod) bool { return p.Spec.SchedulerName == "sextant" })
+	huge := map[string]string{annotations.IngressRequired: "1000T"}
+	foreign := testPod(huge)
+	foreign.Spec.SchedulerName = "default-scheduler"
+	foreign.Spec.NodeName = "n"
+	foreign.Status.Phase = v1.PodPending // an init container that never ends
+	h := pl.Ledger().podHandler()
+	h.OnAdd(foreign, true)
+	if got := pl.Ledger().Len(); got != 0 {
+		t.Fatalf("%d reservations for another scheduler's pod that has not started, want 0", got)
+	}
+	x := testPod(map[string]string{annotations.IngressRequired: "1M"})
+	if st := pl.Filter(context.Background(), nil, x, nodeInfo("n")); !st.IsSuccess() {
+		t.Errorf("Filter(1M on n) = %v with another scheduler's pending pod asking 1000T on n, want success", st)
+	}
+
+	// Running, its traffic is in no report yet: reserved until one covers it.
+	running := runningPod(foreign, "n", now.Add(-5*time.Second))
+	h.OnUpdate(foreign, running)
+	if in, _ := pl.Ledger().Reserved("n"); in == 0 {
+		t.Errorf("another scheduler's running pod reserves nothing, want its rate until a report covers it")
+	}
+	pl.Ledger().ObserveReport(report("n", "10G", "10G", now.Add(2*time.Minute)))
+	if got := pl.Ledger().Len(); got != 0 {
+		t.Errorf("%d reservations after a report covering the running pod, want 0", got)
+	}
+
+	// The ranker's own pod, bound and not started, reserves at once.
+	own := testPod(map[string]string{annotations.IngressRequired: "100M"})
+	own.Spec.SchedulerName = "sextant"
+	own.Spec.NodeName = "n"
+	h.OnAdd(own, true)
+	if in, _ := pl.Ledger().Reserved("n"); in != 100e6 {
+		t.Errorf("the ranker's own bound pod reserves %s, want 100M", annotations.FormatRate(in))
+	}
+}
+
 // TestReservationCapped: a pod reserves its expected rate up to what its node's network
 // has left beside the other reservations, never less than its required rate, and only
 // the required rate where the node reports nothing for the direction.

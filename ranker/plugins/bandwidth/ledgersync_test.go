@@ -70,6 +70,7 @@ func TestLedgerSyncGate(t *testing.T) {
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
 	bound := testPod(map[string]string{annotations.IngressRequired: "800M"})
 	bound.Spec.NodeName = "n"
+	bound.Spec.SchedulerName = "sextant" // the profile's: reserved before it runs
 	client := fake.NewClientset(node, bound)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	activated := &syncActivations{}

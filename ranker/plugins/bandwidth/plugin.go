@@ -66,6 +66,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	registerStaleReports(store, args.StaleAfter.Duration)
 	pl := newPlugin(args, store, time.Now)
+	profile := h.ProfileName()
+	pl.ledger.SetOurs(func(pod *v1.Pod) bool { return pod.Spec.SchedulerName == profile })
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.nodes = h.SnapshotSharedLister().NodeInfos().List
 	store.AddListener(heartbeat.Listener{Bandwidth: pl.reportArrived})
