@@ -71,7 +71,10 @@ func TestLedgerSyncGate(t *testing.T) {
 	bound := testPod(map[string]string{annotations.IngressRequired: "800M"})
 	bound.Spec.NodeName = "n"
 	bound.Spec.SchedulerName = "sextant" // the profile's: reserved before it runs
-	client := fake.NewClientset(node, bound)
+	// The pod refused while the ledger syncs is in the informer, as every pod the
+	// scheduler tries is.
+	waiting := testPod(map[string]string{annotations.IngressRequired: "400M"})
+	client := fake.NewClientset(node, bound, waiting)
 	factory := informers.NewSharedInformerFactory(client, 0)
 	activated := &syncActivations{}
 
@@ -105,7 +108,6 @@ func TestLedgerSyncGate(t *testing.T) {
 	factory.Start(ctx.Done())
 	factory.WaitForCacheSync(ctx.Done())
 
-	waiting := testPod(map[string]string{annotations.IngressRequired: "400M"})
 	expectedOnly := testPod(map[string]string{annotations.IngressExpected: "400M"})
 	var waitingState fwk.CycleState
 	for _, c := range []struct {

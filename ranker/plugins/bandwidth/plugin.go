@@ -78,7 +78,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s watch pods: %w", Name, err)
 	}
-	if _, err := pods.AddEventHandler(pl.waiting.PodHandler()); err != nil {
+	if err := pl.waiting.WatchPods(pods); err != nil {
 		return nil, fmt.Errorf("%s watch pods: %w", Name, err)
 	}
 	// As the heartbeat store does with its own handlers: the handler's registration,

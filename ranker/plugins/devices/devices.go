@@ -122,7 +122,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {
 			return nil, fmt.Errorf("device plugin: watch pods for reservations: %w", err)
 		}
-		if _, err := pods.AddEventHandler(pl.waiting.PodHandler()); err != nil {
+		if err := pl.waiting.WatchPods(pods); err != nil {
 			return nil, fmt.Errorf("device plugin: watch pods: %w", err)
 		}
 	}

@@ -168,7 +168,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		if _, err := pods.AddEventHandler(pl.floorHandler()); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch pods for the NUMA floor: %w", err)
 		}
-		if _, err := pods.AddEventHandler(pl.waiting.PodHandler()); err != nil {
+		if err := pl.waiting.WatchPods(pods); err != nil {
 			return nil, fmt.Errorf("numa plugin: watch pods: %w", err)
 		}
 	}

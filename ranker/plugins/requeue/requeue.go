@@ -29,6 +29,9 @@ type ActivateFunc func(logger klog.Logger, pods map[string]*v1.Pod)
 type Waiting struct {
 	plugin   string
 	activate ActivateFunc
+	// podStore, once WatchPods ran, is the scheduler's pod informer's store: PostFilter
+	// drops a pod it no longer holds.
+	podStore cache.Store
 
 	mu   sync.Mutex
 	pods map[types.UID]*v1.Pod
@@ -59,6 +62,13 @@ func (w *Waiting) PostFilter(ctx context.Context, pod *v1.Pod, statuses fwk.Node
 	w.mu.Lock()
 	w.pods[pod.UID] = pod
 	w.mu.Unlock()
+	// After the add: a deletion handled from now on finds the pod here, and one handled
+	// before (while the attempt ran) has left the informer's store already, which
+	// is updated before its handlers are called.
+	if w.podStore != nil && !inStore(w.podStore, pod) {
+		w.Forget(pod.UID)
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
 	// After the add: a change the store makes from now on finds the pod waiting.
 	if changed != nil && changed() {
 		w.Activate(klog.FromContext(ctx), func(p *v1.Pod) bool { return p.UID == pod.UID })
@@ -117,8 +127,27 @@ func (w *Waiting) Forget(uid types.UID) {
 	w.mu.Unlock()
 }
 
+// WatchPods registers PodHandler on the scheduler's pod informer, and has PostFilter
+// check that a pod it records is still in the informer's store: a pod deleted while
+// its attempt ran would otherwise wait for good, as its deletion came first.
+func (w *Waiting) WatchPods(pods cache.SharedIndexInformer) error {
+	w.podStore = pods.GetStore()
+	_, err := pods.AddEventHandler(w.PodHandler())
+	return err
+}
+
+// inStore reports whether store holds pod (the same UID under its name).
+func inStore(store cache.Store, pod *v1.Pod) bool {
+	obj, ok, err := store.GetByKey(pod.Namespace + "/" + pod.Name)
+	if err != nil || !ok {
+		return false
+	}
+	cur, isPod := obj.(*v1.Pod)
+	return isPod && cur.UID == pod.UID
+}
+
 // PodHandler forgets pods that were bound or deleted; register it on the scheduler's
-// pod informer.
+// pod informer (WatchPods).
 func (w *Waiting) PodHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
