@@ -153,6 +153,20 @@ func readList(path string) ([]int32, error) {
 // ErrGone says a cgroup went away while it was being read or written: its pod ended.
 var ErrGone = errors.New("cgroup is gone")
 
+// ErrNoCpuset says a cgroup is there without its cpuset files: on v2 they exist only
+// where the parent's cgroup.subtree_control enables cpuset (runc under systemd enables
+// it after systemd made a pod's slice).
+var ErrNoCpuset = errors.New("the cpuset controller is not enabled for it (see its parent's cgroup.subtree_control)")
+
+// Missing tells why a cpuset file of the cgroup dir was not there: ErrNoCpuset while
+// dir exists, else ErrGone.
+func Missing(dir string) error {
+	if _, err := os.Stat(dir); err == nil {
+		return ErrNoCpuset
+	}
+	return ErrGone
+}
+
 func writeList(path string, l []int32) error {
 	// Without O_CREATE: a cgroup file that is not there means the cgroup was removed,
 	// and creating a regular file in its place would be wrong. O_TRUNC as runc opens

@@ -223,12 +223,7 @@ func (h Hierarchy) narrowOne(dir string, cs Cpuset) (bool, error) {
 		if !errors.Is(err, fs.ErrNotExist) {
 			return false, err
 		}
-		if _, serr := os.Stat(dir); serr == nil {
-			// On v2 the files exist only where the parent's cgroup.subtree_control
-			// enables cpuset; the kubelet enables every controller it finds.
-			return false, fmt.Errorf("narrow %s: the cpuset controller is not enabled for it (see its parent's cgroup.subtree_control): %w", dir, err)
-		}
-		return false, fmt.Errorf("narrow %s: %w", dir, ErrGone)
+		return false, fmt.Errorf("narrow %s: %w", dir, Missing(dir))
 	}
 	if cur.Equal(cs) {
 		return false, nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -486,12 +485,12 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 	} else if err != nil {
 		if ctx.Err() == nil {
 			n := p.queue.NumRequeues(key)
-			if errors.Is(err, errNoCpuset) && n < failingAfter-1 {
-				// Counted and logged only if it lasts: the files come a moment after
-				// the pod's cgroup.
+			if errors.Is(err, cgroups.ErrNoCpuset) && n < failingAfter-1 {
+				// Counted and logged only if it lasts failingAfter attempts: the files
+				// come a moment after the pod's cgroup.
 				p.log.V(1).Info("the pod's cgroup has no cpuset files yet; retrying", "pod", key, "detail", err.Error())
 			} else {
-				if errors.Is(err, errNoCpuset) {
+				if errors.Is(err, cgroups.ErrNoCpuset) {
 					p.metrics.failures.WithLabelValues(reasonCgroup).Inc()
 				}
 				p.log.Error(err, "pinning a pod to its NUMA nodes failed; retrying", "pod", key)
@@ -510,10 +509,6 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 // errPolicyUnknown holds every pod back until the kubelet answers: not a failure of the
 // pod's.
 var errPolicyUnknown = errors.New("the kubelet has not said whether it runs a static CPU or memory manager policy (PodResources); the pod is pinned once it has")
-
-// errNoCpuset: the pod's cgroup is there without its cpuset files, which is a failure
-// only once it lasts failingAfter attempts.
-var errNoCpuset = errors.New("the cpuset controller is not enabled for it (see its parent's cgroup.subtree_control)")
 
 // failingAfter is how many failed attempts in a row make a pod's pinning failure an
 // Event: a cgroup the kubelet is still setting up may fail an attempt or two.
@@ -661,13 +656,9 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 	}
 	eff, err := kp.Effective(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		if _, serr := os.Stat(dir); serr != nil {
-			return nil // gone: the pod ended
-		}
-		// On v2 the files come once the parent's cgroup.subtree_control enables cpuset:
-		// runc under systemd does it after systemd made the pod's slice.
-		return fmt.Errorf("cgroup %s has no cpuset files: %w", dir, errNoCpuset)
-	} else if errors.Is(err, cgroups.ErrGone) {
+		err = fmt.Errorf("cgroup %s has no cpuset files: %w", dir, cgroups.Missing(dir))
+	}
+	if errors.Is(err, cgroups.ErrGone) {
 		return nil
 	} else if err != nil {
 		return err

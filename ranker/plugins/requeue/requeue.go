@@ -138,7 +138,7 @@ func (w *Waiting) WatchPods(pods cache.SharedIndexInformer) error {
 
 // inStore reports whether store holds pod (the same UID under its name).
 func inStore(store cache.Store, pod *v1.Pod) bool {
-	obj, ok, err := store.GetByKey(pod.Namespace + "/" + pod.Name)
+	obj, ok, err := store.GetByKey(cache.MetaObjectToName(pod).String())
 	if err != nil || !ok {
 		return false
 	}
