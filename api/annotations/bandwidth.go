@@ -20,6 +20,17 @@ const (
 	// BandwidthNetwork names the node network whose bandwidth the pod's rates are
 	// about (a NodeBandwidth's status.networks); without it, the pod network.
 	BandwidthNetwork = BandwidthPrefix + "network"
+	// IngressLimit and EgressLimit cap the pod's rate on its network, enforced on the
+	// node where the agent shapes that network.
+	IngressLimit = BandwidthPrefix + "ingress-limit"
+	EgressLimit  = BandwidthPrefix + "egress-limit"
+)
+
+// The CNI bandwidth plugin's and Cilium's per-pod caps, which sextant reads as limits
+// too: where a pod sets both one of these and sextant's limit, the lower wins.
+const (
+	KubernetesIngressBandwidth = "kubernetes.io/ingress-bandwidth"
+	KubernetesEgressBandwidth  = "kubernetes.io/egress-bandwidth"
 )
 
 // PodNetwork is the network pod traffic crosses unless the pod names another: the NIC
@@ -35,6 +46,7 @@ var bandwidthKeys = []string{
 	IngressRequired, EgressRequired,
 	IngressExpected, EgressExpected,
 	BandwidthStrategy, BandwidthNetwork,
+	IngressLimit, EgressLimit,
 }
 
 // Strategy is how Score ranks the nodes that passed Filter.
@@ -69,6 +81,9 @@ const MaxRate = int64(1_000_000_000_000_000)
 // RateForm is the accepted form of a rate annotation, for error messages.
 const RateForm = "a non-negative quantity in bits/s such as 400M or 10G, at most 1P"
 
+// LimitForm is the accepted form of a limit, which may not be zero.
+const LimitForm = "a positive quantity in bits/s such as 100M or 10G, at most 1P"
+
 // Direction is what a pod asks of one traffic direction, in bits per second.
 type Direction struct {
 	// Required is the hard floor Filter enforces; meaningful only if HasRequired.
@@ -77,6 +92,10 @@ type Direction struct {
 	// Expected is the target Score aims for; meaningful only if HasExpected.
 	Expected    int64
 	HasExpected bool
+	// Limit caps the pod's rate, the lower of sextant's limit and the
+	// kubernetes.io/*-bandwidth annotation; meaningful only if HasLimit.
+	Limit    int64
+	HasLimit bool
 }
 
 // Target is the value the pod is scored and reserved by: expected, else required.
@@ -112,6 +131,9 @@ func (r BandwidthRequest) Empty() bool {
 	_, eg := r.Egress.Target()
 	return !in && !eg
 }
+
+// HasLimit reports whether the pod's rate is capped in either direction.
+func (r BandwidthRequest) HasLimit() bool { return r.Ingress.HasLimit || r.Egress.HasLimit }
 
 // HasRequired reports whether the pod asks for a floor in either direction.
 func (r BandwidthRequest) HasRequired() bool { return r.Ingress.HasRequired || r.Egress.HasRequired }
@@ -189,24 +211,43 @@ func ParseBandwidth(annotations map[string]string) (BandwidthRequest, error) {
 		})
 	}
 
-	parseRate := func(key string, into *int64, set *bool) {
+	parseRate := func(key, want string, into *int64, set *bool) {
 		v, ok := annotations[key]
 		if !ok {
 			return
 		}
 		n, problem := parseRateValue(v)
 		if problem != "" {
-			errs = append(errs, &Error{Annotation: key, Value: truncate(v), Problem: problem, Want: RateForm})
+			errs = append(errs, &Error{Annotation: key, Value: truncate(v), Problem: problem, Want: want})
 			return
 		}
 		*into, *set = n, true
 	}
-	parseRate(IngressRequired, &req.Ingress.Required, &req.Ingress.HasRequired)
-	parseRate(IngressExpected, &req.Ingress.Expected, &req.Ingress.HasExpected)
-	parseRate(EgressRequired, &req.Egress.Required, &req.Egress.HasRequired)
-	parseRate(EgressExpected, &req.Egress.Expected, &req.Egress.HasExpected)
+	parseRate(IngressRequired, RateForm, &req.Ingress.Required, &req.Ingress.HasRequired)
+	parseRate(IngressExpected, RateForm, &req.Ingress.Expected, &req.Ingress.HasExpected)
+	parseRate(EgressRequired, RateForm, &req.Egress.Required, &req.Egress.HasRequired)
+	parseRate(EgressExpected, RateForm, &req.Egress.Expected, &req.Egress.HasExpected)
+	// limitKey is the annotation the direction's limit came from: the lower of the two.
+	parseLimit := func(d *Direction, keys ...string) (limitKey string) {
+		for _, key := range keys {
+			var v int64
+			var set bool
+			parseRate(key, LimitForm, &v, &set)
+			if set && v == 0 {
+				// Zero is no traffic at all, which no one means by a cap.
+				errs = append(errs, &Error{Annotation: key, Value: truncate(annotations[key]), Problem: "zero", Want: LimitForm})
+				continue
+			}
+			if set && (!d.HasLimit || v < d.Limit) {
+				d.Limit, d.HasLimit, limitKey = v, true, key
+			}
+		}
+		return limitKey
+	}
+	ingressLimitKey := parseLimit(&req.Ingress, IngressLimit, KubernetesIngressBandwidth)
+	egressLimitKey := parseLimit(&req.Egress, EgressLimit, KubernetesEgressBandwidth)
 
-	checkOrder := func(d Direction, expectedKey, requiredKey string) {
+	checkOrder := func(d Direction, expectedKey, requiredKey, limitKey string) {
 		if d.HasRequired && d.HasExpected && d.Expected < d.Required {
 			errs = append(errs, &Error{
 				Annotation: expectedKey, Value: annotations[expectedKey],
@@ -214,9 +255,24 @@ func ParseBandwidth(annotations map[string]string) (BandwidthRequest, error) {
 				Want:    fmt.Sprintf("a quantity in bits/s at least %s", requiredKey),
 			})
 		}
+		// A limit below what the pod is placed by would leave the ranker reserving, and
+		// the node guaranteeing, a rate the pod can never reach.
+		for _, r := range []struct {
+			key string
+			v   int64
+			set bool
+		}{{expectedKey, d.Expected, d.HasExpected}, {requiredKey, d.Required, d.HasRequired}} {
+			if d.HasLimit && r.set && r.v > d.Limit {
+				errs = append(errs, &Error{
+					Annotation: r.key, Value: truncate(annotations[r.key]),
+					Problem: fmt.Sprintf("more than %s=%s", limitKey, annotations[limitKey]),
+					Want:    fmt.Sprintf("a quantity in bits/s at most %s", limitKey),
+				})
+			}
+		}
 	}
-	checkOrder(req.Ingress, IngressExpected, IngressRequired)
-	checkOrder(req.Egress, EgressExpected, EgressRequired)
+	checkOrder(req.Ingress, IngressExpected, IngressRequired, ingressLimitKey)
+	checkOrder(req.Egress, EgressExpected, EgressRequired, egressLimitKey)
 
 	if v, ok := annotations[BandwidthStrategy]; ok {
 		st, ok := ParseStrategy(strings.TrimSpace(v))

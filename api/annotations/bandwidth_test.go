@@ -75,6 +75,55 @@ func TestParseBandwidth(t *testing.T) {
 			wantErrs:    []string{BandwidthPrefix + "ingress-requried"}, wantForm: IngressRequired,
 		},
 		{
+			name:        "sextant's limits",
+			annotations: map[string]string{IngressLimit: "1G", EgressLimit: "100M", EgressRequired: "50M"},
+			want: BandwidthRequest{
+				Ingress: Direction{Limit: 1e9, HasLimit: true},
+				Egress:  Direction{Required: 50e6, HasRequired: true, Limit: 100e6, HasLimit: true},
+				Network: PodNetwork,
+			},
+		},
+		{
+			name:        "the CNI bandwidth plugin's limits",
+			annotations: map[string]string{KubernetesIngressBandwidth: "10M", KubernetesEgressBandwidth: "20M"},
+			want: BandwidthRequest{
+				Ingress: Direction{Limit: 10e6, HasLimit: true},
+				Egress:  Direction{Limit: 20e6, HasLimit: true},
+				Network: PodNetwork,
+			},
+		},
+		{
+			name:        "both limits: the lower wins",
+			annotations: map[string]string{IngressLimit: "300M", KubernetesIngressBandwidth: "200M", EgressLimit: "100M", KubernetesEgressBandwidth: "1G"},
+			want: BandwidthRequest{
+				Ingress: Direction{Limit: 200e6, HasLimit: true},
+				Egress:  Direction{Limit: 100e6, HasLimit: true},
+				Network: PodNetwork,
+			},
+		},
+		{
+			name:        "expected equal to the limit",
+			annotations: map[string]string{IngressExpected: "100M", IngressLimit: "100M"},
+			want:        BandwidthRequest{Ingress: Direction{Expected: 100e6, HasExpected: true, Limit: 100e6, HasLimit: true}, Network: PodNetwork},
+		},
+		{
+			name:        "expected above the limit",
+			annotations: map[string]string{EgressExpected: "200M", EgressLimit: "100M"},
+			wantErrs:    []string{EgressExpected}, wantForm: "at most " + EgressLimit,
+		},
+		{
+			name:        "expected above the lower of two limits",
+			annotations: map[string]string{IngressExpected: "200M", IngressLimit: "1G", KubernetesIngressBandwidth: "100M"},
+			wantErrs:    []string{IngressExpected}, wantForm: "at most " + KubernetesIngressBandwidth,
+		},
+		{
+			name:        "required and expected above the limit",
+			annotations: map[string]string{IngressRequired: "300M", IngressExpected: "400M", KubernetesIngressBandwidth: "100M"},
+			wantErrs:    []string{IngressExpected, IngressRequired}, wantForm: "at most " + KubernetesIngressBandwidth,
+		},
+		{name: "limit zero", annotations: map[string]string{EgressLimit: "0"}, wantErrs: []string{EgressLimit}, wantForm: LimitForm},
+		{name: "limit not a quantity", annotations: map[string]string{KubernetesEgressBandwidth: "fast"}, wantErrs: []string{KubernetesEgressBandwidth}, wantForm: LimitForm},
+		{
 			name:        "every problem reported",
 			annotations: map[string]string{IngressRequired: "x", EgressExpected: "y", BandwidthStrategy: "z"},
 			wantErrs:    []string{IngressRequired, EgressExpected, BandwidthStrategy},

@@ -27,6 +27,7 @@ const (
 // +kubebuilder:printcolumn:name="Pod-Ingress-Peak",type=string,JSONPath=`.status.networks[?(@.name=="pod")].ingress.peak`
 // +kubebuilder:printcolumn:name="Pod-Egress-Remaining",type=string,JSONPath=`.status.networks[?(@.name=="pod")].egress.remaining`
 // +kubebuilder:printcolumn:name="Pod-Egress-Peak",type=string,JSONPath=`.status.networks[?(@.name=="pod")].egress.peak`
+// +kubebuilder:printcolumn:name="Pod-Guaranteed",type=string,JSONPath=`.status.networks[?(@.name=="pod")].conditions[?(@.type=="GuaranteesEnforced")].status`,priority=1
 // +kubebuilder:printcolumn:name="Sampled",type=date,JSONPath=`.status.sampleTime`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.agentVersion`,priority=1
 type NodeBandwidth struct {
@@ -102,6 +103,66 @@ type NetworkBandwidth struct {
 	Interfaces []string `json:"interfaces"`
 
 	Bandwidth `json:",inline"`
+
+	// Conditions say whether the agent keeps, on this network, the bandwidth pods were
+	// placed for (type GuaranteesEnforced). Absent where enforcement is not turned on
+	// for the network: placements there are not guaranteed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Guarantees are, per direction, what the pods' required rates on this network may
+	// add up to and what those the agent keeps add up to now; present while
+	// GuaranteesEnforced is True.
+	// +optional
+	Guarantees *Guarantees `json:"guarantees,omitempty"`
+}
+
+// ConditionGuaranteesEnforced is the type of a network's condition that says whether the
+// agent shapes the network's interfaces so that every pod gets its required rate and no
+// pod exceeds its limit.
+const ConditionGuaranteesEnforced = "GuaranteesEnforced"
+
+// Reasons of the GuaranteesEnforced condition.
+const (
+	// ReasonShaped: every interface of the network is shaped (True).
+	ReasonShaped = "Shaped"
+	// ReasonShapingFailed: the agent could not set up or keep the shaping of an
+	// interface; the message says which and why (False).
+	ReasonShapingFailed = "ShapingFailed"
+	// ReasonNoCapacity: an interface's capacity is unknown, so there is nothing to
+	// guarantee against (False).
+	ReasonNoCapacity = "CapacityUnknown"
+	// ReasonNoInterfaces: the network has no interface to shape yet (False).
+	ReasonNoInterfaces = "NoInterfaces"
+)
+
+// Guarantees are a network's guaranteed rates, per direction.
+type Guarantees struct {
+	Ingress GuaranteedDirection `json:"ingress"`
+	Egress  GuaranteedDirection `json:"egress"`
+}
+
+// GuaranteedDirection is what the guarantees of one direction may add up to and what
+// they add up to, in bits per second.
+type GuaranteedDirection struct {
+	// Capacity is the most the required rates of the network's pods may add up to: the
+	// rate the agent shapes the network's smallest interface to, less the share it keeps
+	// for traffic no pod reserved.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	// +kubebuilder:validation:XValidation:rule="type(self) == string ? isQuantity(self) : self >= 0",message="must be a non-negative Kubernetes quantity, e.g. 10G or 1200M"
+	Capacity *resource.Quantity `json:"capacity,omitempty"`
+	// Guaranteed is what the required rates the agent keeps on the network add up to.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$`
+	// +kubebuilder:validation:XValidation:rule="type(self) == string ? isQuantity(self) : self >= 0",message="must be a non-negative Kubernetes quantity, e.g. 10G or 1200M"
+	Guaranteed *resource.Quantity `json:"guaranteed,omitempty"`
 }
 
 // InterfaceBandwidth is the sample of one NIC.

@@ -29,12 +29,21 @@ func ValidateAnnotations(podAnnotations map[string]string) error {
 	return errors.Join(errs...)
 }
 
-// sextantAnnotations is the subset of annotations ValidateAnnotations looks at.
+// sextantAnnotations is the subset of annotations ValidateAnnotations looks at. The CNI
+// bandwidth plugin's kubernetes.io/*-bandwidth limits are in it for pods that also ask
+// sextant for bandwidth, whose limit they are; other pods' are the CNI's business.
 func sextantAnnotations(podAnnotations map[string]string) map[string]string {
 	out := map[string]string{}
 	for k, v := range podAnnotations {
 		if strings.HasPrefix(k, annotations.BandwidthPrefix) || k == annotations.NUMAPolicy || strings.HasPrefix(k, annotations.SidecarCommandPrefix) {
 			out[k] = v
+		}
+	}
+	if annotations.HasBandwidth(out) {
+		for _, k := range []string{annotations.KubernetesIngressBandwidth, annotations.KubernetesEgressBandwidth} {
+			if v, ok := podAnnotations[k]; ok {
+				out[k] = v
+			}
 		}
 	}
 	return out

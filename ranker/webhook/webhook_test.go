@@ -355,6 +355,23 @@ func TestHandlerValidate(t *testing.T) {
 	if resp := review(t, h, PathValidate, admissionv1.Create, good, nil); !resp.Allowed {
 		t.Errorf("good pod refused: %+v", resp.Result)
 	}
+
+	// The CNI bandwidth plugin's cap is a sextant pod's limit too: below its expected rate,
+	// the pod is refused naming both; on a pod that asks sextant for nothing it is the
+	// CNI's business, even malformed.
+	capped := jobPod(corev1.RestartPolicyNever)
+	capped.Annotations["bandwidth.sextant.io/egress-expected"] = "200M"
+	capped.Annotations["kubernetes.io/egress-bandwidth"] = "100M"
+	resp = review(t, h, PathValidate, admissionv1.Create, capped, nil)
+	if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "bandwidth.sextant.io/egress-expected") ||
+		!strings.Contains(resp.Result.Message, "at most kubernetes.io/egress-bandwidth") {
+		t.Errorf("expected above the CNI's cap: %+v", resp.Result)
+	}
+	cniOnly := jobPod(corev1.RestartPolicyNever)
+	cniOnly.Annotations["kubernetes.io/egress-bandwidth"] = "fast"
+	if resp := review(t, h, PathValidate, admissionv1.Create, cniOnly, nil); !resp.Allowed {
+		t.Errorf("a pod with only the CNI's annotation refused: %+v", resp.Result)
+	}
 }
 
 func containerNames(list []corev1.Container) string {

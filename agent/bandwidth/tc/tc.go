@@ -1,6 +1,6 @@
-// Package tc hangs the meter's programs on network interfaces at tc ingress
-// and egress: through tcx links where the kernel has them (6.6+), through a
-// clsact qdisc and direct-action bpf filters otherwise.
+// Package tc hangs a pair of programs (the meter's, the shaper's classifier) on
+// network interfaces at tc ingress and egress: through tcx links where the kernel
+// has them (6.6+), through a clsact qdisc and direct-action bpf filters otherwise.
 //
 // Ownership rules, the same in both modes: the attacher only ever touches what
 // it attached itself, never removes other programs or filters, removes a
@@ -78,22 +78,34 @@ type Options struct {
 	// NetnsPath is the network namespace the ifindexes live in, e.g.
 	// /var/run/netns/NAME; empty means the caller's.
 	NetnsPath string
+	// Filter is the identity of the filters in clsact mode; zero is MeterFilter.
+	Filter Filter
 }
 
 // ErrNotAttached is wrapped by Verify's error when the programs are no longer attached.
-var ErrNotAttached = errors.New("the meter's programs are no longer attached")
+var ErrNotAttached = errors.New("the programs are no longer attached")
 
-// Filter identity in clsact mode. Priority 1 runs the meter before other
-// filters, so it sees every frame even when a later filter ends the chain
-// with a verdict; the handle and name make the filter recognisably ours.
-const (
-	FilterPriority   = 1
-	FilterHandle     = 0x5e47
-	FilterNamePrefix = "sextant_"
-)
+// Filter is the identity of an attacher's filters in clsact mode: each pair of
+// programs sits at its own priority and handle, under a name that makes the filter
+// recognisably sextant's.
+type Filter struct {
+	Priority   uint16
+	Handle     uint32
+	NamePrefix string
+	// What names the programs in errors, e.g. "the meter".
+	What string
+}
+
+// MeterFilter is the meter's identity. Priority 1 runs the meter before other
+// filters, so it sees every frame even when a later filter ends the chain with a
+// verdict.
+var MeterFilter = Filter{Priority: 1, Handle: 0x5e47, NamePrefix: "sextant_", What: "the meter"}
 
 // New returns an Attacher.
 func New(opts Options) (Attacher, error) {
+	if opts.Filter == (Filter{}) {
+		opts.Filter = MeterFilter
+	}
 	a := &attacher{opts: opts, attached: map[int]*attachment{}}
 	switch opts.Mode {
 	case ModeAuto:
@@ -161,7 +173,7 @@ func (a *attacher) attach(ifindex int, progs Programs) error {
 	}
 	var added bool
 	if err := a.withHandle(func(h *netlink.Handle) (err error) {
-		added, err = attachClsact(h, progs, ifindex)
+		added, err = attachClsact(h, a.opts.Filter, progs, ifindex)
 		return err
 	}); err != nil {
 		return err
@@ -189,13 +201,13 @@ func (a *attacher) Verify(ifindex int) error {
 		return fmt.Errorf("ifindex %d: %w", ifindex, ErrNotAttached)
 	}
 	if at.clsact {
-		return a.withHandle(func(h *netlink.Handle) error { return verifyClsact(h, ifindex, at) })
+		return a.withHandle(func(h *netlink.Handle) error { return verifyClsact(h, a.opts.Filter, ifindex, at) })
 	}
 	if len(at.links) == 0 {
 		// An earlier Reattach closed them and failed to attach again.
 		return fmt.Errorf("ifindex %d has no tcx links: %w", ifindex, ErrNotAttached)
 	}
-	return a.inNetns(func() error { return verifyTCX(ifindex, at.progIDs) })
+	return a.inNetns(func() error { return verifyTCX(a.opts.Filter, ifindex, at.progIDs) })
 }
 
 func (a *attacher) Reattach(ifindex int, progs Programs) error {
@@ -215,7 +227,7 @@ func (a *attacher) Reattach(ifindex int, progs Programs) error {
 		// gone from it).
 		var added bool
 		err := a.withHandle(func(h *netlink.Handle) (err error) {
-			added, err = attachClsact(h, progs, ifindex)
+			added, err = attachClsact(h, a.opts.Filter, progs, ifindex)
 			return err
 		})
 		at.ownQdisc = at.ownQdisc || added
@@ -254,7 +266,7 @@ func (a *attacher) detach(ifindex int) error {
 		}
 	}
 	if at.clsact {
-		errs = append(errs, a.withHandle(func(h *netlink.Handle) error { return detachClsact(h, ifindex, at.ownQdisc) }))
+		errs = append(errs, a.withHandle(func(h *netlink.Handle) error { return detachClsact(h, a.opts.Filter, ifindex, at.ownQdisc) }))
 	}
 	return errors.Join(errs...)
 }
@@ -335,7 +347,7 @@ var tcxHooks = [2]ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress}
 
 // verifyTCX checks that both programs are on their tcx hook; it must run in the
 // interface's namespace.
-func verifyTCX(ifindex int, ids [2]ebpf.ProgramID) error {
+func verifyTCX(id Filter, ifindex int, ids [2]ebpf.ProgramID) error {
 	for i, hook := range tcxHooks {
 		if ids[i] == 0 {
 			continue // unknown: nothing to look for
@@ -345,7 +357,7 @@ func verifyTCX(ifindex int, ids [2]ebpf.ProgramID) error {
 			return fmt.Errorf("list tcx %s programs of ifindex %d: %w", hook, ifindex, err)
 		}
 		if !slices.ContainsFunc(res.Programs, func(p link.AttachedProgram) bool { return p.ID == ids[i] }) {
-			return fmt.Errorf("ifindex %d: the meter's %s link was detached: %w", ifindex, hook, ErrNotAttached)
+			return fmt.Errorf("ifindex %d: %s's %s link was detached: %w", ifindex, id.What, hook, ErrNotAttached)
 		}
 	}
 	return nil
@@ -379,13 +391,13 @@ func attachTCX(progs Programs, ifindex int) ([]link.Link, error) {
 	return links, nil
 }
 
-func filterFor(ifindex int, parent uint32, name string, fd int) *netlink.BpfFilter {
+func filterFor(id Filter, ifindex int, parent uint32, name string, fd int) *netlink.BpfFilter {
 	return &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{
 			LinkIndex: ifindex,
 			Parent:    parent,
-			Handle:    FilterHandle,
-			Priority:  FilterPriority,
+			Handle:    id.Handle,
+			Priority:  id.Priority,
 			Protocol:  unix.ETH_P_ALL,
 		},
 		Fd:           fd,
@@ -394,16 +406,22 @@ func filterFor(ifindex int, parent uint32, name string, fd int) *netlink.BpfFilt
 	}
 }
 
-var clsactParents = []struct {
+// clsactParent is one of the clsact qdisc's two hooks.
+type clsactParent struct {
 	parent uint32
-	name   string
-}{
-	{netlink.HANDLE_MIN_INGRESS, FilterNamePrefix + "ingress"},
-	{netlink.HANDLE_MIN_EGRESS, FilterNamePrefix + "egress"},
+	hook   string
 }
 
+var clsactParents = []clsactParent{
+	{netlink.HANDLE_MIN_INGRESS, "ingress"},
+	{netlink.HANDLE_MIN_EGRESS, "egress"},
+}
+
+// name is the name of id's filter on the hook.
+func (p clsactParent) name(id Filter) string { return id.NamePrefix + p.hook }
+
 // attachClsact reports whether it added the clsact qdisc.
-func attachClsact(h *netlink.Handle, progs Programs, ifindex int) (added bool, err error) {
+func attachClsact(h *netlink.Handle, id Filter, progs Programs, ifindex int) (added bool, err error) {
 	lnk, err := h.LinkByIndex(ifindex)
 	if err != nil {
 		return false, fmt.Errorf("find ifindex %d: %w", ifindex, err)
@@ -418,11 +436,11 @@ func attachClsact(h *netlink.Handle, progs Programs, ifindex int) (added bool, e
 	}
 	for i, p := range []*ebpf.Program{progs.Ingress, progs.Egress} {
 		parent := clsactParents[i]
-		if err := checkSlotIsOurs(h, lnk, parent.parent); err != nil {
+		if err := checkSlotIsOurs(h, id, lnk, parent.parent); err != nil {
 			return added, err
 		}
-		if err := h.FilterReplace(filterFor(ifindex, parent.parent, parent.name, p.FD())); err != nil {
-			return added, fmt.Errorf("attach %s filter to %s: %w", parent.name, lnk.Attrs().Name, err)
+		if err := h.FilterReplace(filterFor(id, ifindex, parent.parent, parent.name(id), p.FD())); err != nil {
+			return added, fmt.Errorf("attach %s filter to %s: %w", parent.name(id), lnk.Attrs().Name, err)
 		}
 	}
 	return added, nil
@@ -431,17 +449,17 @@ func attachClsact(h *netlink.Handle, progs Programs, ifindex int) (added bool, e
 // verifyClsact checks that our filters, running our programs, are on both clsact hooks.
 // When the clsact qdisc itself is gone, the attachment stops owning a qdisc: one found
 // there later was added by someone else, and is theirs to remove.
-func verifyClsact(h *netlink.Handle, ifindex int, at *attachment) error {
+func verifyClsact(h *netlink.Handle, id Filter, ifindex int, at *attachment) error {
 	lnk, err := h.LinkByIndex(ifindex)
 	if err != nil {
 		return fmt.Errorf("find ifindex %d: %w", ifindex, err)
 	}
 	for i, parent := range clsactParents {
-		f, err := ourFilter(h, lnk, parent.parent)
+		f, err := ourFilter(h, id, lnk, parent.parent)
 		if err != nil {
 			return err
 		}
-		if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, FilterNamePrefix) && (at.progIDs[i] == 0 || bf.Id == int(at.progIDs[i])) {
+		if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, id.NamePrefix) && (at.progIDs[i] == 0 || bf.Id == int(at.progIDs[i])) {
 			continue
 		}
 		// Our filter is gone, and with it what told the qdisc was ours: another tool may
@@ -457,9 +475,9 @@ func verifyClsact(h *netlink.Handle, ifindex int, at *attachment) error {
 			return fmt.Errorf("%s: the clsact qdisc was deleted: %w", lnk.Attrs().Name, ErrNotAttached)
 		}
 		if f != nil {
-			return fmt.Errorf("%s: another filter replaced the meter's %s filter: %w", lnk.Attrs().Name, parent.name, ErrNotAttached)
+			return fmt.Errorf("%s: another filter replaced %s's %s filter: %w", lnk.Attrs().Name, id.What, parent.name(id), ErrNotAttached)
 		}
-		return fmt.Errorf("%s: the meter's %s filter was deleted: %w", lnk.Attrs().Name, parent.name, ErrNotAttached)
+		return fmt.Errorf("%s: %s's %s filter was deleted: %w", lnk.Attrs().Name, id.What, parent.name(id), ErrNotAttached)
 	}
 	return nil
 }
@@ -473,18 +491,18 @@ func clsactQdisc(ifindex int) *netlink.GenericQdisc {
 
 // checkSlotIsOurs refuses to overwrite a filter that sits at our priority and
 // handle but was not put there by sextant.
-func checkSlotIsOurs(h *netlink.Handle, lnk netlink.Link, parent uint32) error {
-	f, err := ourFilter(h, lnk, parent)
+func checkSlotIsOurs(h *netlink.Handle, id Filter, lnk netlink.Link, parent uint32) error {
+	f, err := ourFilter(h, id, lnk, parent)
 	if err != nil || f == nil {
 		return err
 	}
-	if bf, ok := f.(*netlink.BpfFilter); !ok || !strings.HasPrefix(bf.Name, FilterNamePrefix) {
-		return fmt.Errorf("%s has a foreign tc filter at priority %d handle %#x: not replacing it", lnk.Attrs().Name, FilterPriority, FilterHandle)
+	if bf, ok := f.(*netlink.BpfFilter); !ok || !strings.HasPrefix(bf.Name, id.NamePrefix) {
+		return fmt.Errorf("%s has a foreign tc filter at priority %d handle %#x: not replacing it", lnk.Attrs().Name, id.Priority, id.Handle)
 	}
 	return nil
 }
 
-func ourFilter(h *netlink.Handle, lnk netlink.Link, parent uint32) (netlink.Filter, error) {
+func ourFilter(h *netlink.Handle, id Filter, lnk netlink.Link, parent uint32) (netlink.Filter, error) {
 	filters, err := h.FilterList(lnk, parent)
 	if err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
@@ -494,7 +512,7 @@ func ourFilter(h *netlink.Handle, lnk netlink.Link, parent uint32) (netlink.Filt
 	}
 	for _, f := range filters {
 		a := f.Attrs()
-		if a.Handle == FilterHandle && a.Priority == FilterPriority {
+		if a.Handle == id.Handle && a.Priority == id.Priority {
 			return f, nil
 		}
 	}
@@ -503,7 +521,7 @@ func ourFilter(h *netlink.Handle, lnk netlink.Link, parent uint32) (netlink.Filt
 
 // detachClsact deletes our filters, and the clsact qdisc too when we added it
 // and no filter of anyone else's has appeared on it since.
-func detachClsact(h *netlink.Handle, ifindex int, ownQdisc bool) error {
+func detachClsact(h *netlink.Handle, id Filter, ifindex int, ownQdisc bool) error {
 	lnk, err := h.LinkByIndex(ifindex)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
@@ -514,17 +532,17 @@ func detachClsact(h *netlink.Handle, ifindex int, ownQdisc bool) error {
 	}
 	var errs []error
 	for _, parent := range clsactParents {
-		f, err := ourFilter(h, lnk, parent.parent)
+		f, err := ourFilter(h, id, lnk, parent.parent)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		bf, ok := f.(*netlink.BpfFilter)
-		if !ok || !strings.HasPrefix(bf.Name, FilterNamePrefix) {
+		if !ok || !strings.HasPrefix(bf.Name, id.NamePrefix) {
 			continue
 		}
-		if err := h.FilterDel(filterFor(ifindex, parent.parent, parent.name, 0)); err != nil && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("delete %s filter from %s: %w", parent.name, lnk.Attrs().Name, err))
+		if err := h.FilterDel(filterFor(id, ifindex, parent.parent, parent.name(id), 0)); err != nil && !errors.Is(err, unix.ENOENT) {
+			errs = append(errs, fmt.Errorf("delete %s filter from %s: %w", parent.name(id), lnk.Attrs().Name, err))
 		}
 	}
 	if !ownQdisc || len(errs) > 0 {

@@ -102,9 +102,9 @@ func ourFilters(t *testing.T, h *netlink.Handle, ifindex int) (ingress, egress i
 		for _, f := range fs {
 			bf, ok := f.(*netlink.BpfFilter)
 			switch {
-			case ok && strings.HasPrefix(bf.Name, FilterNamePrefix) && i == 0:
+			case ok && strings.HasPrefix(bf.Name, MeterFilter.NamePrefix) && i == 0:
 				ingress++
-			case ok && strings.HasPrefix(bf.Name, FilterNamePrefix):
+			case ok && strings.HasPrefix(bf.Name, MeterFilter.NamePrefix):
 				egress++
 			default:
 				foreign++
@@ -121,7 +121,7 @@ func TestClsactReplacesOwnFiltersAndKeepsOthers(t *testing.T) {
 
 	// Someone else's filter, which must survive everything we do.
 	run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
-	foreign := filterFor(ifindex, netlink.HANDLE_MIN_INGRESS, "foreign", loadPrograms(t).Ingress.FD())
+	foreign := filterFor(MeterFilter, ifindex, netlink.HANDLE_MIN_INGRESS, "foreign", loadPrograms(t).Ingress.FD())
 	foreign.Priority, foreign.Handle = 7, 1
 	if err := h.FilterAdd(foreign); err != nil {
 		t.Fatalf("add foreign filter: %v", err)
@@ -300,7 +300,7 @@ func TestClsactVerifyAndReattach(t *testing.T) {
 
 	// Our egress filter deleted: the meter attaches it again (and, unable to tell the
 	// qdisc is still the one it added, leaves it to others from then on).
-	if err := h.FilterDel(filterFor(ifindex, netlink.HANDLE_MIN_EGRESS, FilterNamePrefix+"egress", 0)); err != nil {
+	if err := h.FilterDel(filterFor(MeterFilter, ifindex, netlink.HANDLE_MIN_EGRESS, MeterFilter.NamePrefix+"egress", 0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := a.Verify(ifindex); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "egress filter was deleted") {
@@ -438,5 +438,51 @@ func TestTCXVerifyAndReattach(t *testing.T) {
 		if n := len(query(hook)); n != 0 {
 			t.Errorf("%d programs on %s after close, want none", n, hook)
 		}
+	}
+}
+
+// Two attachers with their own filter identities (the meter's, the shaper's classifier)
+// share one clsact qdisc: neither replaces, verifies or removes the other's filters.
+func TestTwoIdentitiesShareClsact(t *testing.T) {
+	path, ifindex := testNetns(t)
+	progs := loadPrograms(t)
+	h := handle(t, path)
+	classifier := Filter{Priority: 2, Handle: 0x5e47, NamePrefix: "sextant_classify_", What: "the classifier"}
+	meter, err := New(Options{Mode: ModeClsact, NetnsPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cls, err := New(Options{Mode: ModeClsact, NetnsPath: path, Filter: classifier})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []Attacher{meter, cls} {
+		if err := a.Attach(ifindex, progs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if in, eg, foreign := ourFilters(t, h, ifindex); in != 2 || eg != 2 || foreign != 0 {
+		t.Fatalf("filters: %d ingress, %d egress, %d foreign; want 2, 2, 0", in, eg, foreign)
+	}
+	for _, a := range []Attacher{meter, cls} {
+		if err := a.Verify(ifindex); err != nil {
+			t.Errorf("verify: %v", err)
+		}
+	}
+	// The meter goes first, though it added the qdisc: the classifier's filters stay.
+	if err := meter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cls.Verify(ifindex); err != nil {
+		t.Fatalf("the classifier after the meter detached: %v", err)
+	}
+	if err := meter.Verify(ifindex); !errors.Is(err, ErrNotAttached) {
+		t.Errorf("the meter after it detached: %v, want ErrNotAttached", err)
+	}
+	if err := cls.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if in, eg, foreign := ourFilters(t, h, ifindex); in+eg+foreign != 0 {
+		t.Errorf("filters left: %d ingress, %d egress, %d foreign", in, eg, foreign)
 	}
 }
