@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -63,3 +65,37 @@ func CreateEvent(ctx context.Context, kube kubernetes.Interface, node string, ev
 		"heldBy", held.Source.Host, "heldByInstance", held.ReportingInstance, "reason", ev.Reason)
 	return nil
 }
+
+// PodEvent builds an Event the agent of node records on pod, named EventName(pod,
+// suffix) so that an agent that restarts and records the same again finds it there.
+// controller is the part of the agent that records it, e.g. "sextant.io/enforcement".
+func PodEvent(pod *corev1.Pod, node, controller, typ, reason, suffix, msg string, now time.Time) *corev1.Event {
+	t := metav1.NewTime(now)
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Name: EventName(pod, suffix), Namespace: pod.Namespace},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
+			Name: pod.Name, UID: pod.UID},
+		Reason: reason, Message: msg, Type: typ,
+		Source:         corev1.EventSource{Component: Component, Host: node},
+		FirstTimestamp: t, LastTimestamp: t, Count: 1,
+		ReportingController: controller, ReportingInstance: Component + "-" + node,
+	}
+}
+
+// NodeEvent builds an Event the agent records on its own Node, under a name the server
+// generates: what it says (enforcement failed on an interface) may happen again. As the
+// kubelet's, its object's UID is the node's name, which kubectl describe node looks for.
+func NodeEvent(node, controller, typ, reason, msg string, now time.Time) *corev1.Event {
+	t := metav1.NewTime(now)
+	return &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{GenerateName: node + ".", Namespace: metav1.NamespaceDefault},
+		InvolvedObject: corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)},
+		Reason:         reason, Message: msg, Type: typ,
+		Source:         corev1.EventSource{Component: Component, Host: node},
+		FirstTimestamp: t, LastTimestamp: t, Count: 1,
+		ReportingController: controller, ReportingInstance: Component + "-" + node,
+	}
+}
+
+// Component is the agent's name as the source of its events.
+const Component = "sextant-agent"

@@ -34,6 +34,16 @@ type BandwidthConfig struct {
 	MaxInterval time.Duration
 	// AgentVersion goes into the status.
 	AgentVersion string
+	// Enforcement, if set, says per network whether the agent keeps its guarantees:
+	// each network it names gets its condition and guarantees.
+	Enforcement func() map[string]Enforcement
+}
+
+// Enforcement is what the agent's enforcement says of one network: whether it keeps the
+// guarantees there, and what they may and do add up to.
+type Enforcement struct {
+	Condition  metav1.Condition
+	Guarantees *v1alpha1.Guarantees
 }
 
 func (c BandwidthConfig) withDefaults() BandwidthConfig {
@@ -80,6 +90,9 @@ func NewBandwidthReporter(cfg BandwidthConfig, dyn dynamic.Interface, kube kuber
 // node is eligible again only from that write.
 func (r *BandwidthReporter) Offer(ctx context.Context, snap bandwidth.Snapshot) (bool, error) {
 	status := BandwidthStatus(snap, r.cfg.AgentVersion)
+	if r.cfg.Enforcement != nil {
+		addEnforcement(&status, r.cfg.Enforcement())
+	}
 	now := r.clock.Now()
 	full := snap.Window >= snap.FullWindow
 	becameFull := r.last != nil && !r.lastFull && full && now.Sub(r.lastWrite) >= r.cfg.MinInterval
@@ -141,17 +154,45 @@ func bandwidthDue(cfg BandwidthConfig, last *v1alpha1.NodeBandwidthStatus, lastW
 }
 
 // sameNetworks says whether two reports group the same interfaces into the same
-// networks (their figures follow the interfaces', which bandwidthDue compares).
+// networks (their figures follow the interfaces', which bandwidthDue compares), and say
+// the same of their guarantees: whether they are enforced, and what they add up to.
 func sameNetworks(a, b []v1alpha1.NetworkBandwidth) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].Name != b[i].Name || !slices.Equal(a[i].Interfaces, b[i].Interfaces) {
+		if a[i].Name != b[i].Name || !slices.Equal(a[i].Interfaces, b[i].Interfaces) ||
+			!sameConditions(a[i].Conditions, b[i].Conditions) || !sameGuarantees(a[i].Guarantees, b[i].Guarantees) {
 			return false
 		}
 	}
 	return true
+}
+
+func sameConditions(a, b []metav1.Condition) bool {
+	return slices.EqualFunc(a, b, func(x, y metav1.Condition) bool {
+		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message
+	})
+}
+
+func sameGuarantees(a, b *v1alpha1.Guarantees) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	same := func(x, y *resource.Quantity) bool { return (x == nil) == (y == nil) && (x == nil || x.Cmp(*y) == 0) }
+	return same(a.Ingress.Capacity, b.Ingress.Capacity) && same(a.Ingress.Guaranteed, b.Ingress.Guaranteed) &&
+		same(a.Egress.Capacity, b.Egress.Capacity) && same(a.Egress.Guaranteed, b.Egress.Guaranteed)
+}
+
+// addEnforcement puts each enforced network's condition and guarantees into status.
+func addEnforcement(status *v1alpha1.NodeBandwidthStatus, enf map[string]Enforcement) {
+	for i := range status.Networks {
+		nw := &status.Networks[i]
+		if e, ok := enf[nw.Name]; ok {
+			nw.Conditions = []metav1.Condition{e.Condition}
+			nw.Guarantees = e.Guarantees
+		}
+	}
 }
 
 // moved says whether one direction changed enough to tell: its capacity came, went or

@@ -558,3 +558,14 @@ func detachClsact(h *netlink.Handle, id Filter, ifindex int, ownQdisc bool) erro
 	}
 	return nil
 }
+
+// Remove deletes the filters of opts' identity from the interface's clsact hooks,
+// whoever attached them: an agent undoes there what an earlier run of it attached.
+// The clsact qdisc stays; an interface without one, or gone, is not an error.
+func Remove(opts Options, ifindex int) error {
+	if opts.Filter == (Filter{}) {
+		opts.Filter = MeterFilter
+	}
+	a := &attacher{opts: opts}
+	return a.withHandle(func(h *netlink.Handle) error { return detachClsact(h, opts.Filter, ifindex, false) })
+}

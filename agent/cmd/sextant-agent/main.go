@@ -32,6 +32,7 @@ func newRootCommand() *cobra.Command {
 		newRunCommand(),
 		newTopologyCommand(),
 		newMeasureCommand(),
+		newUnshapeCommand(),
 	)
 	return root
 }

@@ -88,6 +88,8 @@ type runOptions struct {
 	cdiSpecDirs         []string
 	deviceFilter        devicefilter.Rules
 	deviceAuditInterval time.Duration
+
+	enforcement enforcementOptions
 }
 
 func newRunCommand() *cobra.Command { return newRunCommandFor(&runOptions{}) }
@@ -165,14 +167,16 @@ NodeTopology says which (status.numaPinning).`,
 	f.Var(&o.deviceFilter, "device-filter", "include:FIELD=VALUE or exclude:FIELD=VALUE, FIELD address, kind or driver; repeatable or comma-separated, the last matching rule wins, applied after the default exclusion of the node's own NICs and boot drives")
 	f.DurationVar(&o.deviceAuditInterval, "device-audit-interval", 30*time.Second, "compare the kubelet's PodResources with the pods' devices.sextant.io/allocated at least this often (and when a pod starts)")
 	f.DurationVar(&o.numaResync, "numa-resync", 30*time.Second, "check every pinned pod's cgroup at least this often, and narrow it again if something widened it")
+	o.enforcement.addFlags(f)
 	return cmd
 }
 
 // actsOnPods reports whether a part of the agent watches the node's pods and records
-// events on them: the sidecar terminator, NUMA pinning, and the device plugin's audit.
-// The chart grants the agent those rights exactly when this holds (agent-rbac.yaml).
+// events on them: the sidecar terminator, NUMA pinning, the device plugin's audit, and
+// bandwidth enforcement. The chart grants the agent those rights exactly when this holds
+// (agent-rbac.yaml).
 func (o runOptions) actsOnPods() bool {
-	return o.sidecarTerminator || o.numaPinning || o.heartbeats && o.devicePlugin
+	return o.sidecarTerminator || o.numaPinning || o.heartbeats && o.devicePlugin || len(o.enforcement.networks) > 0
 }
 
 func (o runOptions) validate() error {
@@ -248,6 +252,9 @@ func runAgent(ctx context.Context, o runOptions) error {
 	}
 	networks, err := bandwidth.ParseNetworks(o.networks)
 	if err != nil {
+		return err
+	}
+	if err := o.enforcement.validate(networks, o.heartbeats); err != nil {
 		return err
 	}
 	mode, _ := parseAttachMode(o.attachMode) // checked by validate
@@ -391,11 +398,22 @@ func runAgent(ctx context.Context, o runOptions) error {
 		}, bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}, bpf, bpf, nil)
 		reg.MustRegister(bandwidth.NewCollector(meter))
 		metrics := report.NewMetrics(reg)
-
-		bw := report.NewBandwidthReporter(report.BandwidthConfig{
+		enf, err := startEnforcement(ctx, &wg, o, kube, pods, meter, reg, loops, fail, log.WithName("enforcement"))
+		if err != nil {
+			stop()
+			wg.Wait()
+			return err
+		}
+		// After every part has stopped: the enforcer must not shape again behind it.
+		defer enf.stop()
+		bwCfg := report.BandwidthConfig{
 			Threshold: o.threshold, MinInterval: o.minInterval, MaxInterval: o.maxInterval,
 			AgentVersion: version.Version,
-		}, dyn, kube, o.nodeName, metrics, clock.RealClock{})
+		}
+		if enf != nil {
+			bwCfg.Enforcement = reportEnforcement(enf.enforcer)
+		}
+		bw := report.NewBandwidthReporter(bwCfg, dyn, kube, o.nodeName, metrics, clock.RealClock{})
 		topoCfg := report.TopologyConfig{Resync: o.topologyResync, AgentVersion: version.Version}
 		if pinner != nil {
 			topoCfg.NUMAPinning = pinner.State

@@ -1,0 +1,54 @@
+package enforce
+
+import (
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"sextant.io/sextant/api/annotations"
+)
+
+// podOf returns what the plan needs of a pod, false for a pod that has finished (its
+// guarantees end with it). A pod whose bandwidth annotations do not parse (the webhook
+// was down) gets neither a guarantee nor a limit; err says why.
+//
+// A pod's addresses are the kubelet's record of them (status.podIPs), never what its
+// author wrote: a pod claiming another's address would take that pod's class. So the
+// addresses a CNI such as Multus records in the pod's annotations are not used.
+func podOf(pod *corev1.Pod, cgroupID func(*corev1.Pod) uint64) (Pod, error, bool) {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return Pod{}, nil, false
+	}
+	p := Pod{UID: pod.UID, Name: pod.Namespace + "/" + pod.Name, Bound: pod.CreationTimestamp.Time}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			p.Bound = c.LastTransitionTime.Time
+		}
+	}
+	req, err := annotations.ParseBandwidth(pod.Annotations)
+	if err != nil {
+		req = annotations.BandwidthRequest{Network: annotations.PodNetwork}
+	}
+	p.Request = req
+	if pod.Spec.HostNetwork {
+		// Its addresses are the node's: only its cgroup tells its sockets apart.
+		if cgroupID != nil && (req.HasRequired() || req.HasLimit()) {
+			p.CgroupID = cgroupID(pod)
+		}
+		return p, err, true
+	}
+	seen := map[netip.Addr]bool{}
+	add := func(s string) {
+		if a, perr := netip.ParseAddr(s); perr == nil && !seen[a.Unmap()] {
+			seen[a.Unmap()] = true
+			p.Addresses = append(p.Addresses, a.Unmap())
+		}
+	}
+	for _, ip := range pod.Status.PodIPs {
+		add(ip.IP)
+	}
+	if len(pod.Status.PodIPs) == 0 {
+		add(pod.Status.PodIP)
+	}
+	return p, err, true
+}
