@@ -25,7 +25,9 @@ type classKey struct {
 
 // podKey is the class of a pod across the network's interfaces; the network's totals
 // with pod empty.
-func (k classKey) podKey() classKey { return classKey{network: k.network, direction: k.direction, pod: k.pod} }
+func (k classKey) podKey() classKey {
+	return classKey{network: k.network, direction: k.direction, pod: k.pod}
+}
 
 // classCounters are a class's counters on one interface.
 type classCounters struct {
