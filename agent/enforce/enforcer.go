@@ -97,6 +97,8 @@ type Enforcer struct {
 	acct        *accounting
 	reconciles  [2]uint64 // ok, error
 	shapedCount int
+	// retry: the last pass left something to try again at the next sample tick.
+	retry bool
 	// warned remembers the Events recorded, so each is recorded once per agent run (and
 	// once ever, by its name: see nodepods.EventName).
 	warned map[string]bool
@@ -172,8 +174,8 @@ func (e *Enforcer) Run(ctx context.Context) error {
 		case <-resync.C:
 			e.reconcile(ctx)
 		case <-sample.C:
-			if !e.reconciled() {
-				e.reconcile(ctx) // the meter had not sampled at the first pass
+			if e.retrying() {
+				e.reconcile(ctx)
 			}
 			e.sample(ctx)
 		}
@@ -265,6 +267,10 @@ func (e *Enforcer) reconcile(ctx context.Context) {
 	desired := map[string]bool{}
 	var statuses []NetworkStatus
 	prev := e.Status()
+	// retry: a network is not enforced, which may pass by itself (an interface not
+	// sampled yet, a qdisc being replaced): the next sample tick tries again rather than
+	// the next resync.
+	retry := false
 	for _, np := range plan.Networks {
 		st := NetworkStatus{Network: np.Name, Capacity: np.Capacity, Guaranteed: np.Guaranteed}
 		for _, s := range np.Shortfalls {
@@ -298,8 +304,13 @@ func (e *Enforcer) reconcile(ctx context.Context) {
 				st.Since = p.Since
 			}
 		}
-		if !st.Enforced && !wasFailing(prev, st) {
+		// A network without interfaces is one whose NICs are down, or not sampled yet
+		// just after a start: no event for that.
+		if !st.Enforced && st.Reason != v1alpha1.ReasonNoInterfaces && !wasFailing(prev, st) {
 			e.nodeEvent(ctx, "BandwidthEnforcementFailed", fmt.Sprintf("network %s: guarantees not enforced: %s", st.Network, st.Message))
+		}
+		if !st.Enforced {
+			retry = true
 		}
 		statuses = append(statuses, st)
 		for _, s := range np.Shortfalls {
@@ -332,6 +343,7 @@ func (e *Enforcer) reconcile(ctx context.Context) {
 	err := errors.Join(errs...)
 	e.mu.Lock()
 	e.status, e.plan, e.names, e.shapedCount = statuses, plan, names, len(e.shaper.Shaped())
+	e.retry = retry || err != nil
 	if err != nil {
 		e.reconciles[1]++
 	} else {
@@ -417,11 +429,12 @@ func (e *Enforcer) sample(ctx context.Context) {
 	}
 }
 
-// reconciled reports whether a pass has shaped the node yet.
-func (e *Enforcer) reconciled() bool {
+// retrying reports whether the last pass (or none yet: the meter had not sampled) left
+// something to try again.
+func (e *Enforcer) retrying() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.status != nil
+	return e.status == nil || e.retry
 }
 
 // podName returns the namespace and name of a pod with a class; empty for none.

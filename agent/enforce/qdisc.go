@@ -3,7 +3,9 @@ package enforce
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -88,8 +90,22 @@ func (q htb) newClass(parent uint16, c Class) *netlink.HtbClass {
 		parentHandle = classID(parent)
 	}
 	return netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: q.ifindex, Parent: parentHandle, Handle: classID(c.Minor)},
-		netlink.HtbClassAttrs{Rate: c.Rate, Ceil: c.Ceil, Quantum: quantum})
+		netlink.HtbClassAttrs{Rate: c.Rate, Ceil: c.Ceil, Quantum: quantum, Buffer: burst(c.Rate), Cbuffer: burst(c.Ceil)})
 }
+
+// burst is the bytes a class may send at once above its rate: burstTime's worth, and at
+// least a few GSO packets. tc's default (one MTU above rate/HZ) would hold a class that
+// sends 64 KiB GSO packets well below its rate: HTB then waits out each packet's tokens
+// on its timer.
+func burst(bits uint64) uint32 {
+	b := bits / 8 * uint64(burstTime) / uint64(time.Second)
+	return uint32(min(max(b, minBurst), math.MaxUint32))
+}
+
+const (
+	burstTime = 5 * time.Millisecond
+	minBurst  = 3 * 65536
+)
 
 // sync makes the HTB's classes those of plan: the root class at the shaped rate, the
 // default class, and each pod's. Classes whose rates did not change are not touched,
@@ -126,7 +142,8 @@ func (q htb) sync(plan QdiscPlan) error {
 	}
 	for _, minor := range order {
 		c := want[minor]
-		if h := have[minor]; h != nil && h.Rate == c.Rate && h.Ceil == c.Ceil && h.Quantum == c.Quantum && h.Parent == c.Parent {
+		if h := have[minor]; h != nil && h.Rate == c.Rate && h.Ceil == c.Ceil && h.Quantum == c.Quantum && h.Parent == c.Parent &&
+			h.Buffer == c.Buffer && h.Cbuffer == c.Cbuffer {
 			continue
 		}
 		if err := q.h.ClassReplace(c); err != nil {

@@ -278,6 +278,9 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	wantDenied(t, err, "sextant-pod-annotations", "a user creates a pod on a node asking for bandwidth")
 	_, err = userKube.CoreV1().Pods(ns).Create(ctx, onNode(map[string]string{"example.com/note": "x"}), metav1.CreateOptions{DryRun: dryRun})
 	wantAllowed(t, err, "a user creates a pod on a node without bandwidth annotations (dry run)")
+	// A limit asks for nothing: the node only caps the pod by it.
+	_, err = userKube.CoreV1().Pods(ns).Create(ctx, onNode(map[string]string{annotations.EgressLimit: "100M"}), metav1.CreateOptions{DryRun: dryRun})
+	wantAllowed(t, err, "a user creates a pod on a node with a bandwidth limit (dry run)")
 
 	const sidecarKey = annotations.SidecarCommandPrefix + "proxy"
 	prepared := pod("p", map[string]string{

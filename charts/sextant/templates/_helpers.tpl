@@ -153,6 +153,11 @@ set. Rendered by validate.yaml.
 {{- if lt $secs.reportMaxInterval $secs.reportMinInterval -}}
 {{- fail (printf "agent.reportMaxInterval %s is shorter than agent.reportMinInterval %s: set agent.reportMaxInterval to agent.reportMinInterval or more" $v.agent.reportMaxInterval $v.agent.reportMinInterval) -}}
 {{- end -}}
+{{- range $v.agent.enforcement.networks -}}
+{{- if and (ne . "pod") (not (hasKey $v.agent.networks .)) -}}
+{{- fail (printf "agent.enforcement.networks names %q, which is not a network of the nodes: want pod, or a name of agent.networks" .) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- if $v.ranker.enabled -}}
 {{- $le := $v.ranker.leaderElection -}}

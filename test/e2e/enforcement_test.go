@@ -1,0 +1,452 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/api/annotations"
+	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/netnstest"
+)
+
+// shapedNode is the topology of the enforcement tests: a "node" namespace whose uplink
+// up0 (to a "world" namespace) has a capacity of 1 Gbit/s, shaped so by tbf in both
+// directions as a NIC and the switch port before it would be, and five "pod" namespaces
+// routed behind the node. Every link has a 9000-byte MTU: rates are L2 rates, and at that
+// MTU a TCP flow's goodput is within 1% of its L2 rate (at 1500, 4.4% below).
+type shapedNode struct {
+	node, world string
+	worldIP     string
+	pods        []shapedPod
+}
+
+type shapedPod struct {
+	ns, ip string
+}
+
+const uplinkRate = 1e9
+
+func newShapedNode(t *testing.T, pods int) *shapedNode {
+	t.Helper()
+	requireRoot(t)
+	for _, tool := range []string{"ip", "tc", "iperf3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
+		}
+	}
+	s := &shapedNode{worldIP: "10.249.0.2"}
+	s.node, _ = netnstest.New(t, "e2e-enf-node-")
+	s.world, _ = netnstest.New(t, "e2e-enf-world-")
+	for _, ns := range []string{s.node, s.world} {
+		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	}
+	run(t, "ip", "-n", s.node, "link", "add", "up0", "mtu", "9000", "type", "veth", "peer", "name", "w0", "mtu", "9000", "netns", s.world)
+	run(t, "ip", "-n", s.node, "addr", "add", "10.249.0.1/24", "dev", "up0")
+	run(t, "ip", "-n", s.world, "addr", "add", s.worldIP+"/24", "dev", "w0")
+	run(t, "ip", "-n", s.node, "link", "set", "up0", "up")
+	run(t, "ip", "-n", s.world, "link", "set", "w0", "up")
+	run(t, "ip", "-n", s.world, "route", "add", "10.249.1.0/24", "via", "10.249.0.1")
+	run(t, "ip", "netns", "exec", s.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	for _, l := range []struct{ ns, dev string }{{s.node, "up0"}, {s.world, "w0"}} {
+		run(t, "tc", "-n", l.ns, "qdisc", "add", "dev", l.dev, "root", "handle", "7:", "tbf", "rate", "1gbit", "burst", "512kb", "latency", "20ms")
+	}
+	for i := range pods {
+		p := shapedPod{ip: fmt.Sprintf("10.249.1.%d", 10+i)}
+		p.ns, _ = netnstest.New(t, fmt.Sprintf("e2e-enf-p%d-", i))
+		host := fmt.Sprintf("h%d", i)
+		run(t, "ip", "-n", s.node, "link", "add", host, "mtu", "9000", "type", "veth", "peer", "name", "eth0", "mtu", "9000", "netns", p.ns)
+		run(t, "ip", "-n", s.node, "link", "set", host, "up")
+		run(t, "ip", "-n", s.node, "route", "add", p.ip+"/32", "dev", host)
+		// The pod's default route is on-link, as with Calico: the node answers its ARP.
+		run(t, "ip", "netns", "exec", s.node, "sysctl", "-qw", "net.ipv4.conf."+host+".proxy_arp=1")
+		run(t, "ip", "-n", p.ns, "link", "set", "lo", "up")
+		run(t, "ip", "-n", p.ns, "link", "set", "eth0", "up")
+		run(t, "ip", "-n", p.ns, "addr", "add", p.ip+"/32", "dev", "eth0")
+		run(t, "ip", "-n", p.ns, "route", "add", "default", "dev", "eth0")
+		// Ingress: each pod serves; egress: the world serves one port per pod.
+		startProcess(t, "ip", "netns", "exec", p.ns, "iperf3", "-s", "-B", p.ip)
+		startProcess(t, "ip", "netns", "exec", s.world, "iperf3", "-s", "-B", s.worldIP, "-p", fmt.Sprint(5201+i))
+		netnstest.WaitListening(t, p.ns, 5201)
+		netnstest.WaitListening(t, s.world, 5201+i)
+		s.pods = append(s.pods, p)
+	}
+	return s
+}
+
+// iperf3 runs a client in ns and returns what the receiver got, in bits/s.
+func iperf3(t *testing.T, ns string, args ...string) float64 {
+	t.Helper()
+	out := run(t, "ip", append([]string{"netns", "exec", ns, "iperf3", "-J", "--connect-timeout", "5000"}, args...)...)
+	var res struct {
+		Error string `json:"error"`
+		End   struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Error != "" || res.End.SumReceived.BitsPerSecond == 0 {
+		t.Fatalf("iperf3 %s in %s: %v %s\n%s", strings.Join(args, " "), ns, err, res.Error, lastLines(out, 20))
+	}
+	return res.End.SumReceived.BitsPerSecond
+}
+
+// egress is pod i's TCP throughput to the world over secs seconds.
+func (s *shapedNode) egress(t *testing.T, i, secs int) float64 {
+	return iperf3(t, s.pods[i].ns, "-c", s.worldIP, "-p", fmt.Sprint(5201+i), "-t", fmt.Sprint(secs))
+}
+
+// ingress is pod i's TCP throughput from the world over secs seconds.
+func (s *shapedNode) ingress(t *testing.T, i, secs int) float64 {
+	return iperf3(t, s.world, "-c", s.pods[i].ip, "-t", fmt.Sprint(secs))
+}
+
+// contended runs measure while pods 1 to 3 push as hard as they can in direction dir:
+// UDP at 1 Gbit/s each out of the node (forwarded packets have no socket to slow them
+// down), four TCP flows each into it.
+func (s *shapedNode) contended(t *testing.T, dir string, secs int, measure func() float64) float64 {
+	t.Helper()
+	var blasters []*exec.Cmd
+	for i := 1; i <= 3; i++ {
+		var cmd *exec.Cmd
+		if dir == "egress" {
+			cmd = exec.Command("ip", "netns", "exec", s.pods[i].ns, "iperf3", "-c", s.worldIP, "-p", fmt.Sprint(5201+i),
+				"-u", "-b", "1G", "-l", "8900", "-t", fmt.Sprint(secs+3))
+		} else {
+			cmd = exec.Command("ip", "netns", "exec", s.world, "iperf3", "-c", s.pods[i].ip, "-P", "4", "-t", fmt.Sprint(secs+3))
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		blasters = append(blasters, cmd)
+	}
+	defer func() {
+		for _, b := range blasters {
+			_ = b.Process.Kill()
+			_ = b.Wait()
+		}
+	}()
+	time.Sleep(time.Second) // the blasters at full speed first
+	return measure()
+}
+
+// enforcementPods creates the pods of the shaped node's namespaces in the API, bound to
+// node and running with their namespaces' addresses, in order (pod 0 bound first).
+func enforcementPods(t *testing.T, ns string, node *corev1.Node, s *shapedNode, ann []map[string]string) []*corev1.Pod {
+	t.Helper()
+	var out []*corev1.Pod
+	for i := range ann {
+		out = append(out, startShapedPod(t, ns, fmt.Sprintf("p%d", i), node, s.pods[i].ip, ann[i]))
+	}
+	return out
+}
+
+// startShapedPod creates a pod, binds it to node and marks it running at ip, as a
+// kubelet would: the agent learns the pod's address from its status.
+func startShapedPod(t *testing.T, ns, name string, node *corev1.Node, ip string, ann map[string]string) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	pods := local.kube.CoreV1().Pods(ns)
+	p, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: ann},
+		Spec: corev1.PodSpec{
+			SchedulerName: "e2e-nobody",
+			Containers:    []corev1.Container{{Name: "c", Image: "none", ImagePullPolicy: corev1.PullNever}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	})
+	if err := pods.Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Target: corev1.ObjectReference{Kind: "Node", Name: node.Name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("bind pod %s: %v", name, err)
+	}
+	if p, err = pods.Get(ctx, name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+	if p, err = pods.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("mark pod %s running: %v", name, err)
+	}
+	return p
+}
+
+// startEnforcingAgent runs the agent for node in the shaped node's namespace, keeping
+// the pod network's guarantees, with its state in stateDir.
+func startEnforcingAgent(t *testing.T, node *corev1.Node, s *shapedNode, stateDir string, enforce bool) *process {
+	t.Helper()
+	args := []string{"run", "--logging-format=json",
+		"--kubeconfig", agentKubeconfig(t, node.Name),
+		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false", "--device-plugin=false",
+		"--netns", "/var/run/netns/" + s.node, "--interfaces", "up0", "--network", "pod=up0", "--nic-capacity", "up0=1G",
+		"--sample-interval", "1s", "--window", "10s", "--report-min-interval", "1s", "--report-max-interval", "5s",
+		"--state-dir", stateDir, "--enforcement-resync", "2s"}
+	if enforce {
+		args = append(args, "--enforce", "pod")
+	}
+	return startProcess(t, agentBinary(t), args...)
+}
+
+// podNetwork returns the pod network of the node's NodeBandwidth, nil while none.
+func podNetwork(t *testing.T, node string) *sextantv1.NetworkBandwidth {
+	nbw, err := getNodeBandwidth(context.Background(), node)
+	if err != nil {
+		return nil
+	}
+	for i := range nbw.Status.Networks {
+		if nbw.Status.Networks[i].Name == annotations.PodNetwork {
+			return &nbw.Status.Networks[i]
+		}
+	}
+	return nil
+}
+
+// waitGuaranteed waits until the node's NodeBandwidth says the pod network's guarantees
+// are enforced and add up to egress and ingress.
+func waitGuaranteed(t *testing.T, node string, ingress, egress int64) {
+	t.Helper()
+	eventually(t, 60*time.Second, func() (bool, string) {
+		n := podNetwork(t, node)
+		if n == nil {
+			return false, "no pod network in NodeBandwidth yet"
+		}
+		if len(n.Conditions) != 1 || n.Conditions[0].Status != metav1.ConditionTrue || n.Guarantees == nil {
+			return false, fmt.Sprintf("conditions %+v, guarantees %+v", n.Conditions, n.Guarantees)
+		}
+		g := n.Guarantees
+		return g.Ingress.Guaranteed.Value() == ingress && g.Egress.Guaranteed.Value() == egress,
+			fmt.Sprintf("guaranteed ingress %s egress %s, want %d and %d", g.Ingress.Guaranteed, g.Egress.Guaranteed, ingress, egress)
+	})
+}
+
+// TestEnforcementKeepsGuaranteesAndLimits: a pod placed for 400 Mbit/s each way gets it
+// while three neighbours push through the same 1 Gbit/s uplink, and clearly less without
+// enforcement; alone it reaches the uplink's rate; a pod capped at 100 Mbit/s gets that.
+func TestEnforcementKeepsGuaranteesAndLimits(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	s := newShapedNode(t, 5)
+	node := readyFakeNode(t, "e2e-enforce-", nil, nil)
+	ns := testNamespace(t)
+	const required = 400e6
+	enforcementPods(t, ns, node, s, []map[string]string{
+		{annotations.EgressRequired: "400M", annotations.IngressRequired: "400M"},
+		nil, nil, nil,
+		{annotations.KubernetesEgressBandwidth: "100M", annotations.KubernetesIngressBandwidth: "100M"},
+	})
+	const secs = 5
+	offEgress := s.contended(t, "egress", secs, func() float64 { return s.egress(t, 0, secs) })
+	offIngress := s.contended(t, "ingress", secs, func() float64 { return s.ingress(t, 0, secs) })
+
+	startEnforcingAgent(t, node, s, t.TempDir(), true)
+	waitGuaranteed(t, node.Name, required, required)
+	onEgress := s.contended(t, "egress", secs, func() float64 { return s.egress(t, 0, secs) })
+	onIngress := s.contended(t, "ingress", secs, func() float64 { return s.ingress(t, 0, secs) })
+	t.Logf("pod requiring 400M, three neighbours pushing: egress %.0f Mbit/s with enforcement, %.0f without; ingress %.0f with, %.0f without",
+		onEgress/1e6, offEgress/1e6, onIngress/1e6, offIngress/1e6)
+	for _, c := range []struct {
+		dir     string
+		on, off float64
+	}{{"egress", onEgress, offEgress}, {"ingress", onIngress, offIngress}} {
+		if c.on < 0.95*required {
+			t.Errorf("%s with enforcement: %.0f Mbit/s, want at least 95%% of the 400M required", c.dir, c.on/1e6)
+		}
+		if c.on <= c.off {
+			t.Errorf("%s: %.0f Mbit/s with enforcement, %.0f without: enforcement made no difference", c.dir, c.on/1e6, c.off/1e6)
+		}
+	}
+
+	// Work-conserving: alone, the reserved pod takes what nobody else uses.
+	aloneEgress, aloneIngress := s.egress(t, 0, secs), s.ingress(t, 0, secs)
+	t.Logf("the reserved pod alone: egress %.0f Mbit/s, ingress %.0f Mbit/s of a 1G uplink", aloneEgress/1e6, aloneIngress/1e6)
+	for dir, got := range map[string]float64{"egress": aloneEgress, "ingress": aloneIngress} {
+		if got < 0.9*uplinkRate {
+			t.Errorf("the reserved pod alone, %s: %.0f Mbit/s, want at least 90%% of the uplink's 1000", dir, got/1e6)
+		}
+	}
+
+	// Limits: kubernetes.io/*-bandwidth: 100M, as the CNI bandwidth plugin reads it.
+	cappedEgress, cappedIngress := s.egress(t, 4, secs), s.ingress(t, 4, secs)
+	t.Logf("the pod capped at 100M: egress %.1f Mbit/s, ingress %.1f Mbit/s", cappedEgress/1e6, cappedIngress/1e6)
+	for dir, got := range map[string]float64{"egress": cappedEgress, "ingress": cappedIngress} {
+		if got < 95e6 || got > 105e6 {
+			t.Errorf("the pod capped at 100M, %s: %.1f Mbit/s, want 100 ± 5%%", dir, got/1e6)
+		}
+	}
+}
+
+// tcJSON runs tc -j with args in ns and decodes its output.
+func tcJSON(t *testing.T, ns string, args ...string) []map[string]any {
+	t.Helper()
+	out := run(t, "tc", append([]string{"-n", ns, "-j"}, args...)...)
+	var v []map[string]any
+	if strings.TrimSpace(out) == "" {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("tc -j %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return v
+}
+
+// rootQdisc is up0's root qdisc as tc shows it, without its statistics.
+func rootQdisc(t *testing.T, ns string) map[string]any {
+	t.Helper()
+	for _, q := range tcJSON(t, ns, "qdisc", "show", "dev", "up0", "root") {
+		delete(q, "bytes")
+		return q
+	}
+	return nil
+}
+
+// shaping is what the agent made on up0, counted: HTB classes by rate, root qdiscs,
+// classifier filters per hook, ingress redirects, IFBs.
+type shaping struct {
+	classes              map[string]int // "rate/ceil" -> how many
+	roots                int
+	classifierIngress    int
+	classifierEgress     int
+	redirects, ifbs      int
+	rootKind, rootHandle string
+}
+
+func shapingOf(t *testing.T, ns string) shaping {
+	t.Helper()
+	sh := shaping{classes: map[string]int{}}
+	// tc has no JSON for classes: "class htb 5e47:3 parent 5e47:1 prio 0 rate 400Mbit ceil 950Mbit ...".
+	for _, line := range strings.Split(run(t, "tc", "-n", ns, "class", "show", "dev", "up0"), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[1] != "htb" || f[3] != "parent" {
+			continue
+		}
+		var rate, ceil string
+		for i := 0; i+1 < len(f); i++ {
+			switch f[i] {
+			case "rate":
+				rate = f[i+1]
+			case "ceil":
+				ceil = f[i+1]
+			}
+		}
+		sh.classes[rate+"/"+ceil]++
+	}
+	for _, q := range tcJSON(t, ns, "qdisc", "show", "dev", "up0") {
+		if q["root"] == true {
+			sh.roots++
+			sh.rootKind, sh.rootHandle = fmt.Sprint(q["kind"]), fmt.Sprint(q["handle"])
+		}
+	}
+	for _, hook := range []string{"ingress", "egress"} {
+		out, err := exec.Command("tc", "-n", ns, "filter", "show", "dev", "up0", hook).CombinedOutput()
+		if err != nil {
+			continue // no clsact qdisc
+		}
+		n := strings.Count(string(out), "sextant_classify_"+hook)
+		if hook == "ingress" {
+			sh.classifierIngress = n
+			sh.redirects = strings.Count(string(out), "Egress Redirect to device sxifb")
+		} else {
+			sh.classifierEgress = n
+		}
+	}
+	links, _ := exec.Command("ip", "-n", ns, "-o", "link", "show", "type", "ifb").Output()
+	sh.ifbs = strings.Count(string(links), "sxifb")
+	return sh
+}
+
+// TestEnforcementLifecycle: a pod's classes come when it starts and go when it ends; a
+// pod placed past what the network can guarantee gets a Warning; the shaping stays in
+// force through an agent restart, with nothing made twice; and turning enforcement off
+// gives the uplink back exactly the root qdisc it had, with nothing of the agent's left.
+func TestEnforcementLifecycle(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	s := newShapedNode(t, 2)
+	node := readyFakeNode(t, "e2e-enforce-life-", nil, nil)
+	ns := testNamespace(t)
+	before := rootQdisc(t, s.node)
+	stateDir := t.TempDir()
+	agent := startEnforcingAgent(t, node, s, stateDir, true)
+	waitGuaranteed(t, node.Name, 0, 0)
+
+	started := time.Now()
+	p0 := startShapedPod(t, ns, "reserved", node, s.pods[0].ip, map[string]string{annotations.EgressRequired: "400M", annotations.IngressRequired: "300M"})
+	want := shaping{classes: map[string]int{"400Mbit/950Mbit": 1, "550Mbit/950Mbit": 1}, roots: 1, classifierIngress: 1, classifierEgress: 1,
+		redirects: 1, ifbs: 1, rootKind: "htb", rootHandle: "5e47:"}
+	eventually(t, 15*time.Second, func() (bool, string) {
+		got := shapingOf(t, s.node)
+		return reflect.DeepEqual(got, want), fmt.Sprintf("shaping %+v, want %+v", got, want)
+	})
+	t.Logf("the pod's egress class was there %v after the pod was marked running", time.Since(started).Round(time.Millisecond))
+	waitGuaranteed(t, node.Name, 300e6, 400e6)
+
+	// A pod placed past what the network can guarantee (902.5M each way here): a Warning
+	// Event, not a silent shortfall.
+	late := startShapedPod(t, ns, "late", node, s.pods[1].ip, map[string]string{annotations.EgressRequired: "600M"})
+	eventually(t, 30*time.Second, func() (bool, string) {
+		evs := podEvents(ns, late.Name)
+		return strings.Contains(evs, "BandwidthNotGuaranteed") && strings.Contains(evs, "egress-required 600M is not guaranteed"), "events: " + evs
+	})
+
+	// The pod ends: its class goes.
+	if err := local.kube.CoreV1().Pods(ns).Delete(context.Background(), p0.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	wantLate := want
+	wantLate.classes = map[string]int{"600Mbit/950Mbit": 1, "350Mbit/950Mbit": 1}
+	eventually(t, 15*time.Second, func() (bool, string) {
+		got := shapingOf(t, s.node)
+		return reflect.DeepEqual(got, wantLate), fmt.Sprintf("after the reserved pod ended: shaping %+v, want %+v (the late pod fits now)", got, wantLate)
+	})
+
+	// A restart: stopped, the agent leaves the shaping in force (outside a pod it is never
+	// being uninstalled); started again, it takes it over and makes nothing twice.
+	agent.stop()
+	if got := shapingOf(t, s.node); !reflect.DeepEqual(got, wantLate) {
+		t.Fatalf("with the agent stopped: shaping %+v, want it kept: %+v", got, wantLate)
+	}
+	restarted := startEnforcingAgent(t, node, s, stateDir, true)
+	waitGuaranteed(t, node.Name, 0, 600e6)
+	// Two resyncs of the new agent have passed once its write shows up.
+	time.Sleep(5 * time.Second)
+	if got := shapingOf(t, s.node); !reflect.DeepEqual(got, wantLate) {
+		t.Fatalf("after the restart: shaping %+v, want the same as before: %+v", got, wantLate)
+	}
+
+	// Turning enforcement off gives up0 back its tbf, exactly.
+	restarted.stop()
+	off := startEnforcingAgent(t, node, s, stateDir, false)
+	eventually(t, 30*time.Second, func() (bool, string) {
+		got := shapingOf(t, s.node)
+		root := rootQdisc(t, s.node)
+		return got.ifbs == 0 && got.redirects == 0 && got.classifierEgress == 0 && got.classifierIngress == 0 && len(got.classes) == 0 && reflect.DeepEqual(root, before),
+			fmt.Sprintf("after turning enforcement off: shaping %+v, root %v; want none of the agent's and the root %v", got, root, before)
+	})
+	state, err := os.ReadFile(filepath.Join(stateDir, "enforcement.json"))
+	if err != nil || strings.Contains(string(state), "up0") {
+		t.Errorf("the state still names up0 (%v):\n%s", err, state)
+	}
+	eventually(t, 30*time.Second, func() (bool, string) {
+		n := podNetwork(t, node.Name)
+		return n != nil && len(n.Conditions) == 0 && n.Guarantees == nil, fmt.Sprintf("pod network %+v, want no enforcement condition", n)
+	})
+	off.stop()
+}
