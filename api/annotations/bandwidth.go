@@ -26,6 +26,12 @@ const (
 	EgressLimit  = BandwidthPrefix + "egress-limit"
 )
 
+// BandwidthGuaranteed is the ranker's decision, on the pod's Binding, whether the node it
+// placed a pod that requires bandwidth on keeps that rate for it ("true": the node
+// enforces the pod's network) or only measured it free ("false"). Only the ranker
+// writes it.
+const BandwidthGuaranteed = BandwidthPrefix + "guaranteed"
+
 // The CNI bandwidth plugin's and Cilium's per-pod caps, which sextant reads as limits
 // too: where a pod sets both one of these and sextant's limit, the lower wins.
 const (
@@ -46,7 +52,7 @@ var bandwidthKeys = []string{
 	IngressRequired, EgressRequired,
 	IngressExpected, EgressExpected,
 	BandwidthStrategy, BandwidthNetwork,
-	IngressLimit, EgressLimit,
+	IngressLimit, EgressLimit, BandwidthGuaranteed,
 }
 
 // Strategy is how Score ranks the nodes that passed Filter.
@@ -284,6 +290,10 @@ func ParseBandwidth(annotations map[string]string) (BandwidthRequest, error) {
 		} else {
 			req.Strategy = st
 		}
+	}
+
+	if v, ok := annotations[BandwidthGuaranteed]; ok && v != "true" && v != "false" {
+		errs = append(errs, &Error{Annotation: BandwidthGuaranteed, Value: truncate(v), Problem: "not a boolean", Want: "true or false, as the ranker writes it"})
 	}
 
 	if v, ok := annotations[BandwidthNetwork]; ok {

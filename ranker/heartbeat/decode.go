@@ -181,6 +181,20 @@ func ValidateBandwidth(nbw *v1alpha1.NodeBandwidth) error {
 		if err := validateBoth(&nw.Bandwidth); err != nil {
 			return fmt.Errorf("network %q: %w", nw.Name, err)
 		}
+		if g := nw.Guarantees; g != nil {
+			for _, f := range [...]struct {
+				name string
+				q    *resource.Quantity
+			}{{"ingress capacity", g.Ingress.Capacity}, {"ingress guaranteed", g.Ingress.Guaranteed},
+				{"egress capacity", g.Egress.Capacity}, {"egress guaranteed", g.Egress.Guaranteed}} {
+				if f.q == nil {
+					continue
+				}
+				if _, ok := BitsPerSecond(f.q); !ok {
+					return reject(ReasonOutOfRange, "network %q: guarantees' %s %s is not a rate of 0 to %d bits/s", nw.Name, f.name, f.q.String(), int64(math.MaxInt64))
+				}
+			}
+		}
 	}
 	return nil
 }

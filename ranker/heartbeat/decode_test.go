@@ -117,6 +117,8 @@ var poison = []struct {
 	{"network name not a DNS label", kindBandwidth, "networks", `[{"name":"Pod_1","interfaces":["eth0"],"ingress":{},"egress":{}}]`, ReasonOutOfRange},
 	{"network twice", kindBandwidth, "networks", `[{"name":"pod","interfaces":["eth0"],"ingress":{},"egress":{}},{"name":"pod","interfaces":["eth1"],"ingress":{},"egress":{}}]`, ReasonInconsistent},
 	{"network remaining above capacity", kindBandwidth, "networks", `[{"name":"pod","interfaces":["eth0"],"ingress":{"capacity":"1G","remaining":"2G"},"egress":{}}]`, ReasonInconsistent},
+	{"guarantee capacity beyond int64", kindBandwidth, "networks", `[{"name":"pod","interfaces":["eth0"],"ingress":{},"egress":{},"guarantees":{"ingress":{"capacity":"99999999999999999999999999999"},"egress":{}}}]`, ReasonOutOfRange},
+	{"guarantee a float", kindBandwidth, "networks", `[{"name":"pod","interfaces":["eth0"],"ingress":{},"egress":{},"guarantees":{"ingress":{},"egress":{"guaranteed":"1e.5"}}}]`, ReasonUndecodable},
 	{"updateTime lower-case", kindTopology, "updateTime", `"2026-01-02t15:04:05z"`, ReasonUndecodable},
 	{"NUMA ID a float", kindTopology, "numaNodes.0.id", `1.5`, ReasonUndecodable},
 	{"NUMA ID beyond the bound", kindTopology, "numaNodes.1.id", `4096`, ReasonOutOfRange},

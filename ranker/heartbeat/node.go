@@ -6,6 +6,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 )
@@ -117,6 +120,11 @@ type Network struct {
 	// bits/s, valid when the matching Known is true (the capacity is known).
 	IngressRemaining, EgressRemaining int64
 	IngressKnown, EgressKnown         bool
+	// Enforced says the node keeps the guarantees of the pods placed on the network
+	// (its GuaranteesEnforced condition is True): the required rates of its pods may
+	// add up to IngressGuarantee and EgressGuarantee (bits/s) in each direction.
+	Enforced                          bool
+	IngressGuarantee, EgressGuarantee int64
 }
 
 // Network returns the report's network called name, nil when the node has none.
@@ -127,6 +135,24 @@ func (b *Bandwidth) Network(name string) *Network {
 		}
 	}
 	return nil
+}
+
+// parseEnforcement reads a network's GuaranteesEnforced condition and guarantees.
+func (n *Network) parseEnforcement(nw *v1alpha1.NetworkBandwidth) {
+	if nw.Guarantees == nil || !meta.IsStatusConditionTrue(nw.Conditions, v1alpha1.ConditionGuaranteesEnforced) {
+		return
+	}
+	in, inOK := quantity(nw.Guarantees.Ingress.Capacity)
+	eg, egOK := quantity(nw.Guarantees.Egress.Capacity)
+	n.Enforced = inOK && egOK
+	n.IngressGuarantee, n.EgressGuarantee = in, eg
+}
+
+func quantity(q *resource.Quantity) (int64, bool) {
+	if q == nil {
+		return 0, false
+	}
+	return BitsPerSecond(q)
 }
 
 func parseNetwork(name string, bw *v1alpha1.Bandwidth) Network {
@@ -169,6 +195,7 @@ func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
 		}
 		for i := range st.Networks {
 			b.Networks[i] = parseNetwork(st.Networks[i].Name, &st.Networks[i].Bandwidth)
+			b.Networks[i].parseEnforcement(&st.Networks[i])
 		}
 	default:
 		// Without a total either, the pod network's capacity is unknown, as it was

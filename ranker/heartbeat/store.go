@@ -41,6 +41,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -350,8 +351,9 @@ func storeBandwidth(in any) (any, error) {
 
 // trimBandwidth is the part of a checked NodeBandwidth that the ranker reads: its
 // identity, sampleTime, window and each network's remaining (ParseBandwidth) with the
-// capacity that bounds it (so the held object still passes ValidateBandwidth), the
-// total's only for a report without networks. The rest (per-interface figures, rates,
+// capacity that bounds it (so the held object still passes ValidateBandwidth), whether
+// its guarantees are enforced and their capacity, the total's only for a report without
+// networks. The rest (per-interface figures, rates,
 // peaks) would be held for every node and never read, and would make the heap grow
 // with each interface an agent reports.
 func trimBandwidth(nbw *v1alpha1.NodeBandwidth) *v1alpha1.NodeBandwidth {
@@ -372,7 +374,18 @@ func trimBandwidth(nbw *v1alpha1.NodeBandwidth) *v1alpha1.NodeBandwidth {
 	if len(st.Networks) > 0 {
 		out.Status.Networks = make([]v1alpha1.NetworkBandwidth, len(st.Networks))
 		for i := range st.Networks {
-			out.Status.Networks[i] = v1alpha1.NetworkBandwidth{Name: st.Networks[i].Name, Bandwidth: remaining(&st.Networks[i].Bandwidth)}
+			nw := &st.Networks[i]
+			out.Status.Networks[i] = v1alpha1.NetworkBandwidth{Name: nw.Name, Bandwidth: remaining(&nw.Bandwidth)}
+			// Whether the node keeps guarantees there, and up to what.
+			if c := meta.FindStatusCondition(nw.Conditions, v1alpha1.ConditionGuaranteesEnforced); c != nil {
+				out.Status.Networks[i].Conditions = []metav1.Condition{{Type: c.Type, Status: c.Status}}
+			}
+			if g := nw.Guarantees; g != nil {
+				out.Status.Networks[i].Guarantees = &v1alpha1.Guarantees{
+					Ingress: v1alpha1.GuaranteedDirection{Capacity: g.Ingress.Capacity},
+					Egress:  v1alpha1.GuaranteedDirection{Capacity: g.Egress.Capacity},
+				}
+			}
 		}
 	} else if st.Total != nil {
 		total := remaining(st.Total)

@@ -84,6 +84,21 @@ func TestParseBandwidth(t *testing.T) {
 	if got.Network("backup") != nil {
 		t.Error("a network the report lacks was found")
 	}
+
+	// A network whose node keeps guarantees, and one whose enforcement fails.
+	gin, geg := resource.MustParse("902500k"), resource.MustParse("450M")
+	guarantees := &v1alpha1.Guarantees{Ingress: v1alpha1.GuaranteedDirection{Capacity: &gin}, Egress: v1alpha1.GuaranteedDirection{Capacity: &geg}}
+	nbw.Status.Networks[0].Conditions = []metav1.Condition{{Type: v1alpha1.ConditionGuaranteesEnforced, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonShaped}}
+	nbw.Status.Networks[0].Guarantees = guarantees
+	nbw.Status.Networks[1].Conditions = []metav1.Condition{{Type: v1alpha1.ConditionGuaranteesEnforced, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonShapingFailed}}
+	nbw.Status.Networks[1].Guarantees = guarantees
+	got = ParseBandwidth(nbw)
+	if n := got.Network("pod"); n == nil || !n.Enforced || n.IngressGuarantee != 902_500_000 || n.EgressGuarantee != 450e6 {
+		t.Errorf("pod network %+v, want enforced with guarantees of 902.5M ingress and 450M egress", n)
+	}
+	if n := got.Network("storage"); n == nil || n.Enforced {
+		t.Errorf("storage network %+v, want not enforced (its condition is False)", n)
+	}
 	if ParseBandwidth(nil) != nil {
 		t.Error("nil report parsed to non-nil")
 	}
@@ -568,8 +583,13 @@ func TestStoreTrimsBandwidth(t *testing.T) {
 		Status: v1alpha1.NodeBandwidthStatus{
 			SampleTime: &sample, Window: &metav1.Duration{Duration: time.Minute}, AgentVersion: "v1",
 			Interfaces: []v1alpha1.InterfaceBandwidth{{Name: "eth0", Bandwidth: both}, {Name: "eth1", Bandwidth: both}},
-			Networks:   []v1alpha1.NetworkBandwidth{{Name: "pod", Interfaces: []string{"eth0"}, Bandwidth: both}, {Name: "storage", Interfaces: []string{"eth1"}, Bandwidth: both}},
-			Total:      &both,
+			Networks: []v1alpha1.NetworkBandwidth{{Name: "pod", Interfaces: []string{"eth0"}, Bandwidth: both,
+				Conditions: []metav1.Condition{{Type: v1alpha1.ConditionGuaranteesEnforced, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonShaped,
+					Message: "a long message the ranker never reads", LastTransitionTime: sample}},
+				Guarantees: &v1alpha1.Guarantees{Ingress: v1alpha1.GuaranteedDirection{Capacity: q("9G"), Guaranteed: q("1G")},
+					Egress: v1alpha1.GuaranteedDirection{Capacity: q("9G"), Guaranteed: q("2G")}}},
+				{Name: "storage", Interfaces: []string{"eth1"}, Bandwidth: both}},
+			Total: &both,
 		},
 	}
 	for _, tc := range []struct {
@@ -595,6 +615,14 @@ func TestStoreTrimsBandwidth(t *testing.T) {
 			for _, n := range got.Status.Networks {
 				if n.Ingress.Rate != nil || n.Egress.Peak != nil || n.Interfaces != nil {
 					t.Errorf("network %s holds rates, peaks or interfaces: %+v", n.Name, n)
+				}
+				for _, c := range n.Conditions {
+					if c.Message != "" || c.Reason != "" {
+						t.Errorf("network %s holds its condition's message and reason: %+v", n.Name, c)
+					}
+				}
+				if g := n.Guarantees; g != nil && (g.Ingress.Guaranteed != nil || g.Egress.Guaranteed != nil) {
+					t.Errorf("network %s holds what its guarantees add up to: %+v", n.Name, g)
 				}
 			}
 			if len(tc.in.Status.Networks) > 0 && got.Status.Total != nil {

@@ -255,8 +255,9 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 		return err
 	})
 	for key, value := range map[string]string{
-		annotations.NUMANodes:        "0",
-		annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:3b:00.0"]}`,
+		annotations.NUMANodes:           "0",
+		annotations.DevicesAllocated:    `{"sextant.io/gpu":["0000:3b:00.0"]}`,
+		annotations.BandwidthGuaranteed: "true",
 	} {
 		_, err := pods.Create(ctx, pod("forged", map[string]string{key: value}), metav1.CreateOptions{})
 		wantDenied(t, err, "sextant-pod-annotations", "the admin creates a pod with "+key)

@@ -54,7 +54,7 @@ func (pl *BandwidthAware) admits(pod *v1.Pod, report *heartbeat.Bandwidth, now t
 	if !ok || !req.Filtered() {
 		return false // malformed annotations: no report fixes those
 	}
-	reason, _ := pl.check(req, report, 0, 0, now, false)
+	reason, _ := pl.check(req, report, networkReserved{}, now, false)
 	return reason == "" || reason == reasonOutsideWindow
 }
 

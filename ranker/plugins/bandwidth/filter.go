@@ -35,19 +35,19 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 	}
 	rec := pl.reports.NodeOf(node)
 	var report *heartbeat.Bandwidth
-	var resIn, resEg int64
+	var res networkReserved
 	if s.req.HasRequired() {
-		report, resIn, resEg = pl.ledger.reportAndReserved(rec, networkOf(s.req))
+		report, res = pl.ledger.reportAndReserved(rec, networkOf(s.req))
 	} else {
 		report = rec.Bandwidth()
 	}
-	reason, _ := pl.check(s.req, report, resIn, resEg, s.now, false)
+	reason, _ := pl.check(s.req, report, res, s.now, false)
 	if reason == "" {
 		return nil
 	}
 	filterRejections.WithLabelValues(reason).Inc()
 	if v := klog.FromContext(ctx).V(5); v.Enabled() {
-		_, detail := pl.check(s.req, report, resIn, resEg, s.now, true)
+		_, detail := pl.check(s.req, report, res, s.now, true)
 		v.Info("BandwidthAware rejected the node", "pod", klog.KObj(pod), "node", node.Name, "reason", reason, "detail", detail)
 	}
 	// Unresolvable: preempting pods does not change what the node measured, so
@@ -63,6 +63,8 @@ const (
 	msgIngress         = "node(s) didn't have the pod's required ingress bandwidth remaining"
 	msgEgress          = "node(s) didn't have the pod's required egress bandwidth remaining"
 	msgOutsideWindow   = "node(s) had remaining bandwidth outside the pod's best-fit window (|remaining - expected| > expected - required; bestFitWindow strict)"
+	msgGuaranteeIn     = "node(s) could not guarantee the pod's required ingress bandwidth: the guarantees of the pods there fill what the node keeps"
+	msgGuaranteeEg     = "node(s) could not guarantee the pod's required egress bandwidth: the guarantees of the pods there fill what the node keeps"
 )
 
 // message is Filter's status message for reason, about network.
@@ -85,6 +87,10 @@ func (pl *BandwidthAware) message(reason, network string) string {
 		return msgEgress
 	case reasonOutsideWindow:
 		return msgOutsideWindow
+	case reasonGuaranteeIngress:
+		return msgGuaranteeIn
+	case reasonGuaranteeEgress:
+		return msgGuaranteeEg
 	}
 	return reason
 }
@@ -98,9 +104,13 @@ func partialMessage(minWindow time.Duration) string {
 }
 
 // check returns the reason why a node with this report (nil: none) and these
-// reservations cannot take req at now, or "" if it can; with detail, also a message
-// with the node's figures (for logs and tests: building it allocates).
-func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartbeat.Bandwidth, resIn, resEg int64, now time.Time, detail bool) (reason, msg string) {
+// reservations and guarantees cannot take req at now, or "" if it can; with detail,
+// also a message with the node's figures (for logs and tests: building it allocates).
+//
+// Where the node enforces the pod's network, the pod's required rate must also fit
+// beside the guarantees the node keeps there: those of its pods, idle or not, are taken
+// whatever the node measures (the ledger's admitLocked).
+func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartbeat.Bandwidth, res networkReserved, now time.Time, detail bool) (reason, msg string) {
 	if report == nil {
 		return reasonNoReport, "node has no NodeBandwidth"
 	}
@@ -150,8 +160,8 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		reserved int64
 		reason   string
 	}{
-		{"ingress", req.Ingress, network.IngressRemaining, network.IngressKnown, resIn, reasonIngress},
-		{"egress", req.Egress, network.EgressRemaining, network.EgressKnown, resEg, reasonEgress},
+		{"ingress", req.Ingress, network.IngressRemaining, network.IngressKnown, res.ingress, reasonIngress},
+		{"egress", req.Egress, network.EgressRemaining, network.EgressKnown, res.egress, reasonEgress},
 	}
 	for _, dir := range dirs {
 		if !dir.d.HasRequired {
@@ -187,6 +197,27 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		default:
 			return dir.reason, fmt.Sprintf("%s remaining %s < required %s", dir.name, annotations.FormatRate(avail), annotations.FormatRate(dir.d.Required))
 		}
+	}
+	if !network.Enforced {
+		return "", ""
+	}
+	for _, g := range [...]struct {
+		name                 string
+		d                    annotations.Direction
+		guaranteed, capacity int64
+		reason               string
+	}{
+		{"ingress", req.Ingress, res.guaranteedIn, network.IngressGuarantee, reasonGuaranteeIngress},
+		{"egress", req.Egress, res.guaranteedEg, network.EgressGuarantee, reasonGuaranteeEgress},
+	} {
+		if !g.d.HasRequired || g.d.Required <= g.capacity-g.guaranteed {
+			continue
+		}
+		if !detail {
+			return g.reason, ""
+		}
+		return g.reason, fmt.Sprintf("%s guarantees %s of %s taken, required %s does not fit", g.name,
+			annotations.FormatRate(g.guaranteed), annotations.FormatRate(g.capacity), annotations.FormatRate(g.d.Required))
 	}
 	return "", ""
 }
@@ -235,7 +266,8 @@ func full(report *heartbeat.Bandwidth, minWindow time.Duration) bool {
 // node's fresh report at now; a direction is not ok when the node has no usable report
 // for it, or no such network.
 func (pl *BandwidthAware) available(rec *heartbeat.Node, network string, now time.Time) (ingress, egress avail) {
-	report, in, eg := pl.ledger.reportAndReserved(rec, network)
+	report, res := pl.ledger.reportAndReserved(rec, network)
+	in, eg := res.ingress, res.egress
 	if report == nil {
 		return avail{}, avail{}
 	}

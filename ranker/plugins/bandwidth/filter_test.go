@@ -229,11 +229,11 @@ func checkDetail(pl *BandwidthAware, pod *v1.Pod, node string) string {
 	}
 	rec := pl.reports.NodeOf(nodeInfo(node).Node())
 	report := rec.Bandwidth()
-	var resIn, resEg int64
+	var res networkReserved
 	if report != nil {
-		resIn, resEg = pl.ledger.reservedOn(rec, annotations.PodNetwork)
+		res = pl.ledger.totalsOn(rec, annotations.PodNetwork)
 	}
-	_, detail := pl.check(s.req, report, resIn, resEg, s.now, true)
+	_, detail := pl.check(s.req, report, res, s.now, true)
 	return detail
 }
 
@@ -253,7 +253,8 @@ func TestPreFilter(t *testing.T) {
 		{annotations.IngressExpected, "fast"},
 		{annotations.EgressExpected, "1.5.0G"},
 		{annotations.BandwidthStrategy, "cheapest"},
-		{annotations.BandwidthPrefix + "egress-limit", "1G"},
+		{annotations.BandwidthPrefix + "egress-cap", "1G"},
+		{annotations.EgressLimit, "0"},
 	}
 	for _, m := range malformed {
 		t.Run("malformed "+m.key, func(t *testing.T) {

@@ -1,6 +1,8 @@
 package bandwidth
 
 import (
+	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +54,15 @@ const defaultWindow = 60 * time.Second
 // has, would otherwise shut its node to every pod that requires bandwidth, for as long
 // as its author likes. Once running, the next full report covers them.
 //
+// Beside the reservations, the ledger keeps what a node that enforces guarantees keeps
+// (agent/enforce): per node and network, the required rates of the pods bound there
+// (or reserved there by this ranker) and not finished, admitted in the order they were
+// bound while they add up to no more than the guarantee capacity the node reports. It
+// is the agent's own rule, so Filter admits a pod only where the node will keep its
+// required rate; a pod the node would not (another scheduler's, placed past it) takes
+// no part, as it gets no guarantee there. Unlike a reservation, a guarantee lasts as
+// long as its pod: no report covers it.
+//
 // The ledger is rebuilt from the cluster rather than persisted: every pod informer
 // Add/Update of a bound, unfinished pod with bandwidth annotations that the ledger does
 // not hold and whose node's latest report does not cover it is reserved again
@@ -74,6 +85,20 @@ type Ledger struct {
 	none *nodeReservations
 	// ours says whether a pod is placed by this ranker (nil: every pod is).
 	ours func(*v1.Pod) bool
+	// guarantees are the pods with a required rate bound to (or reserved on) a node.
+	guarantees map[types.UID]*guarantee
+}
+
+// guarantee is a pod's required rates on its node's network, which a node that enforces
+// keeps if they fit (see admitLocked).
+type guarantee struct {
+	node, network   string
+	ingress, egress int64
+	// bound orders admission: when the pod was bound, else reserved.
+	bound time.Time
+	// seenBound: the informer showed the pod bound to node, and a failed binding
+	// attempt no longer owns the guarantee.
+	seenBound bool
 }
 
 // SetOurs says which pods this ranker places, and so checked before reserving: the
@@ -99,59 +124,86 @@ type reservation struct {
 // written under the ledger's lock and read without it, from the node's heartbeat record
 // (see reservedOn): each write replaces the whole list, a handful of networks at most.
 type nodeReservations struct {
-	ledger *Ledger
-	totals atomic.Pointer[[]networkReserved]
-	pods   map[types.UID]*reservation
+	ledger     *Ledger
+	totals     atomic.Pointer[[]networkReserved]
+	pods       map[types.UID]*reservation
+	guarantees map[types.UID]*guarantee
 }
 
-// networkReserved is what a node's reservations add up to on one network.
+// networkReserved is what a node's reservations add up to on one network, and what the
+// guarantees the node would keep there add up to.
 type networkReserved struct {
 	network         string
 	ingress, egress int64
+	// guaranteedIn and guaranteedEg are the admitted guarantees (admitLocked).
+	guaranteedIn, guaranteedEg int64
 }
 
-// reserved returns the totals on network.
-func (n *nodeReservations) reserved(network string) (ingress, egress int64) {
+func (r networkReserved) zero() bool {
+	return r.ingress == 0 && r.egress == 0 && r.guaranteedIn == 0 && r.guaranteedEg == 0
+}
+
+// on returns the totals on network.
+func (n *nodeReservations) on(network string) networkReserved {
 	if t := n.totals.Load(); t != nil {
 		for _, r := range *t {
 			if r.network == network {
-				return r.ingress, r.egress
+				return r
 			}
 		}
 	}
-	return 0, 0
+	return networkReserved{network: network}
 }
 
-// addLocked adds the rates to network's totals (the ledger's lock held).
-func (n *nodeReservations) addLocked(network string, ingress, egress int64) {
+// reserved returns the reservations' totals on network.
+func (n *nodeReservations) reserved(network string) (ingress, egress int64) {
+	r := n.on(network)
+	return r.ingress, r.egress
+}
+
+// empty reports whether the node holds neither a reservation nor a guarantee.
+func (n *nodeReservations) empty() bool { return len(n.pods) == 0 && len(n.guarantees) == 0 }
+
+// updateLocked replaces network's totals with what change makes of them (the ledger's
+// lock held). Each write replaces the whole list, which readers load without the lock.
+func (n *nodeReservations) updateLocked(network string, change func(*networkReserved)) {
 	var next []networkReserved
 	found := false
 	if t := n.totals.Load(); t != nil {
 		next = make([]networkReserved, 0, len(*t)+1)
 		for _, r := range *t {
 			if r.network == network {
-				r.ingress += ingress
-				r.egress += egress
+				change(&r)
 				found = true
 			}
-			if r.ingress != 0 || r.egress != 0 {
+			if !r.zero() {
 				next = append(next, r)
 			}
 		}
 	}
-	if !found && (ingress != 0 || egress != 0) {
-		next = append(next, networkReserved{network: network, ingress: ingress, egress: egress})
+	if !found {
+		r := networkReserved{network: network}
+		change(&r)
+		if !r.zero() {
+			next = append(next, r)
+		}
 	}
 	n.totals.Store(&next)
+}
+
+// addLocked adds the rates to network's reservation totals (the ledger's lock held).
+func (n *nodeReservations) addLocked(network string, ingress, egress int64) {
+	n.updateLocked(network, func(r *networkReserved) { r.ingress += ingress; r.egress += egress })
 }
 
 // NewLedger returns an empty ledger that checks coverage against reports.
 func NewLedger(reports Nodes) *Ledger {
 	l := &Ledger{
-		reports: reports,
-		byPod:   map[types.UID]*reservation{},
-		byNode:  map[string]*nodeReservations{},
-		covered: map[types.UID]struct{}{},
+		reports:    reports,
+		byPod:      map[types.UID]*reservation{},
+		byNode:     map[string]*nodeReservations{},
+		covered:    map[types.UID]struct{}{},
+		guarantees: map[types.UID]*guarantee{},
 	}
 	l.none = &nodeReservations{ledger: l}
 	return l
@@ -184,9 +236,15 @@ func (l *Ledger) ReservedOn(node, network string) (ingress, egress int64) {
 // later starts empty and is filled here, under the read lock, so no entry can be
 // created in between.
 func (l *Ledger) reservedOn(rec *heartbeat.Node, network string) (ingress, egress int64) {
+	r := l.totalsOn(rec, network)
+	return r.ingress, r.egress
+}
+
+// totalsOn is reservedOn with the guarantees beside the reservations.
+func (l *Ledger) totalsOn(rec *heartbeat.Node, network string) networkReserved {
 	slot := rec.Slot(heartbeat.SlotBandwidthReserved)
 	if n, ok := slot.Load().(*nodeReservations); ok && n.ledger == l {
-		return n.reserved(network)
+		return n.on(network)
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -195,7 +253,19 @@ func (l *Ledger) reservedOn(rec *heartbeat.Node, network string) (ingress, egres
 		n = l.none
 	}
 	slot.Store(n)
-	return n.reserved(network)
+	return n.on(network)
+}
+
+// GuaranteedOn returns what the guarantees a node that enforces would keep on node's
+// network add up to, in bits/s.
+func (l *Ledger) GuaranteedOn(node, network string) (ingress, egress int64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if n := l.byNode[node]; n != nil {
+		r := n.on(network)
+		return r.guaranteedIn, r.guaranteedEg
+	}
+	return 0, 0
 }
 
 // reportAndReserved returns the node's report and the reservations on network beside
@@ -204,17 +274,17 @@ func (l *Ledger) reservedOn(rec *heartbeat.Node, network string) (ingress, egres
 // without pods the report read before them does not show yet. Reading again until the
 // report holds still pairs each report with reservations from no earlier than itself:
 // at worst a pod is counted twice for a moment, never not at all.
-func (l *Ledger) reportAndReserved(rec *heartbeat.Node, network string) (report *heartbeat.Bandwidth, ingress, egress int64) {
+func (l *Ledger) reportAndReserved(rec *heartbeat.Node, network string) (report *heartbeat.Bandwidth, res networkReserved) {
 	report = rec.Bandwidth()
 	for report != nil {
-		ingress, egress = l.reservedOn(rec, network)
+		res = l.totalsOn(rec, network)
 		again := rec.Bandwidth()
 		if again == report {
 			break
 		}
 		report = again
 	}
-	return report, ingress, egress
+	return report, res
 }
 
 // publishLocked puts n (an entry or none) into the node's record, if it has one.
@@ -259,6 +329,9 @@ func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequ
 	in, eg := l.amountsLocked(node, network, req)
 	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, network: network, ingress: in, egress: eg})
 	reservationsTotal.WithLabelValues("scheduled").Inc()
+	if g, ok := l.guarantees[pod.UID]; !ok || !g.seenBound {
+		l.setGuaranteeLocked(pod.UID, node, req, time.Now(), false)
+	}
 }
 
 // Unreserve drops the reservation Reserve made for the pod on node, if it is still
@@ -280,17 +353,15 @@ func (l *Ledger) Unreserve(uid types.UID, node string) {
 		return
 	}
 	l.removeLocked(uid, releaseUnreserved)
+	if g, ok := l.guarantees[uid]; ok && g.node == node && !g.seenBound {
+		l.dropGuaranteeLocked(uid)
+	}
 }
 
 // addLocked adds r, replacing an older reservation of the same pod.
 func (l *Ledger) addLocked(uid types.UID, r *reservation) {
 	l.removeLocked(uid, "")
-	n := l.byNode[r.node]
-	if n == nil {
-		n = &nodeReservations{ledger: l, pods: map[types.UID]*reservation{}}
-		l.byNode[r.node] = n
-		l.publishLocked(r.node, n)
-	}
+	n := l.entryLocked(r.node)
 	n.pods[uid] = r
 	n.addLocked(r.network, r.ingress, r.egress)
 	l.byPod[uid] = r
@@ -310,10 +381,7 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 	if n := l.byNode[r.node]; n != nil {
 		delete(n.pods, uid)
 		n.addLocked(r.network, -r.ingress, -r.egress)
-		if len(n.pods) == 0 {
-			delete(l.byNode, r.node)
-			l.publishLocked(r.node, l.none)
-		}
+		l.dropEntryIfEmptyLocked(r.node)
 	}
 	reservationsGauge.Dec()
 	reservedBytes.WithLabelValues("ingress").Add(-float64(r.ingress) / 8)
@@ -321,6 +389,104 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 	if reason != "" {
 		releasesTotal.WithLabelValues(reason).Inc()
 	}
+}
+
+// entryLocked returns the node's entry, made and published if it has none.
+func (l *Ledger) entryLocked(node string) *nodeReservations {
+	n := l.byNode[node]
+	if n == nil {
+		n = &nodeReservations{ledger: l, pods: map[types.UID]*reservation{}, guarantees: map[types.UID]*guarantee{}}
+		l.byNode[node] = n
+		l.publishLocked(node, n)
+	}
+	return n
+}
+
+// dropEntryIfEmptyLocked removes the node's entry once it holds nothing.
+func (l *Ledger) dropEntryIfEmptyLocked(node string) {
+	if n := l.byNode[node]; n != nil && n.empty() {
+		delete(l.byNode, node)
+		l.publishLocked(node, l.none)
+	}
+}
+
+// setGuaranteeLocked records the pod's required rates on node, bound (or reserved) at
+// bound, replacing what it held before; a request without a required rate holds none.
+func (l *Ledger) setGuaranteeLocked(uid types.UID, node string, req annotations.BandwidthRequest, bound time.Time, seenBound bool) {
+	g := &guarantee{node: node, network: networkOf(req), bound: bound, seenBound: seenBound}
+	if req.Ingress.HasRequired {
+		g.ingress = req.Ingress.Required
+	}
+	if req.Egress.HasRequired {
+		g.egress = req.Egress.Required
+	}
+	if old, ok := l.guarantees[uid]; ok {
+		if *old == *g {
+			return
+		}
+		l.dropGuaranteeLocked(uid)
+	}
+	if g.ingress == 0 && g.egress == 0 {
+		return
+	}
+	l.guarantees[uid] = g
+	l.entryLocked(node).guarantees[uid] = g
+	l.admitLocked(node, g.network)
+}
+
+// dropGuaranteeLocked forgets the pod's guarantee.
+func (l *Ledger) dropGuaranteeLocked(uid types.UID) {
+	g, ok := l.guarantees[uid]
+	if !ok {
+		return
+	}
+	delete(l.guarantees, uid)
+	if n := l.byNode[g.node]; n != nil {
+		delete(n.guarantees, uid)
+		l.admitLocked(g.node, g.network)
+		l.dropEntryIfEmptyLocked(g.node)
+	}
+}
+
+// admitLocked works out which guarantees on the node's network the node keeps, as its
+// agent does (agent/enforce.MakePlan): in the order the pods were bound, each while the
+// admitted ones add up to no more than the guarantee capacity the node reports. A node
+// that does not enforce on the network admits all: nothing is kept there, and Filter
+// does not ask.
+func (l *Ledger) admitLocked(node, network string) {
+	n := l.byNode[node]
+	if n == nil {
+		return
+	}
+	capIn, capEg := int64(math.MaxInt64), int64(math.MaxInt64)
+	if nw := reportNetwork(l.reports.Node(node), network); nw != nil && nw.Enforced {
+		capIn, capEg = nw.IngressGuarantee, nw.EgressGuarantee
+	}
+	var order []*guarantee
+	for _, g := range n.guarantees {
+		if g.network == network {
+			order = append(order, g)
+		}
+	}
+	slices.SortFunc(order, func(a, b *guarantee) int { return a.bound.Compare(b.bound) })
+	var in, eg int64
+	for _, g := range order {
+		if g.ingress > 0 && in+g.ingress <= capIn {
+			in += g.ingress
+		}
+		if g.egress > 0 && eg+g.egress <= capEg {
+			eg += g.egress
+		}
+	}
+	n.updateLocked(network, func(r *networkReserved) { r.guaranteedIn, r.guaranteedEg = in, eg })
+}
+
+// reportNetwork returns the network of the record's report, nil without either.
+func reportNetwork(rec *heartbeat.Node, network string) *heartbeat.Network {
+	if b := rec.Bandwidth(); b != nil {
+		return b.Network(network)
+	}
+	return nil
 }
 
 // coveredBy reports whether report is full and was measured entirely while a pod
@@ -381,6 +547,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 	defer l.mu.Unlock()
 	if finished(pod) {
 		l.removeLocked(pod.UID, releasePodGone)
+		l.dropGuaranteeLocked(pod.UID)
 		delete(l.covered, pod.UID)
 		return
 	}
@@ -388,6 +555,7 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		// Pending, or assumed by this scheduler and not bound yet: Reserve owns it.
 		return
 	}
+	l.observeGuaranteeLocked(pod)
 	since := runningSince(pod)
 	r, ok := l.byPod[pod.UID]
 	if ok && r.node != pod.Spec.NodeName {
@@ -425,6 +593,26 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		l.removeLocked(pod.UID, releaseCovered)
 		l.covered[pod.UID] = struct{}{}
 	}
+}
+
+// observeGuaranteeLocked records the guarantee of a pod seen bound, ordered by when the
+// API server bound it (its PodScheduled condition), as the agent orders it.
+func (l *Ledger) observeGuaranteeLocked(pod *v1.Pod) {
+	req, err := annotations.ParseBandwidth(pod.Annotations)
+	if err != nil {
+		l.dropGuaranteeLocked(pod.UID)
+		return
+	}
+	bound := pod.CreationTimestamp.Time
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			bound = c.LastTransitionTime.Time
+		}
+	}
+	if g, ok := l.guarantees[pod.UID]; ok && g.node == pod.Spec.NodeName && bound.IsZero() {
+		bound = g.bound
+	}
+	l.setGuaranteeLocked(pod.UID, pod.Spec.NodeName, req, bound, true)
 }
 
 // amountsLocked is what a pod placed on node reserves per direction (the ledger's lock
@@ -477,6 +665,7 @@ func (l *Ledger) ForgetPod(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.removeLocked(uid, releasePodGone)
+	l.dropGuaranteeLocked(uid)
 	delete(l.covered, uid)
 }
 
@@ -495,6 +684,14 @@ func (l *Ledger) observeParsed(node string, parsed *heartbeat.Bandwidth) {
 	n := l.byNode[node]
 	if n == nil {
 		return
+	}
+	// The report may say the node enforces now, or no more, or up to another capacity.
+	networks := map[string]bool{}
+	for _, g := range n.guarantees {
+		networks[g.network] = true
+	}
+	for network := range networks {
+		l.admitLocked(node, network)
 	}
 	for uid, r := range n.pods {
 		if l.coveredBy(r.runningSince, parsed) {

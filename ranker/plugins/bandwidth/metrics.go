@@ -26,6 +26,8 @@ const (
 	reasonIngress           = "insufficient_ingress"
 	reasonEgress            = "insufficient_egress"
 	reasonOutsideWindow     = "outside_best_fit_window" // bestFitWindow strict: |available - expected| > expected - required
+	reasonGuaranteeIngress  = "guarantees_full_ingress" // the node enforces: the guarantees there leave less than the pod requires
+	reasonGuaranteeEgress   = "guarantees_full_egress"
 )
 
 // Reservation release reasons, the values of the reason label.
@@ -71,6 +73,13 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 
+	placementsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Subsystem:      metricsSubsystem,
+		Name:           "placements_total",
+		Help:           "Pods requiring bandwidth that Reserve placed, by whether their node keeps the required rate (guaranteed=true: the node enforces the pod's network) or only measured it free.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"guaranteed"})
+
 	registerOnce sync.Once
 )
 
@@ -78,14 +87,17 @@ var (
 // instantiate the plugin.
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(filterRejections, reservationsGauge, reservedBytes, reservationsTotal, releasesTotal)
+		legacyregistry.MustRegister(filterRejections, reservationsGauge, reservedBytes, reservationsTotal, releasesTotal, placementsTotal)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
 		for _, r := range []string{reasonInvalidAnnotation, reasonLedgerNotSynced, reasonNoReport, reasonStaleReport, reasonPartialReport,
-			reasonUnknownCapacity, reasonNoNetwork, reasonIngress, reasonEgress, reasonOutsideWindow} {
+			reasonUnknownCapacity, reasonNoNetwork, reasonIngress, reasonEgress, reasonOutsideWindow, reasonGuaranteeIngress, reasonGuaranteeEgress} {
 			filterRejections.WithLabelValues(r)
 		}
 		for _, r := range []string{releaseCovered, releaseUnreserved, releasePodGone} {
 			releasesTotal.WithLabelValues(r)
+		}
+		for _, g := range []string{"true", "false"} {
+			placementsTotal.WithLabelValues(g)
 		}
 		for _, s := range []string{"scheduled", "observed"} {
 			reservationsTotal.WithLabelValues(s)
