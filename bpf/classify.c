@@ -42,6 +42,16 @@ struct {
 	__uint(max_entries, 4096);
 } pod_cgroups SEC(".maps");
 
+// The class of each socket a host-network pod opened, set by sextant_sock_class.
+// BPF_F_CLONE copies it to the sockets a listener accepts, which tc finds by their
+// tuple on ingress.
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC | BPF_F_CLONE);
+	__type(key, int);
+	__type(value, __u32);
+} pod_sockets SEC(".maps");
+
 // The major number of the agent's HTB qdiscs, in the upper 16 bits.
 volatile const __u32 handle_major = 0x5e470000;
 
@@ -140,8 +150,8 @@ static __always_inline __u32 egress_socket_class(struct __sk_buff *skb) {
 
 // ingress_socket_class: a received packet has no socket yet at tc, so the socket
 // the stack will deliver it to is looked up by the packet's tuple. The agent's
-// cgroup program gave every socket a host-network pod creates the pod's class as
-// its priority (tc cannot read a socket's cgroup).
+// cgroup program gave every socket a host-network pod creates the pod's class (tc
+// cannot read a socket's cgroup), and its accepted sockets inherit it.
 static __always_inline __u32 ingress_socket_class(struct __sk_buff *skb, int family, struct bpf_sock_tuple *tuple,
 						 __u8 proto) {
 	__u32 size = family == 4 ? sizeof(tuple->ipv4) : sizeof(tuple->ipv6);
@@ -154,7 +164,10 @@ static __always_inline __u32 ingress_socket_class(struct __sk_buff *skb, int fam
 		return 0;
 	if (!sk)
 		return 0;
-	__u32 class = sk->priority;
+	__u32 class = 0;
+	__u32 *stored = bpf_sk_storage_get(&pod_sockets, sk, 0, 0);
+	if (stored)
+		class = *stored;
 	bpf_sk_release(sk);
 	return (class & 0xffff0000) == handle_major ? class : 0;
 }
@@ -200,10 +213,10 @@ int sextant_classify_egress(struct __sk_buff *skb) {
 }
 
 // sextant_sock_class runs when a process in a host-network pod's cgroup creates a
-// socket (the agent attaches it to the pod cgroup): the socket's priority becomes
-// the pod's class, which its packets carry out through the egress qdisc and which
-// the ingress classifier finds through the socket. Sockets created before the
-// agent attached it keep theirs; egress still finds them by cgroup.
+// socket (the agent attaches it to the pod cgroup): the socket gets the pod's class,
+// in its storage for the ingress classifier to find, and as its priority, which its
+// packets carry out to the egress qdisc. Sockets created before the agent attached
+// it have neither; egress still finds them by cgroup.
 SEC("cgroup/sock_create")
 int sextant_sock_class(struct bpf_sock *sk) {
 #pragma unroll
@@ -213,6 +226,9 @@ int sextant_sock_class(struct bpf_sock *sk) {
 			break;
 		__u32 *class = bpf_map_lookup_elem(&pod_cgroups, &id);
 		if (class) {
+			__u32 *stored = bpf_sk_storage_get(&pod_sockets, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+			if (stored)
+				*stored = *class;
 			sk->priority = *class;
 			break;
 		}

@@ -24,6 +24,7 @@ type ClassifyAddress struct {
 const (
 	ClassifyMapPodAddresses            = "pod_addresses"
 	ClassifyMapPodCgroups              = "pod_cgroups"
+	ClassifyMapPodSockets              = "pod_sockets"
 	ClassifyProgSextantClassifyEgress  = "sextant_classify_egress"
 	ClassifyProgSextantClassifyIngress = "sextant_classify_ingress"
 	ClassifyProgSextantSockClass       = "sextant_sock_class"
@@ -84,6 +85,7 @@ type ClassifyProgramSpecs struct {
 type ClassifyMapSpecs struct {
 	PodAddresses *ebpf.MapSpec `ebpf:"pod_addresses"`
 	PodCgroups   *ebpf.MapSpec `ebpf:"pod_cgroups"`
+	PodSockets   *ebpf.MapSpec `ebpf:"pod_sockets"`
 }
 
 // ClassifyVariableSpecs contains global variables before they are loaded into the kernel.
@@ -116,12 +118,14 @@ func (o *ClassifyObjects) Close() error {
 type ClassifyMaps struct {
 	PodAddresses *ebpf.Map `ebpf:"pod_addresses"`
 	PodCgroups   *ebpf.Map `ebpf:"pod_cgroups"`
+	PodSockets   *ebpf.Map `ebpf:"pod_sockets"`
 }
 
 func (m *ClassifyMaps) Close() error {
 	return _ClassifyClose(
 		m.PodAddresses,
 		m.PodCgroups,
+		m.PodSockets,
 	)
 }
 

@@ -41,9 +41,9 @@ type Config struct {
 	SampleInterval time.Duration
 	// Window is how long a pod whose guarantee was not met stays reported (default 60s).
 	Window time.Duration
-	// CgroupID returns a host-network pod's pod cgroup on cgroup v2, 0 if none; nil
-	// where the node has no cgroup v2.
-	CgroupID func(*corev1.Pod) uint64
+	// Cgroup returns a host-network pod's pod cgroup on cgroup v2, zero if none; nil
+	// where the node has no cgroup v2 (HostNetworkCgroups).
+	Cgroup func(*corev1.Pod) PodCgroup
 }
 
 func (c Config) withDefaults() Config {
@@ -244,7 +244,7 @@ func (e *Enforcer) reconcile(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		p, perr, ok := podOf(pod, e.cfg.CgroupID)
+		p, perr, ok := podOf(pod, e.cfg.Cgroup)
 		if !ok {
 			continue
 		}

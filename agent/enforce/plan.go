@@ -44,14 +44,14 @@ type Pod struct {
 	// Addresses are the pod's own addresses (status.podIPs and those of its other
 	// networks); none while it has not started, or for a host-network pod.
 	Addresses []netip.Addr
-	// CgroupID is a host-network pod's pod cgroup on cgroup v2; zero where unknown.
-	CgroupID uint64
+	// Cgroup is a host-network pod's pod cgroup on cgroup v2; zero where unknown.
+	Cgroup PodCgroup
 	// Request is the pod's parsed bandwidth annotations; zero when they do not parse.
 	Request annotations.BandwidthRequest
 }
 
 // Started reports whether the pod's packets can be told apart on the NIC yet.
-func (p Pod) Started() bool { return len(p.Addresses) > 0 || p.CgroupID != 0 }
+func (p Pod) Started() bool { return len(p.Addresses) > 0 || p.Cgroup.ID != 0 }
 
 // Interface is one interface of an enforced network.
 type Interface struct {

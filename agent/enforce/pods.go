@@ -15,7 +15,7 @@ import (
 // A pod's addresses are the kubelet's record of them (status.podIPs), never what its
 // author wrote: a pod claiming another's address would take that pod's class. So the
 // addresses a CNI such as Multus records in the pod's annotations are not used.
-func podOf(pod *corev1.Pod, cgroupID func(*corev1.Pod) uint64) (Pod, error, bool) {
+func podOf(pod *corev1.Pod, cgroupOf func(*corev1.Pod) PodCgroup) (Pod, error, bool) {
 	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return Pod{}, nil, false
 	}
@@ -32,8 +32,8 @@ func podOf(pod *corev1.Pod, cgroupID func(*corev1.Pod) uint64) (Pod, error, bool
 	p.Request = req
 	if pod.Spec.HostNetwork {
 		// Its addresses are the node's: only its cgroup tells its sockets apart.
-		if cgroupID != nil && (req.HasRequired() || req.HasLimit()) {
-			p.CgroupID = cgroupID(pod)
+		if cgroupOf != nil && (req.HasRequired() || req.HasLimit()) {
+			p.Cgroup = cgroupOf(pod)
 		}
 		return p, err, true
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/cilium/ebpf/link"
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -32,6 +33,7 @@ type Shaper struct {
 	netnsPath  string
 	classifier *bpf.Classifier
 	filters    tc.Attacher
+	sockets    *sockLinks
 	state      *State
 	log        logr.Logger
 }
@@ -64,6 +66,7 @@ func NewShaper(netnsPath, stateDir string, log logr.Logger) (*Shaper, error) {
 		s.Close()
 		return nil, err
 	}
+	s.sockets = &sockLinks{prog: s.classifier.SockCreate(), links: map[string]link.Link{}}
 	// clsact filters, not tcx links: they outlast the agent, so a restart leaves every
 	// pod classified.
 	if s.filters, err = tc.New(tc.Options{Mode: tc.ModeClsact, NetnsPath: netnsPath, Filter: ClassifierFilter}); err != nil {
@@ -73,8 +76,12 @@ func NewShaper(netnsPath, stateDir string, log logr.Logger) (*Shaper, error) {
 	return s, nil
 }
 
-// Close releases the agent's handles. What it made in the kernel stays: see Unshape.
+// Close releases the agent's handles. What it made in the kernel stays (see Unshape),
+// except the socket-labelling program on host-network pods' cgroups.
 func (s *Shaper) Close() error {
+	if s.sockets != nil {
+		s.sockets.close()
+	}
 	if s.classifier != nil {
 		s.classifier.Close()
 	}
@@ -234,6 +241,7 @@ func (s *Shaper) Unshape(name string) error {
 func (s *Shaper) Classify(pods []Pod, classified map[types.UID]uint16) error {
 	wantAddr := map[netip.Addr]uint32{}
 	wantCgroup := map[uint64]uint32{}
+	wantSockets := map[string]bool{}
 	// An address two pods hold (one ending, the other given its address again) is the
 	// one bound later's.
 	pods = slices.Clone(pods)
@@ -247,8 +255,9 @@ func (s *Shaper) Classify(pods []Pod, classified map[types.UID]uint16) error {
 				delete(wantAddr, a.Unmap())
 			}
 		}
-		if p.CgroupID != 0 && ok {
-			wantCgroup[p.CgroupID] = classID(minor)
+		if p.Cgroup.ID != 0 && ok {
+			wantCgroup[p.Cgroup.ID] = classID(minor)
+			wantSockets[p.Cgroup.Path] = true
 		}
 	}
 	haveAddr, err := s.classifier.Addresses()
@@ -280,6 +289,8 @@ func (s *Shaper) Classify(pods []Pod, classified map[types.UID]uint16) error {
 			errs = append(errs, s.classifier.SetCgroup(id, c))
 		}
 	}
+	// After the map: a socket labelled finds its pod's class there.
+	errs = append(errs, s.sockets.sync(wantSockets))
 	return errors.Join(errs...)
 }
 

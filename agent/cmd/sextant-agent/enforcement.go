@@ -102,8 +102,8 @@ func startEnforcement(ctx context.Context, wg *sync.WaitGroup, o runOptions, kub
 	}
 	enforcer, err := enforce.New(enforce.Config{
 		NodeName: o.nodeName, Networks: e.networks, Resync: e.resync, SampleInterval: o.sampleInterval, Window: o.window,
-		Shares:   enforce.Shares{Shaped: e.shapedShare, Unreserved: e.unreservedShare},
-		CgroupID: enforce.HostNetworkCgroups(o.cgroupRoot, o.kubepodsCgroup),
+		Shares: enforce.Shares{Shaped: e.shapedShare, Unreserved: e.unreservedShare},
+		Cgroup: enforce.HostNetworkCgroups(o.cgroupRoot, o.kubepodsCgroup),
 	}, kube, pods, meter.Snapshot, shaper, reg, log)
 	if err != nil {
 		shaper.Close()
