@@ -469,6 +469,12 @@ cmd_down() {
   fi
   # containerd makes this directory for shim sockets; keep it only if something else uses it.
   rmdir /run/containerd/s /run/containerd 2>/dev/null || true
+  # The chart's agent shapes the demo veth (bandwidth enforcement) through an IFB of
+  # its own, which outlives the agent's pod; demo-net.sh down took the veth itself.
+  local ifb
+  for ifb in $(ip -o link show type ifb 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep '^sxifb'); do
+    ip link delete "$ifb" 2>/dev/null || true
+  done
   ip link delete "$BRIDGE" 2>/dev/null || true
   ip route delete unreachable "$SERVICE_CIDR" 2>/dev/null || true
   find /var/log/containers -maxdepth 1 -type l -lname "$STATE/*" -delete 2>/dev/null || true

@@ -47,6 +47,8 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   --set "agent.nicCapacities={sxdemo0=200M}" \
   `# The demo veth as a network of its own: the node's eth0 has no known speed.` \
   --set-json 'agent.networks={"demo":["sxdemo0"]}' \
+  `# Bandwidth enforcement on the demo veth only, its state under the cluster's.` \
+  --set 'agent.enforcement.networks={demo}' --set agent.enforcement.stateDir="$state/agent-state" \
   `# Sidecars: the local containerd's socket. Pods labelled sextant.io/e2e-sidecar belong` \
   `# to the e2e tests, which run their own agent and webhook for them (test/e2e/sidecar_test.go).` \
   --set sidecar.criSocket="$state/run/containerd.sock" \

@@ -278,8 +278,14 @@ func (e *Enforcer) reconcile(ctx context.Context) {
 		}
 		var failed []string
 		for _, ifc := range np.Interfaces {
+			err := e.shaper.Shape(ifc)
+			if errors.Is(err, ErrInterfaceGone) {
+				// Deleted since the meter's last rescan, which drops it from the network;
+				// what is left of its shaping goes below.
+				continue
+			}
 			desired[ifc.Name] = true
-			if err := e.shaper.Shape(ifc); err != nil {
+			if err != nil {
 				failed = append(failed, err.Error())
 				errs = append(errs, err)
 			}

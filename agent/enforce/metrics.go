@@ -34,6 +34,9 @@ var (
 	descUnmet = prometheus.NewDesc("sextant_enforcement_guarantee_unmet",
 		"1 for each pod that, within the window, had packets waiting or dropped while it got less than its required rate.",
 		[]string{"network", "direction", "namespace", "pod"}, nil)
+	descUnmetPods = prometheus.NewDesc("sextant_enforcement_guarantee_unmet_pods",
+		"How many pods sextant_enforcement_guarantee_unmet names.",
+		[]string{"network", "direction"}, nil)
 	descShortfalls = prometheus.NewDesc("sextant_enforcement_shortfall_pods",
 		"Pods on the node whose required rate the node cannot keep: the guarantees of the pods bound before them fill the network (a pod placed by another scheduler).",
 		[]string{"network", "direction"}, nil)
@@ -50,7 +53,7 @@ type collector struct{ e *Enforcer }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descEnforced, descCapacity, descGuaranteed, descGuaranteedBytes, descBorrowedBytes,
-		descUnreservedBytes, descDrops, descOverlimits, descUnmet, descShortfalls, descReconciles, descShapedInterfaces} {
+		descUnreservedBytes, descDrops, descOverlimits, descUnmet, descUnmetPods, descShortfalls, descReconciles, descShapedInterfaces} {
 		ch <- d
 	}
 }
@@ -59,6 +62,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	e := c.e
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	unmet := e.acct.unmet()
+	unmetPods := map[classKey]int{}
+	for k := range unmet {
+		unmetPods[classKey{network: k.network, direction: k.direction}]++
+	}
 	for _, st := range e.status {
 		v := 0.0
 		if st.Enforced {
@@ -72,6 +80,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descCapacity, prometheus.GaugeValue, float64(st.Capacity[d])/8, st.Network, d.String())
 			ch <- prometheus.MustNewConstMetric(descGuaranteed, prometheus.GaugeValue, float64(st.Guaranteed[d])/8, st.Network, d.String())
 			ch <- prometheus.MustNewConstMetric(descShortfalls, prometheus.GaugeValue, float64(st.Shortfalls[d]), st.Network, d.String())
+			ch <- prometheus.MustNewConstMetric(descUnmetPods, prometheus.GaugeValue, float64(unmetPods[classKey{network: st.Network, direction: d}]), st.Network, d.String())
 		}
 	}
 	for k, t := range e.acct.totals {
@@ -97,7 +106,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descDrops, prometheus.CounterValue, float64(s.drops), k.network, k.direction.String(), ns, name)
 		ch <- prometheus.MustNewConstMetric(descOverlimits, prometheus.CounterValue, float64(s.overlimits), k.network, k.direction.String(), ns, name)
 	}
-	for k, full := range e.acct.unmet() {
+	for k, full := range unmet {
 		ns, name, _ := strings.Cut(full, "/")
 		ch <- prometheus.MustNewConstMetric(descUnmet, prometheus.GaugeValue, 1, k.network, k.direction.String(), ns, name)
 	}

@@ -107,8 +107,15 @@ func (s *Shaper) Shaped() []string {
 // State is the agent's record of what it shaped and the pods' minors.
 func (s *Shaper) State() *State { return s.state }
 
+// ErrInterfaceGone is wrapped by Shape's error when the interface no longer exists.
+var ErrInterfaceGone = errors.New("no such interface")
+
 func (s *Shaper) ifindex(name string) (int, error) {
 	l, err := s.h.LinkByName(name)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return 0, fmt.Errorf("find interface %s: %w", name, ErrInterfaceGone)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("find interface %s: %w", name, err)
 	}
@@ -200,9 +207,8 @@ func (s *Shaper) Unshape(name string) error {
 		return nil
 	}
 	ifindex, err := s.ifindex(name)
-	var nf netlink.LinkNotFoundError
 	switch {
-	case errors.As(err, &nf) || err == nil && ifindex != st.Ifindex:
+	case errors.Is(err, ErrInterfaceGone) || err == nil && ifindex != st.Ifindex:
 		if err := deleteIFB(s.h, st.Ifindex); err != nil {
 			return err
 		}

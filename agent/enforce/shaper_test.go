@@ -282,3 +282,27 @@ func TestShapeRefusesForeignClasses(t *testing.T) {
 		t.Errorf("state holds %v after a refusal", s.Shaped())
 	}
 }
+
+// An interface deleted while shaped loses its record and its IFB, and shaping it again
+// says it is gone.
+func TestShapedInterfaceDeleted(t *testing.T) {
+	ns, path := shaperNetns(t)
+	s := newShaper(t, path, t.TempDir())
+	up0 := ifindexIn(t, s, "up0")
+	if err := s.Shape(interfacePlan("up0", nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	netnstest.Run(t, "ip", "-n", ns, "link", "del", "up0")
+	if err := s.Shape(interfacePlan("up0", nil, nil)); !errors.Is(err, ErrInterfaceGone) {
+		t.Fatalf("Shape of a deleted interface: %v, want ErrInterfaceGone", err)
+	}
+	if err := s.Unshape("up0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.h.LinkByName(IFBName(up0)); err == nil {
+		t.Error("the deleted interface's IFB is left")
+	}
+	if len(s.Shaped()) != 0 {
+		t.Errorf("state holds %v", s.Shaped())
+	}
+}

@@ -416,10 +416,14 @@ func TestDashboardsQueryExistingMetrics(t *testing.T) {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
 		body = string(b)
-		return strings.Contains(body, `sextant_nic_remaining_bytes_per_second{direction="egress",interface="sxdemo0"}`), nil
+		// deploy.sh has the agent keep guarantees on the demo network: it shapes sxdemo0
+		// once it meters it.
+		return strings.Contains(body, `sextant_nic_remaining_bytes_per_second{direction="egress",interface="sxdemo0"}`) &&
+			strings.Contains(body, `sextant_enforcement_guarantees_enforced{network="demo"} 1`) &&
+			strings.Contains(body, `sextant_enforcement_guaranteed_bytes_total{`), nil
 	})
 	if err != nil {
-		t.Fatalf("the agent never exported remaining bandwidth for sxdemo0: %v", err)
+		t.Fatalf("the agent never exported remaining bandwidth for sxdemo0 and enforced guarantees on it: %v", err)
 	}
 	exported := map[string]bool{}
 	for _, line := range strings.Split(body, "\n") {

@@ -369,7 +369,8 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	binding := func(ann map[string]string) *corev1.Binding {
 		return &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Annotations: ann}, Target: corev1.ObjectReference{Kind: "Node", Name: node.Name}}
 	}
-	decisions := map[string]string{annotations.NUMANodes: "0", annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:3b:00.0"]}`}
+	decisions := map[string]string{annotations.NUMANodes: "0", annotations.DevicesAllocated: `{"sextant.io/gpu":["0000:3b:00.0"]}`,
+		annotations.BandwidthGuaranteed: "true"}
 	waitPolicy(t, "sextant-binding-annotations", func() error {
 		return userKube.CoreV1().Pods(ns).Bind(ctx, binding(decisions), metav1.CreateOptions{DryRun: dryRun})
 	})
@@ -377,7 +378,7 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 	wantDenied(t, err, "sextant-binding-annotations", "a user binds a pod with the ranker's decisions")
 	// The API server copies a Binding's annotations onto the pod without pod admission:
 	// a Binding must not bring what a pod write may not (a sidecar's command, a
-	// bandwidth request), from anyone; the ranker's carries its two decisions only.
+	// bandwidth request), from anyone; the ranker's carries its three decisions only.
 	for key, value := range map[string]string{sidecarKey: `["sh","-c","id"]`, annotations.BandwidthPrefix + "egress-required": "1G"} {
 		err = userKube.CoreV1().Pods(ns).Bind(ctx, binding(map[string]string{key: value}), metav1.CreateOptions{DryRun: dryRun})
 		wantDenied(t, err, "sextant-binding-annotations", "a user binds a pod with "+key)
