@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -449,4 +450,70 @@ func TestEnforcementLifecycle(t *testing.T) {
 		return n != nil && len(n.Conditions) == 0 && n.Guarantees == nil, fmt.Sprintf("pod network %+v, want no enforcement condition", n)
 	})
 	off.stop()
+}
+
+// TestEnforcementRankerPlacesOnGuarantees runs the ranker and the enforcing agent
+// together: the ranker reads from the node's NodeBandwidth that it keeps guarantees, and
+// places pods by them (its decision says so on the pod); a pod whose required rate does
+// not fit beside the guarantees already held waits though the uplink is idle, and is
+// placed once one ends; the agent keeps what the ranker placed.
+func TestEnforcementRankerPlacesOnGuarantees(t *testing.T) {
+	installCRDs(t)
+	deployChart(t)
+	s := newShapedNode(t, 2)
+	const prefix = "e2e-enforce-rank"
+	node := readyFakeNode(t, prefix+"-", map[string]string{"sextant.io/e2e": prefix}, corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110"),
+	})
+	ns := testNamespace(t)
+	startEnforcingAgent(t, node, s, t.TempDir(), true)
+	waitGuaranteed(t, node.Name, 0, 0)
+	startRanker(t, rankerOptions{scheduler: prefix, port: 10373, minWindow: 10 * time.Second})
+
+	pods := local.kube.CoreV1().Pods(ns)
+	create := func(name, required string) {
+		t.Helper()
+		p := bandwidthPod(ns, name, prefix, map[string]string{annotations.EgressRequired: required})
+		if _, err := pods.Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+		})
+	}
+	create("first", "600M")
+	first := waitScheduled(t, ns, "first", 90*time.Second)
+	if got := first.Annotations[annotations.BandwidthGuaranteed]; got != "true" {
+		t.Fatalf("the pod placed on a node that enforces: %s=%q, want true", annotations.BandwidthGuaranteed, got)
+	}
+	// As its kubelet would: running, with the address of its namespace.
+	first.Status.Phase = corev1.PodRunning
+	first.Status.PodIP, first.Status.PodIPs = s.pods[0].ip, []corev1.PodIP{{IP: s.pods[0].ip}}
+	if _, err := pods.UpdateStatus(context.Background(), first, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitGuaranteed(t, node.Name, 0, 600e6)
+	eventually(t, 15*time.Second, func() (bool, string) {
+		got := shapingOf(t, s.node)
+		return got.classes["600Mbit/950Mbit"] == 1, fmt.Sprintf("the placed pod's class: shaping %+v", got)
+	})
+
+	// 400M more would pass what the node measures (its uplink is idle) but not what it
+	// guarantees (902.5M): the pod waits, and says why.
+	create("second", "400M")
+	eventually(t, 60*time.Second, func() (bool, string) {
+		evs := podEvents(ns, "second")
+		return strings.Contains(evs, "could not guarantee the pod's required egress bandwidth"), "events of the pod past the guarantees: " + evs
+	})
+	if p, err := pods.Get(context.Background(), "second", metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("the pod past the guarantees was placed on %q (%v)", p.Spec.NodeName, err)
+	}
+	if err := pods.Delete(context.Background(), "first", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	second := waitScheduled(t, ns, "second", 60*time.Second)
+	if second.Spec.NodeName != node.Name || second.Annotations[annotations.BandwidthGuaranteed] != "true" {
+		t.Errorf("the waiting pod: node %q, %s=%q; want %s and true", second.Spec.NodeName, annotations.BandwidthGuaranteed,
+			second.Annotations[annotations.BandwidthGuaranteed], node.Name)
+	}
 }

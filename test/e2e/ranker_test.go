@@ -49,6 +49,8 @@ type rankerOptions struct {
 	ingressWeight int
 	egressWeight  int
 	staleAfter    time.Duration
+	// minWindow: the agents' --window (default the plugin's 60s).
+	minWindow time.Duration
 }
 
 // startRanker runs sextant-ranker as a process with the chart's RBAC and a profile
@@ -90,6 +92,9 @@ profiles:
       egressWeight: %d
       staleAfter: %s
 `, kubeconfig, leader, o.scheduler, profile.Plugins, o.strategy, o.ingressWeight, o.egressWeight, o.staleAfter)
+	if o.minWindow > 0 {
+		config += fmt.Sprintf("      minWindow: %s\n", o.minWindow)
+	}
 	path := filepath.Join(t.TempDir(), "ranker.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
