@@ -24,6 +24,7 @@ import (
 	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/netnstest"
 )
 
 func runningPod(name, ip string, bound time.Time, ann map[string]string) *corev1.Pod {
@@ -153,4 +154,78 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 	if err != nil {
 		t.Fatalf("%s: %s", what, last)
 	}
+}
+
+// An interface the agent may not shape (another tool's classful root) leaves the network
+// not enforced: the status says why, an Event on the node says so once, the interface
+// keeps what it had, and the rest of the agent carries on.
+func TestEnforcerReportsWhyItCannotShape(t *testing.T) {
+	ns, path := shaperNetns(t, "handle", "1:", "htb", "default", "10")
+	netnstest.Run(t, "tc", "-n", ns, "class", "add", "dev", "up0", "parent", "1:", "classid", "1:10", "htb", "rate", "100mbit")
+	s := newShaper(t, path, t.TempDir())
+	up0 := ifindexIn(t, s, "up0")
+	capacity := 1e9
+	snap := bandwidth.Snapshot{
+		Time:       t0,
+		Interfaces: []bandwidth.InterfaceSample{{Name: "up0", Index: up0, Up: true, Ingress: bandwidth.DirectionSample{Capacity: &capacity}, Egress: bandwidth.DirectionSample{Capacity: &capacity}}},
+		Networks:   []bandwidth.NetworkSample{{Name: "pod", Interfaces: []string{"up0"}}},
+	}
+	kube := fake.NewClientset(runningPod("guaranteed", "10.0.0.1", t0, map[string]string{annotations.EgressRequired: "100M"}))
+	pods := nodepods.NewInformer(kube, "node-a")
+	e, err := New(Config{NodeName: "node-a", Networks: []string{"pod"}, Resync: time.Hour, SampleInterval: 100 * time.Millisecond},
+		kube, pods, func() bandwidth.Snapshot { return snap }, s, nil, testr.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go pods.Run(ctx.Done())
+	go func() { defer close(done); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	waitFor(t, "the status to say the network is not enforced", func() (bool, string) {
+		st := e.Status()
+		return len(st) == 1 && !st[0].Enforced && st[0].Reason == v1alpha1.ReasonShapingFailed &&
+			strings.Contains(st[0].Message, "another tool's classful shaping"), fmt.Sprintf("status %+v", st)
+	})
+	waitFor(t, "one Event on the node", func() (bool, string) {
+		evs, _ := kube.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+		n := 0
+		for _, ev := range evs.Items {
+			if ev.Reason == "BandwidthEnforcementFailed" && ev.InvolvedObject.Kind == "Node" && ev.InvolvedObject.Name == "node-a" {
+				n++
+			}
+		}
+		return n == 1, fmt.Sprintf("%d BandwidthEnforcementFailed events on the node among %d", n, len(evs.Items))
+	})
+	// The sample ticks retry it: still one Event, and the foreign root untouched.
+	time.Sleep(500 * time.Millisecond)
+	evs, _ := kube.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{})
+	if len(evs.Items) != 1 {
+		t.Errorf("%d events after the retries, want still 1", len(evs.Items))
+	}
+	if got := shapingRoot(t, path); got != "htb 1:" {
+		t.Errorf("root %q, want the foreign htb 1: untouched", got)
+	}
+}
+
+// shapingRoot is up0's root qdisc as "kind handle:".
+func shapingRoot(t *testing.T, path string) string {
+	t.Helper()
+	h := handleIn(t, path)
+	l, err := h.LinkByName("up0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qs, err := h.QdiscList(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range qs {
+		if q.Attrs().Parent == netlink.HANDLE_ROOT {
+			major, _ := netlink.MajorMinor(q.Attrs().Handle)
+			return fmt.Sprintf("%s %x:", q.Type(), major)
+		}
+	}
+	return ""
 }

@@ -170,12 +170,20 @@ func (e *enforcement) stop() {
 // agentRemoved reports whether the agent's pod belongs to a DaemonSet that is gone or
 // being deleted (helm uninstall deletes the DaemonSet before its pods), with why. Outside
 // a pod (no $POD_NAME and $POD_NAMESPACE) the agent is never being removed.
+//
+// helm uninstall deletes the agent's RBAC and service account right after its DaemonSet,
+// while the agent is still stopping: an API server that no longer knows or allows the
+// agent's account says the same as a missing DaemonSet. Other errors (a timeout) say
+// nothing, and the shaping stays.
 func agentRemoved(ctx context.Context, kube kubernetes.Interface) (bool, string, error) {
 	name, ns := os.Getenv("POD_NAME"), os.Getenv("POD_NAMESPACE")
 	if name == "" || ns == "" {
 		return false, "", nil
 	}
 	pod, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+		return true, "the API server no longer lets the agent's account read its pod: " + err.Error(), nil
+	}
 	if err != nil {
 		return false, "", fmt.Errorf("read the agent's pod %s/%s: %w", ns, name, err)
 	}
@@ -192,6 +200,8 @@ func agentRemoved(ctx context.Context, kube kubernetes.Interface) (bool, string,
 	switch {
 	case apierrors.IsNotFound(err):
 		return true, "DaemonSet " + ns + "/" + owner.Name + " is gone", nil
+	case apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err):
+		return true, "the API server no longer lets the agent's account read its DaemonSet: " + err.Error(), nil
 	case err != nil:
 		return false, "", fmt.Errorf("read the agent's DaemonSet %s/%s: %w", ns, owner.Name, err)
 	case ds.UID != owner.UID:
