@@ -517,3 +517,75 @@ func TestEnforcementRankerPlacesOnGuarantees(t *testing.T) {
 			second.Annotations[annotations.BandwidthGuaranteed], node.Name)
 	}
 }
+
+// TestEnforcementUninstallGivesInterfacesBack: the chart's agent keeps guarantees on the
+// demo network (scripts/deploy.sh); helm uninstall deletes its DaemonSet, and the agent,
+// stopping, finds it gone and gives the demo veth back exactly the root qdisc it had,
+// with no IFB, filter or qdisc of its own left. The release is installed again after.
+func TestEnforcementUninstallGivesInterfacesBack(t *testing.T) {
+	requireRoot(t)
+	installCRDs(t)
+	deployChart(t)
+	demoNet := filepath.Join(repoRoot(t), "scripts", "demo-net.sh")
+	run(t, demoNet, "up")
+	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
+	// The tbf demo-net.sh puts on sxdemo0, as tc shows it, without statistics.
+	root := func() map[string]any {
+		for _, q := range tcJSONHost(t, "qdisc", "show", "dev", "sxdemo0", "root") {
+			delete(q, "bytes")
+			return q
+		}
+		return nil
+	}
+	agentThings := func() string {
+		var found []string
+		if links, _ := exec.Command("ip", "-o", "link", "show", "type", "ifb").Output(); strings.Contains(string(links), "sxifb") {
+			found = append(found, "an IFB")
+		}
+		for _, hook := range []string{"ingress", "egress"} {
+			out, _ := exec.Command("tc", "filter", "show", "dev", "sxdemo0", hook).CombinedOutput()
+			if strings.Contains(string(out), "sextant_classify") || strings.Contains(string(out), "mirred") {
+				found = append(found, hook+" filters")
+			}
+		}
+		return strings.Join(found, ", ")
+	}
+	eventually(t, 3*time.Minute, func() (bool, string) {
+		q := root()
+		return q["kind"] == "htb" && agentThings() == "an IFB, ingress filters, egress filters",
+			fmt.Sprintf("the chart's agent has not shaped sxdemo0: root %v, %s", q, agentThings())
+	})
+	t.Cleanup(func() {
+		// The rest of the suite runs against the release.
+		if out, err := exec.Command(filepath.Join(repoRoot(t), "scripts", "deploy.sh")).CombinedOutput(); err != nil {
+			t.Errorf("installing the release again: %v\n%s", err, lastLines(string(out), 20))
+		}
+	})
+	kubeconfig := os.Getenv("KUBECONFIG")
+	cmd := exec.Command("go", "tool", "helm", "uninstall", "sextant", "--namespace", releaseNamespace, "--kubeconfig", kubeconfig, "--wait", "--timeout", "3m")
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm uninstall: %v\n%s", err, out)
+	}
+	// demo-net.sh's tbf: 200 Mbit/s is 25e6 bytes/s to tc.
+	eventually(t, 90*time.Second, func() (bool, string) {
+		q := root()
+		opts, _ := q["options"].(map[string]any)
+		left := agentThings()
+		return q["kind"] == "tbf" && opts["rate"] == float64(25e6) && left == "", fmt.Sprintf("after the uninstall: root %v, left behind: %q", q, left)
+	})
+}
+
+// tcJSONHost runs tc -j with args in the test's own network namespace.
+func tcJSONHost(t *testing.T, args ...string) []map[string]any {
+	t.Helper()
+	out := run(t, "tc", append([]string{"-j"}, args...)...)
+	var v []map[string]any
+	if strings.TrimSpace(out) == "" {
+		return nil
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("tc -j %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return v
+}
