@@ -140,6 +140,10 @@ demo: cluster-up deploy ## Bring the cluster up, install sextant, and show what 
 bench-meter: ## iperf3 over a veth with and without the eBPF meter; ratio and ns/packet.
 	scripts/bench-meter.sh
 
+.PHONY: bench-enforce
+bench-enforce: ## iperf3 over a veth with the meter alone and with bandwidth enforcement; ratio, CPU per packet, a pod's classes with 200 pods.
+	scripts/bench-enforce.sh
+
 # Flags added to make bench-ranker's, e.g. the 8-NUMA-node shape beside today's at 5000
 # nodes: BENCH_RANKER_ARGS="--nodes 5000 --schedulers sextant --shape 2numa,8numa-8gpu".
 BENCH_RANKER_ARGS ?=

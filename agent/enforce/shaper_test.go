@@ -12,6 +12,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -24,7 +25,7 @@ import (
 
 // shaperNetns makes a namespace with a veth pair whose end up0 the tests shape, with
 // the given root qdisc (tc arguments after "root"; none for the kernel's default).
-func shaperNetns(t *testing.T, root ...string) (ns, path string) {
+func shaperNetns(t testing.TB, root ...string) (ns, path string) {
 	t.Helper()
 	ns, path = netnstest.New(t, "sx-shape-")
 	netnstest.Run(t, "ip", "-n", ns, "link", "add", "up0", "numtxqueues", "4", "type", "veth", "peer", "name", "w0")
@@ -36,12 +37,16 @@ func shaperNetns(t *testing.T, root ...string) (ns, path string) {
 	return ns, path
 }
 
-func newShaper(t *testing.T, path, stateDir string) *Shaper {
+func newShaper(t testing.TB, path, stateDir string) *Shaper {
 	t.Helper()
 	if err := rlimit.RemoveMemlock(); err != nil {
 		t.Skipf("skipping: %v", err)
 	}
-	s, err := NewShaper(path, stateDir, testr.New(t))
+	log := logr.Discard()
+	if tt, ok := t.(*testing.T); ok {
+		log = testr.New(tt)
+	}
+	s, err := NewShaper(path, stateDir, log)
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.Is(err, os.ErrPermission) && !errors.As(err, &verr) {
@@ -86,7 +91,7 @@ func rawIn(t *testing.T, path string) rawNetlink {
 	return rawNetlink{sockets: map[int]*nl.SocketHandle{unix.NETLINK_ROUTE: {Socket: sock}}}
 }
 
-func ifindexIn(t *testing.T, s *Shaper, name string) int {
+func ifindexIn(t testing.TB, s *Shaper, name string) int {
 	t.Helper()
 	i, err := s.ifindex(name)
 	if err != nil {
