@@ -111,7 +111,11 @@ func TestHostNetworkPodClassifiedByCgroup(t *testing.T) {
 	}
 
 	// Egress: a client in the pod's cgroup, in the node's namespace, to the world.
-	netnstest.Run(t, "ip", "netns", "exec", world, "iperf3", "-s", "-D", "-B", "10.248.0.2")
+	server := exec.Command("ip", "netns", "exec", world, "iperf3", "-s", "-B", "10.248.0.2")
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = server.Process.Kill(); _ = server.Wait() })
 	netnstest.WaitListening(t, world, 5201)
 	inCgroup(t, podDir, "ip", "netns", "exec", node, "iperf3", "-c", "10.248.0.2", "-n", "20M").Wait()
 	if got := podBytes(up0); got < 20e6 {
