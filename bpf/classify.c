@@ -70,64 +70,59 @@ enum direction {
 	DIRECTION_EGRESS  = 1,
 };
 
-// The IPv4 and IPv6 header bytes the classifier reads: version, then the two
-// addresses.
-#define IPV4_SADDR_OFF 12
-#define IPV6_SADDR_OFF 8
-
 // load_address reads the source (egress) or destination (ingress) address of an IP
-// packet into a, and the transport tuple for a socket lookup into tuple. It works
-// from the network header, so a VLAN tag in the frame, or a device without an
-// Ethernet header, changes nothing. Returns 4 or 6, or 0 for anything else.
-static __always_inline int load_address(struct __sk_buff *skb, __u32 direction, struct address *a,
-					 struct bpf_sock_tuple *tuple, __u8 *proto) {
-	__u8 first;
-	if (bpf_skb_load_bytes_relative(skb, 0, &first, 1, BPF_HDR_START_NET) < 0)
+// packet into a. It works from the network header, so a VLAN tag in the frame, or a
+// device without an Ethernet header, changes nothing. Returns 4 or 6, or 0 for
+// anything else. One helper call for IPv4, two for IPv6: the classifier runs on every
+// packet.
+static __always_inline int load_address(struct __sk_buff *skb, __u32 direction, struct address *a) {
+	// An IPv4 header without options, or the first 20 bytes of an IPv6 one.
+	__u8 hdr[20];
+	if (bpf_skb_load_bytes_relative(skb, 0, hdr, sizeof(hdr), BPF_HDR_START_NET) < 0)
 		return 0;
 	__builtin_memset(a, 0, sizeof(*a));
-	switch (first >> 4) {
-	case 4: {
-		// saddr, daddr: 8 bytes from offset 12.
-		__u32 addrs[2];
-		__u8 ihl_proto[10];
-		if (bpf_skb_load_bytes_relative(skb, 0, ihl_proto, sizeof(ihl_proto), BPF_HDR_START_NET) < 0)
-			return 0;
-		if (bpf_skb_load_bytes_relative(skb, IPV4_SADDR_OFF, addrs, sizeof(addrs), BPF_HDR_START_NET) < 0)
-			return 0;
+	switch (hdr[0] >> 4) {
+	case 4:
 		a->bytes[10] = 0xff;
 		a->bytes[11] = 0xff;
-		__builtin_memcpy(&a->bytes[12], &addrs[direction == DIRECTION_EGRESS ? 0 : 1], 4);
-		*proto = ihl_proto[9];
-		tuple->ipv4.saddr = addrs[0];
-		tuple->ipv4.daddr = addrs[1];
-		__u32 ports;
-		__u32 l4 = (ihl_proto[0] & 0x0f) * 4;
-		if (bpf_skb_load_bytes_relative(skb, l4, &ports, sizeof(ports), BPF_HDR_START_NET) < 0)
-			ports = 0;
-		__builtin_memcpy(&tuple->ipv4.sport, &ports, sizeof(ports));
+		if (direction == DIRECTION_EGRESS)
+			__builtin_memcpy(&a->bytes[12], &hdr[12], 4);
+		else
+			__builtin_memcpy(&a->bytes[12], &hdr[16], 4);
 		return 4;
-	}
-	case 6: {
-		// next header at 6; saddr, daddr: 32 bytes from offset 8.
-		__u8 addrs[32];
-		__u8 next;
-		if (bpf_skb_load_bytes_relative(skb, 6, &next, 1, BPF_HDR_START_NET) < 0)
+	case 6:
+		if (bpf_skb_load_bytes_relative(skb, direction == DIRECTION_EGRESS ? 8 : 24, a->bytes, 16, BPF_HDR_START_NET) < 0)
 			return 0;
-		if (bpf_skb_load_bytes_relative(skb, IPV6_SADDR_OFF, addrs, sizeof(addrs), BPF_HDR_START_NET) < 0)
-			return 0;
-		__builtin_memcpy(a->bytes, &addrs[direction == DIRECTION_EGRESS ? 0 : 16], 16);
-		*proto = next;
-		__builtin_memcpy(tuple->ipv6.saddr, &addrs[0], 16);
-		__builtin_memcpy(tuple->ipv6.daddr, &addrs[16], 16);
-		// Extension headers are not walked: a packet with one is the node's to
-		// classify by address alone.
-		__u32 ports;
-		if (bpf_skb_load_bytes_relative(skb, 40, &ports, sizeof(ports), BPF_HDR_START_NET) < 0)
-			ports = 0;
-		__builtin_memcpy(&tuple->ipv6.sport, &ports, sizeof(ports));
 		return 6;
 	}
+	return 0;
+}
+
+// load_tuple reads the packet's addresses, protocol and ports, for a socket lookup.
+// Extension headers are not walked: a packet with one finds no socket.
+static __always_inline int load_tuple(struct __sk_buff *skb, int family, struct bpf_sock_tuple *tuple, __u8 *proto) {
+	__u32 ports;
+	if (family == 4) {
+		__u8 hdr[20];
+		if (bpf_skb_load_bytes_relative(skb, 0, hdr, sizeof(hdr), BPF_HDR_START_NET) < 0)
+			return -1;
+		*proto = hdr[9];
+		__builtin_memcpy(&tuple->ipv4.saddr, &hdr[12], 4);
+		__builtin_memcpy(&tuple->ipv4.daddr, &hdr[16], 4);
+		if (bpf_skb_load_bytes_relative(skb, (hdr[0] & 0x0f) * 4, &ports, sizeof(ports), BPF_HDR_START_NET) < 0)
+			return -1;
+		__builtin_memcpy(&tuple->ipv4.sport, &ports, sizeof(ports));
+		return 0;
 	}
+	__u8 hdr[40];
+	if (bpf_skb_load_bytes_relative(skb, 0, hdr, sizeof(hdr), BPF_HDR_START_NET) < 0)
+		return -1;
+	*proto = hdr[6];
+	__builtin_memcpy(tuple->ipv6.saddr, &hdr[8], 16);
+	__builtin_memcpy(tuple->ipv6.daddr, &hdr[24], 16);
+	if (bpf_skb_load_bytes_relative(skb, 40, &ports, sizeof(ports), BPF_HDR_START_NET) < 0)
+		return -1;
+	__builtin_memcpy(&tuple->ipv6.sport, &ports, sizeof(ports));
 	return 0;
 }
 
@@ -152,14 +147,17 @@ static __always_inline __u32 egress_socket_class(struct __sk_buff *skb) {
 // the stack will deliver it to is looked up by the packet's tuple. The agent's
 // cgroup program gave every socket a host-network pod creates the pod's class (tc
 // cannot read a socket's cgroup), and its accepted sockets inherit it.
-static __always_inline __u32 ingress_socket_class(struct __sk_buff *skb, int family, struct bpf_sock_tuple *tuple,
-						 __u8 proto) {
-	__u32 size = family == 4 ? sizeof(tuple->ipv4) : sizeof(tuple->ipv6);
+static __always_inline __u32 ingress_socket_class(struct __sk_buff *skb, int family) {
+	struct bpf_sock_tuple tuple = {};
+	__u8 proto = 0;
+	if (load_tuple(skb, family, &tuple, &proto) < 0)
+		return 0;
+	__u32 size = family == 4 ? sizeof(tuple.ipv4) : sizeof(tuple.ipv6);
 	struct bpf_sock *sk;
 	if (proto == IPPROTO_TCP)
-		sk = bpf_sk_lookup_tcp(skb, tuple, size, BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_tcp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
 	else if (proto == IPPROTO_UDP)
-		sk = bpf_sk_lookup_udp(skb, tuple, size, BPF_F_CURRENT_NETNS, 0);
+		sk = bpf_sk_lookup_udp(skb, &tuple, size, BPF_F_CURRENT_NETNS, 0);
 	else
 		return 0;
 	if (!sk)
@@ -177,18 +175,15 @@ static __always_inline int classify(struct __sk_buff *skb, __u32 direction) {
 	// in a register, and the verifier refuses a context access through a moved pointer.
 	__u32 priority = skb->priority;
 	struct address a;
-	struct bpf_sock_tuple tuple = {};
-	__u8 proto = 0;
 	__u32 class = 0;
 
-	int family = load_address(skb, direction, &a, &tuple, &proto);
+	int family = load_address(skb, direction, &a);
 	if (family) {
 		__u32 *c = bpf_map_lookup_elem(&pod_addresses, &a);
 		if (c)
 			class = *c;
 		else if (host_network_pods)
-			class = direction == DIRECTION_EGRESS ? egress_socket_class(skb)
-							      : ingress_socket_class(skb, family, &tuple, proto);
+			class = direction == DIRECTION_EGRESS ? egress_socket_class(skb) : ingress_socket_class(skb, family);
 	}
 	if (!class && (priority & 0xffff0000) == handle_major) {
 		// A priority naming one of the agent's classes, set by someone else (a

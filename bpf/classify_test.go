@@ -147,3 +147,35 @@ func TestClassifierAddressesAndCgroups(t *testing.T) {
 		t.Errorf("host_network_pods = %d after every cgroup went; want 0 (host traffic skips the lookups)", n)
 	}
 }
+
+// BenchmarkClassifier is the classifier's own cost per packet, through
+// BPF_PROG_TEST_RUN (no tc, no BPF statistics around it): an address it knows, one it
+// does not.
+func BenchmarkClassifier(b *testing.B) {
+	if err := rlimit.RemoveMemlock(); err != nil {
+		b.Skip(err)
+	}
+	c, err := NewClassifier(testMajor)
+	if err != nil {
+		b.Skip(err)
+	}
+	defer c.Close()
+	if err := c.SetAddress(netip.MustParseAddr("10.0.0.1"), testMajor<<16|3); err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+	}{
+		{"ipv4 known", ethernet(0x0800, ipv4UDP(1472))},
+		{"ipv6 unknown", ethernet(0x86dd, ipv6UDP(1452))},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			_, per, err := c.Egress().Benchmark(tc.frame, b.N, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/packet")
+		})
+	}
+}

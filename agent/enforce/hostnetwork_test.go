@@ -95,16 +95,17 @@ func TestHostNetworkPodClassifiedByCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	podBytes := func(ifindex int) uint64 {
+	classBytes := func(ifindex int, minor uint16) uint64 {
 		stats, err := htb{h: h, ifindex: ifindex}.classes()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c := stats[3]; c != nil && c.Statistics != nil && c.Statistics.Basic != nil {
+		if c := stats[minor]; c != nil && c.Statistics != nil && c.Statistics.Basic != nil {
 			return c.Statistics.Basic.Bytes
 		}
 		return 0
 	}
+	podBytes := func(ifindex int) uint64 { return classBytes(ifindex, 3) }
 	ifb, err := h.LinkByName(IFBName(up0))
 	if err != nil {
 		t.Fatal(err)
@@ -118,18 +119,23 @@ func TestHostNetworkPodClassifiedByCgroup(t *testing.T) {
 	t.Cleanup(func() { _ = server.Process.Kill(); _ = server.Wait() })
 	netnstest.WaitListening(t, world, 5201)
 	inCgroup(t, podDir, "ip", "netns", "exec", node, "iperf3", "-c", "10.248.0.2", "-n", "20M").Wait()
-	if got := podBytes(up0); got < 20e6 {
-		t.Errorf("the pod's egress class sent %d bytes of the 20 MB its process sent", got)
+	// iperf3 -n counts what its client wrote; what the kernel still held when the test
+	// ended may never go out. So: most of it in the pod's class, next to none elsewhere.
+	classified := func(dir string, ifindex int) {
+		t.Helper()
+		pod, other := podBytes(ifindex), classBytes(ifindex, DefaultMinor)
+		if pod < 10e6 || other > 1e6 {
+			t.Errorf("%s: the pod's class carried %d bytes of the 20 MiB its process sent or received, the default class %d", dir, pod, other)
+		}
 	}
+	classified("egress", up0)
 
 	// Ingress: a server the pod's process opened after the agent labelled its cgroup,
 	// fed from the world: its data arrives on a socket the listener accepted.
 	inCgroup(t, podDir, "ip", "netns", "exec", node, "iperf3", "-s", "-B", "10.248.0.1", "-p", "5301")
 	netnstest.WaitListening(t, node, 5301)
 	netnstest.Run(t, "ip", "netns", "exec", world, "iperf3", "-c", "10.248.0.1", "-p", "5301", "-n", "20M")
-	if got := podBytes(ifb.Attrs().Index); got < 20e6 {
-		t.Errorf("the pod's ingress class got %d bytes of the 20 MB sent to its process", got)
-	}
+	classified("ingress", ifb.Attrs().Index)
 	// Traffic of no pod stays in the default class.
 	before := podBytes(up0)
 	netnstest.Run(t, "ip", "netns", "exec", node, "iperf3", "-c", "10.248.0.2", "-n", "5M")
