@@ -294,10 +294,8 @@ func (e *Enforcer) reconcile(ctx context.Context) {
 			failed = append(failed, classifyErr.Error())
 		}
 		switch {
-		case np.Problem != "" && len(np.Interfaces) == 0 && strings.HasPrefix(np.Problem, "no interface"):
-			st.Reason, st.Message = v1alpha1.ReasonNoInterfaces, np.Problem
 		case np.Problem != "":
-			st.Reason, st.Message = v1alpha1.ReasonNoCapacity, np.Problem
+			st.Reason, st.Message = np.ProblemReason, np.Problem
 		case len(failed) > 0:
 			st.Reason, st.Message = v1alpha1.ReasonShapingFailed, strings.Join(failed, "; ")
 		default:
@@ -384,7 +382,7 @@ func (e *Enforcer) describe(np NetworkPlan) string {
 // down reports whether the interface exists and is down.
 func (e *Enforcer) down(name string) bool {
 	l, err := e.shaper.h.LinkByName(name)
-	return err == nil && l.Attrs().Flags&net.FlagUp == 0 || err == nil && l.Attrs().OperState == netlink.OperDown
+	return err == nil && (l.Attrs().Flags&net.FlagUp == 0 || l.Attrs().OperState == netlink.OperDown)
 }
 
 // sample reads every class's counters and accounts for them.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
 )
 
 // Direction is a traffic direction as the node sees it.
@@ -149,8 +150,8 @@ type Shortfall struct {
 type NetworkPlan struct {
 	Name string
 	// Problem says why the network is not shaped (no interface, a capacity unknown);
-	// empty when it is.
-	Problem string
+	// empty when it is. ProblemReason is the GuaranteesEnforced condition's reason for it.
+	Problem, ProblemReason string
 	// Capacity is, per direction, what the guarantees may add up to; Guaranteed what
 	// the admitted ones add up to (including pods not started yet).
 	Capacity, Guaranteed [2]int64
@@ -196,7 +197,7 @@ func MakePlan(networks []Network, pods []Pod, shares Shares, minors Minors) Plan
 func planNetwork(n Network, pods []Pod, shares Shares, minors Minors, classified map[types.UID]uint16) NetworkPlan {
 	np := NetworkPlan{Name: n.Name, Guarantees: map[types.UID][2]int64{}}
 	if len(n.Interfaces) == 0 {
-		np.Problem = "no interface carries the network yet"
+		np.Problem, np.ProblemReason = "no interface carries the network yet", v1alpha1.ReasonNoInterfaces
 		return np
 	}
 	var shaped [2]float64 // the smallest interface's shaped rate, per direction
@@ -204,6 +205,7 @@ func planNetwork(n Network, pods []Pod, shares Shares, minors Minors, classified
 		for _, d := range Directions {
 			if !(ifc.Capacity[d] > 0) {
 				np.Problem = fmt.Sprintf("the %s capacity of %s is unknown (set it with --nic-capacity)", d, ifc.Name)
+				np.ProblemReason = v1alpha1.ReasonNoCapacity
 				return np
 			}
 			r := ifc.Capacity[d] * shares.Shaped

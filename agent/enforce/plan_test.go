@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"net/netip"
+	"os"
 	"reflect"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
 )
 
 // sequentialMinors hands out minors from FirstPodMinor in the order asked.
@@ -152,6 +154,9 @@ func TestMakePlan(t *testing.T) {
 				t.Errorf("classified %v, want %v", plan.Classified, tc.wantClassified)
 			}
 			if tc.wantProblem != "" {
+				if np.ProblemReason != v1alpha1.ReasonNoInterfaces && np.ProblemReason != v1alpha1.ReasonNoCapacity {
+					t.Errorf("a problem with reason %q", np.ProblemReason)
+				}
 				if len(np.Interfaces) != 0 {
 					t.Errorf("a network with a problem got interfaces: %+v", np.Interfaces)
 				}
@@ -194,5 +199,40 @@ func TestSharesValidate(t *testing.T) {
 	}
 	if err := DefaultShares.Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// State read after a reboot forgets what it says of the interfaces (the kernel holds
+// none of it) and keeps the pods' class minors.
+func TestStateAfterReboot(t *testing.T) {
+	dir := t.TempDir()
+	saved := bootIDFile
+	t.Cleanup(func() { bootIDFile = saved })
+	bootIDFile = dir + "/boot_id"
+	writeBoot := func(id string) {
+		if err := os.WriteFile(bootIDFile, []byte(id+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeBoot("boot-1")
+	s, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Interfaces["eth0"] = &InterfaceState{Ifindex: 2, Previous: Previous{Qdiscs: []QdiscConfig{{Kind: "tbf", Handle: 7 << 16}}}}
+	s.Minor("pod-a")
+	if err := s.Save(); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := LoadState(dir); err != nil || again.Interfaces["eth0"] == nil || again.Minors["pod-a"] != FirstPodMinor {
+		t.Fatalf("the same boot: %+v, %v", again, err)
+	}
+	writeBoot("boot-2")
+	after, err := LoadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Interfaces) != 0 || after.Minors["pod-a"] != FirstPodMinor {
+		t.Errorf("after a reboot: interfaces %v, minors %v; want none and pod-a's kept", after.Interfaces, after.Minors)
 	}
 }

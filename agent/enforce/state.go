@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -19,6 +20,9 @@ const StateFile = "enforcement.json"
 // It is written before the kernel is changed, so a crash in between leaves a record of
 // what to undo rather than a change nobody knows how to undo.
 type State struct {
+	// BootID is the kernel's boot_id when the state was written: after a reboot the
+	// kernel holds none of what the state says the agent made.
+	BootID     string                     `json:"bootID,omitempty"`
 	Interfaces map[string]*InterfaceState `json:"interfaces,omitempty"`
 	Minors     map[types.UID]uint16       `json:"minors,omitempty"`
 
@@ -51,6 +55,12 @@ func LoadState(dir string) (*State, error) {
 			return nil, fmt.Errorf("read the enforcement state %s: %w (move it aside to start over; the interfaces it names keep the agent's qdiscs until removed by hand)", s.path, err)
 		}
 	}
+	if boot := bootID(); s.BootID != "" && s.BootID != boot {
+		// Rebooted: every interface is as the boot made it, and what was recorded of the
+		// roots before is not to be put back over that.
+		s.Interfaces = nil
+		s.dirty = true
+	}
 	if s.Interfaces == nil {
 		s.Interfaces = map[string]*InterfaceState{}
 	}
@@ -60,8 +70,20 @@ func LoadState(dir string) (*State, error) {
 	return s, nil
 }
 
+// bootIDFile is the kernel's boot_id, the same in every container of the node.
+var bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+func bootID() string {
+	b, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // Save writes the state durably: a new file renamed over the old one.
 func (s *State) Save() error {
+	s.BootID = bootID()
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
