@@ -61,6 +61,22 @@ done
 wait "$traffic" || true
 kubectl get nbw
 
+section "Guarantees: the agent shapes sxdemo0 (agent.enforcement.networks: [demo], scripts/deploy.sh)"
+demo_condition() {
+  kubectl get nbw "$node" -o json | jq -r '.status.networks[]? | select(.name == "demo") | .conditions[]?
+    | select(.type == "GuaranteesEnforced") | "\(.status) \(.reason): \(.message)"'
+}
+for _ in $(seq 1 30); do
+  [[ $(demo_condition) == True* ]] && break
+  sleep 1
+done
+echo "NodeBandwidth, network demo, GuaranteesEnforced: $(demo_condition)"
+echo "sxdemo0's root qdisc and classes (HTB at 95% of its 200M; a class per pod with a guarantee or a limit):"
+tc qdisc show dev sxdemo0 root
+tc class show dev sxdemo0
+echo "(A pod requiring bandwidth on the demo network gets its rate there whatever else crosses"
+echo " sxdemo0: docs/enforcement.md.)"
+
 section "Placing pods by measured bandwidth: three more nodes, each NIC with its own real traffic"
 "$here/demo-nodes.sh" up
 echo "Each agent meters its node's eth0 in its own network namespace; iperf3 loads them:"
