@@ -81,11 +81,6 @@ busy_jiffies() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat; }
 vb_packets() { ip -n "$ns_b" -s -j link show vb | jq '.[0].stats64 | .rx.packets + .tx.packets'; }
 hz=$(getconf CLK_TCK)
 
-prog_stat() { # name-regex field -> value, summed over the programs whose name matches
-  bpftool prog show --json | jq --arg n "$1" --arg f "$2" '[.[] | select(.name | test("^(" + $n + ")$")) | .[$f] // 0] | add // 0'
-}
-
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2] + v[NR/2+1]) / 2 }'; }
 
 # measure DIR: runs iperf3 and sets mbps and ns_per_packet (all CPUs' busy time over
 # the packets vb carried).

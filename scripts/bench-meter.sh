@@ -62,11 +62,6 @@ run_iperf() {
     awk '/receiver/ { for (i = 1; i <= NF; i++) if ($i == "Mbits/sec") print $(i-1) }'
 }
 
-prog_stat() { # name-regex field -> value, summed over the programs whose name matches
-  bpftool prog show --json | jq --arg n "$1" --arg f "$2" '[.[] | select(.name | test("^(" + $n + ")$")) | .[$f] // 0] | add // 0'
-}
-
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2] + v[NR/2+1]) / 2 }'; }
 
 # with_attached NAMES CMD...: starts CMD (which attaches programs whose names
 # match the regex NAMES and detaches on SIGINT), runs iperf3 while they are attached, and

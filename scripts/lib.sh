@@ -42,6 +42,15 @@ wait_listening() {
   die "nothing listens on TCP port $2 in network namespace $1 after 10s"
 }
 
+# prog_stat NAME-REGEX FIELD: FIELD of bpftool's JSON (run_time_ns, run_cnt, id) summed
+# over the loaded BPF programs whose name matches; 0 if none does.
+prog_stat() {
+  bpftool prog show --json | jq --arg n "$1" --arg f "$2" '[.[] | select(.name | test("^(" + $n + ")$")) | .[$f] // 0] | add // 0'
+}
+
+# median: the median of the numbers on stdin, one a line.
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2] + v[NR/2+1]) / 2 }'; }
+
 # demo_agent_kubeconfig STATE ADMIN_KUBECONFIG NODE: writes and prints a kubeconfig that
 # authenticates as the chart's sextant-agent ServiceAccount with a token bound to NODE,
 # so a demo agent run as a process has exactly the chart's RBAC and, by the token's node

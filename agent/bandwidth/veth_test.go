@@ -85,7 +85,7 @@ func testAgainstKernel(t *testing.T, mode tc.Mode) {
 		t.Fatalf("attached with %q, want %q", b.Mode(), mode)
 	}
 
-	h := nsHandle(t, pathB)
+	h := netnstest.Handle(t, pathB)
 	server := exec.Command("ip", "netns", "exec", nsB, "iperf3", "-s", "-B", "10.231.0.2")
 	if err := server.Start(); err != nil {
 		t.Fatal(err)
@@ -238,7 +238,7 @@ func twoNamespaces(t *testing.T) (string, string) {
 	// The meter leaves out a link that is not operationally up yet, which the kernel
 	// settles asynchronously: wait, or the first rescan may find vb still down.
 	for _, c := range []struct{ ns, dev string }{{a, "va"}, {b, "vb"}} {
-		h := nsHandle(t, "/var/run/netns/"+c.ns)
+		h := netnstest.Handle(t, "/var/run/netns/"+c.ns)
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			l, err := h.LinkByName(c.dev)
@@ -262,21 +262,6 @@ func sh(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
-}
-
-func nsHandle(t *testing.T, path string) *netlink.Handle {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	return h
 }
 
 func kernelStats(t *testing.T, h *netlink.Handle) netlink.LinkStatistics {
@@ -440,7 +425,7 @@ func testReattach(t *testing.T, mode tc.Mode) {
 	}
 	t.Cleanup(func() { b.Close() })
 	m := New(Config{Interfaces: []string{"vb"}, Logger: logr.Discard()}, SystemLinks{SysfsRoot: t.TempDir(), NetnsPath: pathB}, b, b, nil)
-	h := nsHandle(t, pathB)
+	h := netnstest.Handle(t, pathB)
 	vb, err := h.LinkByName("vb")
 	if err != nil {
 		t.Fatal(err)

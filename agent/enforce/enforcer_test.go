@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,13 +37,10 @@ func runningPod(name, ip string, bound time.Time, ann map[string]string) *corev1
 	}
 }
 
-// The enforcer follows the node's pods: classes come with a pod and go with it, the pod
-// the network cannot also guarantee gets an Event, and the status says what holds.
-func TestEnforcerFollowsPods(t *testing.T) {
-	_, path := shaperNetns(t)
-	stateDir := t.TempDir()
-	s := newShaper(t, path, stateDir)
-	h := handleIn(t, path)
+// runEnforcer runs an enforcer of node-a's pod network, which is up0 at 1 Gbit/s each
+// way, until the test ends or stop is called.
+func runEnforcer(t *testing.T, s *Shaper, kube *fake.Clientset, reg prometheus.Registerer) (e *Enforcer, stop func()) {
+	t.Helper()
 	up0 := ifindexIn(t, s, "up0")
 	capacity := 1e9
 	snap := bandwidth.Snapshot{
@@ -50,13 +48,7 @@ func TestEnforcerFollowsPods(t *testing.T) {
 		Interfaces: []bandwidth.InterfaceSample{{Name: "up0", Index: up0, Up: true, Ingress: bandwidth.DirectionSample{Capacity: &capacity}, Egress: bandwidth.DirectionSample{Capacity: &capacity}}},
 		Networks:   []bandwidth.NetworkSample{{Name: "pod", Interfaces: []string{"up0"}}},
 	}
-	kube := fake.NewClientset(
-		runningPod("guaranteed", "10.0.0.1", t0, map[string]string{annotations.EgressRequired: "600M"}),
-		runningPod("capped", "10.0.0.2", t0.Add(time.Second), map[string]string{annotations.KubernetesIngressBandwidth: "100M"}),
-		runningPod("late", "10.0.0.3", t0.Add(2*time.Second), map[string]string{annotations.EgressRequired: "400M"}),
-	)
 	pods := nodepods.NewInformer(kube, "node-a")
-	reg := prometheus.NewPedanticRegistry()
 	e, err := New(Config{NodeName: "node-a", Networks: []string{"pod"}, Resync: time.Hour, SampleInterval: 100 * time.Millisecond},
 		kube, pods, func() bandwidth.Snapshot { return snap }, s, reg, testr.New(t))
 	if err != nil {
@@ -66,10 +58,27 @@ func TestEnforcerFollowsPods(t *testing.T) {
 	done := make(chan struct{})
 	go pods.Run(ctx.Done())
 	go func() { defer close(done); _ = e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return e, stop
+}
+
+// The enforcer follows the node's pods: classes come with a pod and go with it, the pod
+// the network cannot also guarantee gets an Event, and the status says what holds.
+func TestEnforcerFollowsPods(t *testing.T) {
+	_, path := shaperNetns(t)
+	stateDir := t.TempDir()
+	s := newShaper(t, path, stateDir)
+	h := netnstest.Handle(t, path)
+	up0 := ifindexIn(t, s, "up0")
+	kube := fake.NewClientset(
+		runningPod("guaranteed", "10.0.0.1", t0, map[string]string{annotations.EgressRequired: "600M"}),
+		runningPod("capped", "10.0.0.2", t0.Add(time.Second), map[string]string{annotations.KubernetesIngressBandwidth: "100M"}),
+		runningPod("late", "10.0.0.3", t0.Add(2*time.Second), map[string]string{annotations.EgressRequired: "400M"}),
+	)
+	reg := prometheus.NewPedanticRegistry()
+	e, stop := runEnforcer(t, s, kube, reg)
 
 	// What the enforcer saved, read from its file: the enforcer owns the state in memory.
 	minors := func() map[types.UID]uint16 {
@@ -123,8 +132,7 @@ func TestEnforcerFollowsPods(t *testing.T) {
 		return l != 0 && eg[l] == [2]uint64{400e6, 950e6} && len(eg) == 3 && !stale && minorOf("guaranteed") == 0,
 			fmt.Sprintf("egress %v, addresses %v, minors %v", eg, addrs, minors())
 	})
-	cancel()
-	<-done
+	stop()
 	if err := e.Teardown(); err != nil {
 		t.Fatal(err)
 	}
@@ -163,25 +171,8 @@ func TestEnforcerReportsWhyItCannotShape(t *testing.T) {
 	ns, path := shaperNetns(t, "handle", "1:", "htb", "default", "10")
 	netnstest.Run(t, "tc", "-n", ns, "class", "add", "dev", "up0", "parent", "1:", "classid", "1:10", "htb", "rate", "100mbit")
 	s := newShaper(t, path, t.TempDir())
-	up0 := ifindexIn(t, s, "up0")
-	capacity := 1e9
-	snap := bandwidth.Snapshot{
-		Time:       t0,
-		Interfaces: []bandwidth.InterfaceSample{{Name: "up0", Index: up0, Up: true, Ingress: bandwidth.DirectionSample{Capacity: &capacity}, Egress: bandwidth.DirectionSample{Capacity: &capacity}}},
-		Networks:   []bandwidth.NetworkSample{{Name: "pod", Interfaces: []string{"up0"}}},
-	}
 	kube := fake.NewClientset(runningPod("guaranteed", "10.0.0.1", t0, map[string]string{annotations.EgressRequired: "100M"}))
-	pods := nodepods.NewInformer(kube, "node-a")
-	e, err := New(Config{NodeName: "node-a", Networks: []string{"pod"}, Resync: time.Hour, SampleInterval: 100 * time.Millisecond},
-		kube, pods, func() bandwidth.Snapshot { return snap }, s, nil, testr.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go pods.Run(ctx.Done())
-	go func() { defer close(done); _ = e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	e, _ := runEnforcer(t, s, kube, nil)
 
 	waitFor(t, "the status to say the network is not enforced", func() (bool, string) {
 		st := e.Status()
@@ -212,7 +203,7 @@ func TestEnforcerReportsWhyItCannotShape(t *testing.T) {
 // shapingRoot is up0's root qdisc as "kind handle:".
 func shapingRoot(t *testing.T, path string) string {
 	t.Helper()
-	h := handleIn(t, path)
+	h := netnstest.Handle(t, path)
 	l, err := h.LinkByName("up0")
 	if err != nil {
 		t.Fatal(err)

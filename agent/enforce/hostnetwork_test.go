@@ -85,7 +85,7 @@ func TestHostNetworkPodClassifiedByCgroup(t *testing.T) {
 	}
 
 	s := newShaper(t, path, t.TempDir())
-	h := handleIn(t, path)
+	h := netnstest.Handle(t, path)
 	up0 := ifindexIn(t, s, "up0")
 	class := Class{Minor: 3, Rate: 400e6, Ceil: 950e6, Pod: uid}
 	if err := s.Shape(interfacePlan("up0", []Class{class}, []Class{class})); err != nil {

@@ -270,34 +270,31 @@ func (s *Shaper) Classify(pods []Pod, classified map[types.UID]uint16) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
-	for a := range haveAddr {
-		if _, ok := wantAddr[a]; !ok {
-			errs = append(errs, s.classifier.DeleteAddress(a))
-		}
-	}
-	for a, c := range wantAddr {
-		if haveAddr[a] != c {
-			errs = append(errs, s.classifier.SetAddress(a, c))
-		}
-	}
+	errs := syncEntries(haveAddr, wantAddr, s.classifier.SetAddress, s.classifier.DeleteAddress)
 	haveCgroup, err := s.classifier.Cgroups()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	for id := range haveCgroup {
-		if _, ok := wantCgroup[id]; !ok {
-			errs = append(errs, s.classifier.DeleteCgroup(id))
-		}
-	}
-	for id, c := range wantCgroup {
-		if haveCgroup[id] != c {
-			errs = append(errs, s.classifier.SetCgroup(id, c))
-		}
-	}
+	errs = append(errs, syncEntries(haveCgroup, wantCgroup, s.classifier.SetCgroup, s.classifier.DeleteCgroup)...)
 	// After the map: a socket labelled finds its pod's class there.
 	errs = append(errs, s.sockets.sync(wantSockets))
 	return errors.Join(errs...)
+}
+
+// syncEntries makes one of the classifier's maps, holding have, hold want.
+func syncEntries[K comparable](have, want map[K]uint32, set func(K, uint32) error, del func(K) error) []error {
+	var errs []error
+	for k := range have {
+		if _, ok := want[k]; !ok {
+			errs = append(errs, del(k))
+		}
+	}
+	for k, c := range want {
+		if have[k] != c {
+			errs = append(errs, set(k, c))
+		}
+	}
+	return errs
 }
 
 // ClassStats is one class's counters as HTB keeps them.

@@ -58,23 +58,6 @@ func newShaper(t testing.TB, path, stateDir string) *Shaper {
 	return s
 }
 
-// handleIn opens a netlink handle in the namespace at path, the test's own: a handle is
-// not for two goroutines at once.
-func handleIn(t *testing.T, path string) *netlink.Handle {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	return h
-}
-
 // rawIn opens a raw netlink socket in the namespace at path.
 func rawIn(t *testing.T, path string) rawNetlink {
 	t.Helper()

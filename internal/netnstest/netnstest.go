@@ -1,5 +1,6 @@
-// Package netnstest holds helpers for tests that run servers in network namespaces
-// (the meter's veth tests and the e2e suite).
+// Package netnstest holds helpers for tests in network namespaces: making them, running
+// commands and servers there, and netlink handles into them (the meter's and the
+// shaper's tests and the e2e suite).
 package netnstest
 
 import (
@@ -10,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // WaitListening waits until a TCP socket listens on port in network namespace ns: a
@@ -57,4 +61,21 @@ func Run(t testing.TB, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+// Handle opens a netlink handle in the network namespace at path, closed when the test
+// ends. A handle is the test's own: it is not for two goroutines at once.
+func Handle(t testing.TB, path string) *netlink.Handle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
 }

@@ -294,10 +294,13 @@ func TestEnforcementKeepsGuaranteesAndLimits(t *testing.T) {
 	}
 }
 
-// tcJSON runs tc -j with args in ns and decodes its output.
+// tcJSON runs tc -j with args in ns ("": the test's own) and decodes its output.
 func tcJSON(t *testing.T, ns string, args ...string) []map[string]any {
 	t.Helper()
-	out := run(t, "tc", append([]string{"-n", ns, "-j"}, args...)...)
+	if ns != "" {
+		args = append([]string{"-n", ns}, args...)
+	}
+	out := run(t, "tc", append([]string{"-j"}, args...)...)
 	var v []map[string]any
 	if strings.TrimSpace(out) == "" {
 		return nil
@@ -531,7 +534,7 @@ func TestEnforcementUninstallGivesInterfacesBack(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
 	// The tbf demo-net.sh puts on sxdemo0, as tc shows it, without statistics.
 	root := func() map[string]any {
-		for _, q := range tcJSONHost(t, "qdisc", "show", "dev", "sxdemo0", "root") {
+		for _, q := range tcJSON(t, "", "qdisc", "show", "dev", "sxdemo0", "root") {
 			delete(q, "bytes")
 			return q
 		}
@@ -574,18 +577,4 @@ func TestEnforcementUninstallGivesInterfacesBack(t *testing.T) {
 		left := agentThings()
 		return q["kind"] == "tbf" && opts["rate"] == float64(25e6) && left == "", fmt.Sprintf("after the uninstall: root %v, left behind: %q", q, left)
 	})
-}
-
-// tcJSONHost runs tc -j with args in the test's own network namespace.
-func tcJSONHost(t *testing.T, args ...string) []map[string]any {
-	t.Helper()
-	out := run(t, "tc", append([]string{"-j"}, args...)...)
-	var v []map[string]any
-	if strings.TrimSpace(out) == "" {
-		return nil
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("tc -j %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return v
 }

@@ -15,9 +15,9 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"sextant.io/sextant/bpf"
+	"sextant.io/sextant/internal/netnstest"
 )
 
 // testNetns creates a network namespace holding a veth pair (no traffic is
@@ -36,7 +36,7 @@ func testNetns(t *testing.T) (path string, ifindex int) {
 	run(t, "ip", "-n", name, "link", "add", "m0", "type", "veth", "peer", "name", "m1")
 	run(t, "ip", "-n", name, "link", "set", "m0", "up")
 	path = "/var/run/netns/" + name
-	h := handle(t, path)
+	h := netnstest.Handle(t, path)
 	l, err := h.LinkByName("m0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,21 +49,6 @@ func run(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
-}
-
-func handle(t *testing.T, path string) *netlink.Handle {
-	t.Helper()
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	return h
 }
 
 func loadPrograms(t *testing.T) Programs {
@@ -117,7 +102,7 @@ func ourFilters(t *testing.T, h *netlink.Handle, ifindex int) (ingress, egress i
 func TestClsactReplacesOwnFiltersAndKeepsOthers(t *testing.T) {
 	path, ifindex := testNetns(t)
 	progs := loadPrograms(t)
-	h := handle(t, path)
+	h := netnstest.Handle(t, path)
 
 	// Someone else's filter, which must survive everything we do.
 	run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
@@ -229,7 +214,7 @@ func TestDetachAfterInterfaceVanished(t *testing.T) {
 
 func TestClsactRemovesOnlyTheQdiscItAdded(t *testing.T) {
 	path, ifindex := testNetns(t)
-	h := handle(t, path)
+	h := netnstest.Handle(t, path)
 	hasClsact := func() bool {
 		l, err := h.LinkByIndex(ifindex)
 		if err != nil {
@@ -277,7 +262,7 @@ func TestClsactRemovesOnlyTheQdiscItAdded(t *testing.T) {
 func TestClsactVerifyAndReattach(t *testing.T) {
 	path, ifindex := testNetns(t)
 	ns := strings.TrimPrefix(path, "/var/run/netns/")
-	h := handle(t, path)
+	h := netnstest.Handle(t, path)
 	hasClsact := func() bool {
 		l, err := h.LinkByIndex(ifindex)
 		if err != nil {
@@ -446,7 +431,7 @@ func TestTCXVerifyAndReattach(t *testing.T) {
 func TestTwoIdentitiesShareClsact(t *testing.T) {
 	path, ifindex := testNetns(t)
 	progs := loadPrograms(t)
-	h := handle(t, path)
+	h := netnstest.Handle(t, path)
 	classifier := Filter{Priority: 2, Handle: 0x5e47, NamePrefix: "sextant_classify_", What: "the classifier"}
 	meter, err := New(Options{Mode: ModeClsact, NetnsPath: path})
 	if err != nil {
