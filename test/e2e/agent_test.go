@@ -401,9 +401,7 @@ func TestDashboardsQueryExistingMetrics(t *testing.T) {
 	requireRoot(t)
 	installCRDs(t)
 	deployChart(t)
-	demoNet := filepath.Join(repoRoot(t), "scripts", "demo-net.sh")
-	run(t, demoNet, "up")
-	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
+	demoNetUp(t)
 	ctx := context.Background()
 	ip := nodeInternalIP(t, local.nodeName)
 	var body string

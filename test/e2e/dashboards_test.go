@@ -48,9 +48,7 @@ func TestDashboardsReturnData(t *testing.T) {
 	deployChart(t)
 	// The demo veth has a known capacity (scripts/deploy.sh): the remaining and capacity
 	// panels need one.
-	demoNet := filepath.Join(repoRoot(t), "scripts", "demo-net.sh")
-	run(t, demoNet, "up")
-	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
+	demoNetUp(t)
 	// The chart's agent meters the demo veth as the network "demo" (scripts/deploy.sh),
 	// from its next rescan when the veth is younger than the agent; its reports are
 	// partial until the new veth has been metered for a whole window (the chart's 60s).

@@ -529,9 +529,7 @@ func TestEnforcementUninstallGivesInterfacesBack(t *testing.T) {
 	requireRoot(t)
 	installCRDs(t)
 	deployChart(t)
-	demoNet := filepath.Join(repoRoot(t), "scripts", "demo-net.sh")
-	run(t, demoNet, "up")
-	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
+	demoNetUp(t)
 	// The tbf demo-net.sh puts on sxdemo0, as tc shows it, without statistics.
 	root := func() map[string]any {
 		for _, q := range tcJSON(t, "", "qdisc", "show", "dev", "sxdemo0", "root") {

@@ -134,6 +134,15 @@ func tokenKubeconfig(t *testing.T, namespace, name string, spec authenticationv1
 	return path
 }
 
+// demoNetUp brings up the demo veth sxdemo0 (scripts/demo-net.sh), which the chart's
+// agent meters with a known capacity and shapes (scripts/deploy.sh), until the test ends.
+func demoNetUp(t *testing.T) {
+	t.Helper()
+	demoNet := filepath.Join(repoRoot(t), "scripts", "demo-net.sh")
+	run(t, demoNet, "up")
+	t.Cleanup(func() { _ = exec.Command(demoNet, "down").Run() })
+}
+
 // fakeNode creates a Node object with no kubelet behind it, deleted when the test ends.
 // It is labelled so that the chart's agent DaemonSet leaves it alone: its agent, if any,
 // is a process the test runs.
