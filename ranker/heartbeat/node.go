@@ -120,12 +120,21 @@ type Network struct {
 	// bits/s, valid when the matching Known is true (the capacity is known).
 	IngressRemaining, EgressRemaining int64
 	IngressKnown, EgressKnown         bool
-	// Enforced says the node keeps the guarantees of the pods placed on the network
-	// (its GuaranteesEnforced condition is True): the required rates of its pods may
-	// add up to IngressGuarantee and EgressGuarantee (bits/s) in each direction.
-	Enforced                          bool
-	IngressGuarantee, EgressGuarantee int64
+	// Guarantee is set where the node keeps the guarantees of the pods placed on the
+	// network (its GuaranteesEnforced condition is True). Behind a pointer, so that a
+	// network's parsed form, which Filter reads for every node, stays as small as it was
+	// for every node that does not enforce.
+	Guarantee *Guarantee
 }
+
+// Guarantee is what the required rates of a network's pods may add up to, per
+// direction, in bits/s.
+type Guarantee struct {
+	Ingress, Egress int64
+}
+
+// Enforced reports whether the node keeps the network's guarantees.
+func (n *Network) Enforced() bool { return n.Guarantee != nil }
 
 // Network returns the report's network called name, nil when the node has none.
 func (b *Bandwidth) Network(name string) *Network {
@@ -144,8 +153,9 @@ func (n *Network) parseEnforcement(nw *v1alpha1.NetworkBandwidth) {
 	}
 	in, inOK := quantity(nw.Guarantees.Ingress.Capacity)
 	eg, egOK := quantity(nw.Guarantees.Egress.Capacity)
-	n.Enforced = inOK && egOK
-	n.IngressGuarantee, n.EgressGuarantee = in, eg
+	if inOK && egOK {
+		n.Guarantee = &Guarantee{Ingress: in, Egress: eg}
+	}
 }
 
 func quantity(q *resource.Quantity) (int64, bool) {

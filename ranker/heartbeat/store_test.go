@@ -93,10 +93,10 @@ func TestParseBandwidth(t *testing.T) {
 	nbw.Status.Networks[1].Conditions = []metav1.Condition{{Type: v1alpha1.ConditionGuaranteesEnforced, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonShapingFailed}}
 	nbw.Status.Networks[1].Guarantees = guarantees
 	got = ParseBandwidth(nbw)
-	if n := got.Network("pod"); n == nil || !n.Enforced || n.IngressGuarantee != 902_500_000 || n.EgressGuarantee != 450e6 {
+	if n := got.Network("pod"); n == nil || !n.Enforced() || *n.Guarantee != (Guarantee{Ingress: 902_500_000, Egress: 450e6}) {
 		t.Errorf("pod network %+v, want enforced with guarantees of 902.5M ingress and 450M egress", n)
 	}
-	if n := got.Network("storage"); n == nil || n.Enforced {
+	if n := got.Network("storage"); n == nil || n.Enforced() {
 		t.Errorf("storage network %+v, want not enforced (its condition is False)", n)
 	}
 	if ParseBandwidth(nil) != nil {

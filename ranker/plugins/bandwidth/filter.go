@@ -198,7 +198,7 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 			return dir.reason, fmt.Sprintf("%s remaining %s < required %s", dir.name, annotations.FormatRate(avail), annotations.FormatRate(dir.d.Required))
 		}
 	}
-	if !network.Enforced {
+	if !network.Enforced() {
 		return "", ""
 	}
 	for _, g := range [...]struct {
@@ -207,8 +207,8 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		guaranteed, capacity int64
 		reason               string
 	}{
-		{"ingress", req.Ingress, res.guaranteedIn, network.IngressGuarantee, reasonGuaranteeIngress},
-		{"egress", req.Egress, res.guaranteedEg, network.EgressGuarantee, reasonGuaranteeEgress},
+		{"ingress", req.Ingress, res.guaranteedIn, network.Guarantee.Ingress, reasonGuaranteeIngress},
+		{"egress", req.Egress, res.guaranteedEg, network.Guarantee.Egress, reasonGuaranteeEgress},
 	} {
 		if !g.d.HasRequired || g.d.Required <= g.capacity-g.guaranteed {
 			continue

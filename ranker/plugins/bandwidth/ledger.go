@@ -459,8 +459,8 @@ func (l *Ledger) admitLocked(node, network string) {
 		return
 	}
 	capIn, capEg := int64(math.MaxInt64), int64(math.MaxInt64)
-	if nw := reportNetwork(l.reports.Node(node), network); nw != nil && nw.Enforced {
-		capIn, capEg = nw.IngressGuarantee, nw.EgressGuarantee
+	if nw := reportNetwork(l.reports.Node(node), network); nw != nil && nw.Enforced() {
+		capIn, capEg = nw.Guarantee.Ingress, nw.Guarantee.Egress
 	}
 	var order []*guarantee
 	for _, g := range n.guarantees {

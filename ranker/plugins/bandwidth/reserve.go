@@ -23,7 +23,7 @@ func (pl *BandwidthAware) Reserve(_ context.Context, state fwk.CycleState, pod *
 	pl.ledger.Reserve(pod, nodeName, req)
 	if req.HasRequired() {
 		nw := reportNetwork(pl.reports.Node(nodeName), networkOf(req))
-		guaranteed := strconv.FormatBool(nw != nil && nw.Enforced)
+		guaranteed := strconv.FormatBool(nw != nil && nw.Enforced())
 		binder.Stage(state, annotations.BandwidthGuaranteed, guaranteed)
 		placementsTotal.WithLabelValues(guaranteed).Inc()
 	}
