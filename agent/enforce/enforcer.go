@@ -22,6 +22,7 @@ import (
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/bandwidthclaim"
 	"sextant.io/sextant/api/v1alpha1"
 )
 
@@ -44,6 +45,12 @@ type Config struct {
 	// Cgroup returns a host-network pod's pod cgroup on cgroup v2, zero if none; nil
 	// where the node has no cgroup v2 (HostNetworkCgroups).
 	Cgroup func(*corev1.Pod) PodCgroup
+	// NotStarted are the deadlines after which a bound pod that has not started holds
+	// no guarantee until it starts: the ranker's (its notStartedReleaseAfter), so both
+	// admit the same pods. A deadline is applied at the next resync after it passes.
+	NotStarted bandwidthclaim.Deadlines
+	// Now is the clock the deadlines are judged by (default time.Now).
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
@@ -58,6 +65,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Shares == (Shares{}) {
 		c.Shares = DefaultShares
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c
 }
@@ -239,12 +249,13 @@ func (e *Enforcer) reconcile(ctx context.Context) {
 	var pods []Pod
 	names := map[types.UID]string{}
 	byUID := map[types.UID]*corev1.Pod{}
+	now := e.cfg.Now()
 	for _, obj := range e.pods.GetStore().List() {
 		pod, ok := obj.(*corev1.Pod)
 		if !ok {
 			continue
 		}
-		p, perr, ok := podOf(pod, e.cfg.Cgroup)
+		p, perr, ok := podOf(pod, e.cfg.Cgroup, e.cfg.NotStarted, now)
 		if !ok {
 			continue
 		}

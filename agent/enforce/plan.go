@@ -40,7 +40,9 @@ type Pod struct {
 	// Name is namespace/name, for events and logs.
 	Name string
 	// Bound orders the pods' guarantees: the ranker reserved them in that order, so
-	// the node keeps them in that order when it cannot keep them all.
+	// the node keeps them in that order when it cannot keep them all. It is when the
+	// pod was bound, or when it started for a pod that started only after it was
+	// Released (bandwidthclaim.Deadlines.Order).
 	Bound time.Time
 	// Addresses are the pod's own addresses (status.podIPs and those of its other
 	// networks); none while it has not started, or for a host-network pod.
@@ -49,6 +51,9 @@ type Pod struct {
 	Cgroup PodCgroup
 	// Request is the pod's parsed bandwidth annotations; zero when they do not parse.
 	Request annotations.BandwidthRequest
+	// Released: the pod has not started long after it was bound, and holds no
+	// guarantee until it does (package bandwidthclaim); its limit still applies.
+	Released bool
 }
 
 // Started reports whether the pod's packets can be told apart on the NIC yet.
@@ -239,7 +244,7 @@ func planNetwork(n Network, pods []Pod, shares Shares, minors Minors, classified
 			if dir.HasLimit {
 				pc.limit[d] = dir.Limit
 			}
-			if !dir.HasRequired || dir.Required == 0 {
+			if !dir.HasRequired || dir.Required == 0 || p.Released {
 				continue
 			}
 			if np.Guaranteed[d]+dir.Required > np.Capacity[d] {

@@ -2,10 +2,12 @@ package enforce
 
 import (
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/bandwidthclaim"
 )
 
 // podOf returns what the plan needs of a pod, false for a pod that has finished (its
@@ -15,16 +17,18 @@ import (
 // A pod's addresses are the kubelet's record of them (status.podIPs), never what its
 // author wrote: a pod claiming another's address would take that pod's class. So the
 // addresses a CNI such as Multus records in the pod's annotations are not used.
-func podOf(pod *corev1.Pod, cgroupOf func(*corev1.Pod) PodCgroup) (Pod, error, bool) {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+//
+// A pod that has not started notStarted.ReleaseAfter after it was bound holds no
+// guarantee (Released), and one that started only after that is ordered by when it
+// started: the ranker's rule (bandwidthclaim), so both admit the same pods.
+func podOf(pod *corev1.Pod, cgroupOf func(*corev1.Pod) PodCgroup, notStarted bandwidthclaim.Deadlines, now time.Time) (Pod, error, bool) {
+	if bandwidthclaim.Finished(pod) {
 		return Pod{}, nil, false
 	}
-	p := Pod{UID: pod.UID, Name: pod.Namespace + "/" + pod.Name, Bound: pod.CreationTimestamp.Time}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-			p.Bound = c.LastTransitionTime.Time
-		}
-	}
+	bound, started := bandwidthclaim.Bound(pod), bandwidthclaim.Started(pod)
+	stage, _ := notStarted.StageAt(bound, started, now)
+	p := Pod{UID: pod.UID, Name: pod.Namespace + "/" + pod.Name, Bound: notStarted.Order(bound, started),
+		Released: stage == bandwidthclaim.Released}
 	req, err := annotations.ParseBandwidth(pod.Annotations)
 	if err != nil {
 		req = annotations.BandwidthRequest{Network: annotations.PodNetwork}

@@ -24,6 +24,7 @@ import (
 	"sextant.io/sextant/agent/enforce"
 	"sextant.io/sextant/agent/report"
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/bandwidthclaim"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/internal/liveness"
 )
@@ -36,6 +37,8 @@ type enforcementOptions struct {
 	stateDir        string
 	resync          time.Duration
 	onExit          string
+	// releaseAfter is bandwidthclaim's ReleaseAfter: the ranker's notStartedReleaseAfter.
+	releaseAfter time.Duration
 }
 
 // On-exit behaviours of --enforcement-on-exit.
@@ -51,6 +54,7 @@ func (e *enforcementOptions) addFlags(f *pflag.FlagSet) {
 	f.Float64Var(&e.unreservedShare, "enforcement-unreserved-share", enforce.DefaultShares.Unreserved, "the fraction of the shaped rate kept for traffic no pod reserved (the node's own, pods without annotations); guarantees add up to at most the rest")
 	f.StringVar(&e.stateDir, "state-dir", "/var/lib/sextant-agent", "where the agent keeps what it must know again after a restart: what each shaped interface held before (a host directory in a container)")
 	f.DurationVar(&e.resync, "enforcement-resync", 10*time.Second, "check the shaping against the pods and the kernel at least this often")
+	f.DurationVar(&e.releaseAfter, "enforcement-not-started-release-after", bandwidthclaim.DefaultDeadlines.ReleaseAfter, "a pod bound this long ago that has not started every container holds no guarantee until it starts; give it the ranker's notStartedReleaseAfter (--bandwidth-not-started-release-after), so both admit the same pods; 0: never")
 	f.StringVar(&e.onExit, "enforcement-on-exit", onExitAuto, "what happens to the shaping when the agent stops: keep (a restarted agent takes it over, guarantees hold meanwhile), restore (every interface gets back its previous qdisc), or auto (restore when the agent's DaemonSet is gone or being deleted, as on uninstall; keep otherwise)")
 }
 
@@ -71,6 +75,8 @@ func (e enforcementOptions) validate(networks []bandwidth.NetworkSpec, heartbeat
 	switch {
 	case e.stateDir == "" && len(e.networks) > 0:
 		return errors.New("--state-dir is empty: want a directory that outlives the agent, e.g. /var/lib/sextant-agent")
+	case e.releaseAfter < 0:
+		return fmt.Errorf("--enforcement-not-started-release-after %s: want 0 (never) or a positive duration, e.g. 5m", e.releaseAfter)
 	case e.resync <= 0:
 		return fmt.Errorf("--enforcement-resync %s: want a positive duration, e.g. 10s", e.resync)
 	case e.onExit != onExitAuto && e.onExit != onExitKeep && e.onExit != onExitRestore:
@@ -102,8 +108,9 @@ func startEnforcement(ctx context.Context, wg *sync.WaitGroup, o runOptions, kub
 	}
 	enforcer, err := enforce.New(enforce.Config{
 		NodeName: o.nodeName, Networks: e.networks, Resync: e.resync, SampleInterval: o.sampleInterval, Window: o.window,
-		Shares: enforce.Shares{Shaped: e.shapedShare, Unreserved: e.unreservedShare},
-		Cgroup: enforce.HostNetworkCgroups(o.cgroupRoot, o.kubepodsCgroup),
+		Shares:     enforce.Shares{Shaped: e.shapedShare, Unreserved: e.unreservedShare},
+		Cgroup:     enforce.HostNetworkCgroups(o.cgroupRoot, o.kubepodsCgroup),
+		NotStarted: bandwidthclaim.Deadlines{ReleaseAfter: e.releaseAfter},
 	}, kube, pods, meter.Snapshot, shaper, reg, log)
 	if err != nil {
 		shaper.Close()

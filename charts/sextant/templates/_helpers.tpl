@@ -175,6 +175,11 @@ set. Rendered by validate.yaml.
 {{- else if gt (int $v.ranker.replicas) 1 -}}
 {{- fail (printf "ranker.replicas %d with ranker.leaderElection.enabled=false runs %d active schedulers, each reserving bandwidth, NUMA nodes and devices without seeing the others': set ranker.leaderElection.enabled=true, or ranker.replicas=1" (int $v.ranker.replicas) (int $v.ranker.replicas)) -}}
 {{- end -}}
+{{- $reduce := float64 (include "sextant.durationSeconds" $v.ranker.bandwidth.notStarted.reduceAfter) -}}
+{{- $release := float64 (include "sextant.durationSeconds" $v.ranker.bandwidth.notStarted.releaseAfter) -}}
+{{- if and (gt $reduce 0.0) (gt $release 0.0) (lt $release $reduce) -}}
+{{- fail (printf "ranker.bandwidth.notStarted.releaseAfter %s is shorter than reduceAfter %s, which the ranker refuses: set releaseAfter to reduceAfter or longer (the defaults are 5m and 2m), or either to 0s for never" $v.ranker.bandwidth.notStarted.releaseAfter $v.ranker.bandwidth.notStarted.reduceAfter) -}}
+{{- end -}}
 {{- if $v.agent.enabled -}}
 {{- if le (float64 (include "sextant.durationSeconds" $v.ranker.bandwidth.staleAfter)) $secs.reportMaxInterval -}}
 {{- fail (printf "ranker.bandwidth.staleAfter %s is not longer than agent.reportMaxInterval %s: a quiet node's NodeBandwidth, rewritten only every reportMaxInterval, goes stale between writes and the node takes no pod that requires bandwidth; set ranker.bandwidth.staleAfter above agent.reportMaxInterval (e.g. twice it)" $v.ranker.bandwidth.staleAfter $v.agent.reportMaxInterval) -}}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/bandwidthclaim"
 	"sextant.io/sextant/ranker/plugins/pluginargs"
 )
 
@@ -44,6 +45,18 @@ type Args struct {
 	// so a pod never lands on a node far roomier than it expects while a closer one
 	// exists, and stays Pending when none is within the window.
 	BestFitWindow BestFitWindow `json:"bestFitWindow,omitempty"`
+	// NotStartedReduceAfter and NotStartedReleaseAfter are how long after it was bound
+	// a pod that has not started every container reserves its expected rate, and then
+	// its required rate; after the second it reserves nothing and holds no guarantee
+	// until it starts (package bandwidthclaim). 0 means never. The agents' enforcement
+	// must be given the same NotStartedReleaseAfter (the chart passes both one value).
+	NotStartedReduceAfter  metav1.Duration `json:"notStartedReduceAfter"`
+	NotStartedReleaseAfter metav1.Duration `json:"notStartedReleaseAfter"`
+}
+
+// Deadlines are the args' bandwidthclaim deadlines.
+func (a Args) Deadlines() bandwidthclaim.Deadlines {
+	return bandwidthclaim.Deadlines{ReduceAfter: a.NotStartedReduceAfter.Duration, ReleaseAfter: a.NotStartedReleaseAfter.Duration}
 }
 
 // BestFitWindow is prefer or strict (see Args.BestFitWindow).
@@ -69,6 +82,9 @@ var Defaults = Args{
 	// The agent's default --window (and the chart's agent.window).
 	MinWindow:     metav1.Duration{Duration: 60 * time.Second},
 	BestFitWindow: WindowPrefer,
+
+	NotStartedReduceAfter:  metav1.Duration{Duration: bandwidthclaim.DefaultDeadlines.ReduceAfter},
+	NotStartedReleaseAfter: metav1.Duration{Duration: bandwidthclaim.DefaultDeadlines.ReleaseAfter},
 }
 
 // RegisterFlags adds the --bandwidth-* flags to fs; they set Defaults. Call it before
@@ -84,6 +100,10 @@ func RegisterFlags(fs *pflag.FlagSet) {
 		"BandwidthAware: a node whose latest NodeBandwidth reached the ranker longer ago than this is not eligible for pods that require bandwidth; plugin args override it")
 	fs.DurationVar(&Defaults.MinWindow.Duration, "bandwidth-min-window", Defaults.MinWindow.Duration,
 		"BandwidthAware: a NodeBandwidth whose peak window is shorter than this (an agent that has not yet measured a whole window since it started) is not used; set it to the agents' --window, 0 to take every report; plugin args override it")
+	fs.DurationVar(&Defaults.NotStartedReduceAfter.Duration, "bandwidth-not-started-reduce-after", Defaults.NotStartedReduceAfter.Duration,
+		"BandwidthAware: a pod bound this long ago that has not started every container reserves only its required rate, not its expected; 0: never; plugin args override it")
+	fs.DurationVar(&Defaults.NotStartedReleaseAfter.Duration, "bandwidth-not-started-release-after", Defaults.NotStartedReleaseAfter.Duration,
+		"BandwidthAware: a pod bound this long ago that has not started every container reserves nothing and holds no guarantee until it starts (an Event says so); 0: never; give the agents' --enforcement-not-started-release-after the same value; plugin args override it")
 	fs.Var(windowFlag{&Defaults.BestFitWindow}, "bandwidth-best-fit-window",
 		"BandwidthAware: for best-fit pods with required and expected rates, prefer (score by closeness to expected) or strict (also filter out nodes where |available - expected| > expected - required); plugin args override it")
 }
@@ -175,6 +195,15 @@ func (a Args) Validate() error {
 	}
 	if a.MinWindow.Duration < 0 {
 		errs = append(errs, fmt.Errorf("minWindow (--bandwidth-min-window) %s is negative; want 0 or more", a.MinWindow.Duration))
+	}
+	if a.NotStartedReduceAfter.Duration < 0 {
+		errs = append(errs, fmt.Errorf("notStartedReduceAfter (--bandwidth-not-started-reduce-after) %s is negative; want 0 (never) or more", a.NotStartedReduceAfter.Duration))
+	}
+	if a.NotStartedReleaseAfter.Duration < 0 {
+		errs = append(errs, fmt.Errorf("notStartedReleaseAfter (--bandwidth-not-started-release-after) %s is negative; want 0 (never) or more", a.NotStartedReleaseAfter.Duration))
+	}
+	if r, rel := a.NotStartedReduceAfter.Duration, a.NotStartedReleaseAfter.Duration; r > 0 && rel > 0 && rel < r {
+		errs = append(errs, fmt.Errorf("notStartedReleaseAfter (--bandwidth-not-started-release-after) %s is shorter than notStartedReduceAfter (--bandwidth-not-started-reduce-after) %s; want it as long or longer", rel, r))
 	}
 	if !a.BestFitWindow.valid() {
 		errs = append(errs, fmt.Errorf("bestFitWindow (--bandwidth-best-fit-window) %q unknown; want prefer or strict", a.BestFitWindow))

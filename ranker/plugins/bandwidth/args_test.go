@@ -81,7 +81,8 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Args{Strategy: annotations.MostHeadroom, IngressWeight: 3, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 2 * time.Minute},
-		MinWindow: metav1.Duration{Duration: 30 * time.Second}, BestFitWindow: WindowPrefer}
+		MinWindow: metav1.Duration{Duration: 30 * time.Second}, BestFitWindow: WindowPrefer,
+		NotStartedReduceAfter: metav1.Duration{Duration: 2 * time.Minute}, NotStartedReleaseAfter: metav1.Duration{Duration: 5 * time.Minute}}
 	if got != want {
 		t.Errorf("flags only: got %+v, want %+v", got, want)
 	}
@@ -98,7 +99,8 @@ func TestDecodeArgsPrecedence(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		want := Args{Strategy: annotations.BestFit, IngressWeight: 0, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 30 * time.Second}, BestFitWindow: WindowPrefer}
+		want := Args{Strategy: annotations.BestFit, IngressWeight: 0, EgressWeight: 1, StaleAfter: metav1.Duration{Duration: 30 * time.Second}, BestFitWindow: WindowPrefer,
+			NotStartedReduceAfter: metav1.Duration{Duration: 2 * time.Minute}, NotStartedReleaseAfter: metav1.Duration{Duration: 5 * time.Minute}}
 		if got != want {
 			t.Errorf("%s: got %+v, want %+v", tc.name, got, want)
 		}

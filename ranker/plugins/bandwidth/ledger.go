@@ -3,6 +3,7 @@ package bandwidth
 import (
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/bandwidthclaim"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -46,13 +48,18 @@ const defaultWindow = 60 * time.Second
 //   - the scheduler calls Unreserve (binding failed or was rejected) for the node it
 //     reserved on, before the pod is seen bound there (see Unreserve).
 //
-// A pod that is bound but never runs (image pull failure, a node without a kubelet)
-// keeps its reservation until it is deleted: the ranker cannot tell it will not start.
+// A pod that is bound but does not start (an init container that never ends, an image
+// that never pulls) gives its claim up in steps (bandwidthclaim): deadlines.ReduceAfter
+// after it was bound it reserves only its required rate, deadlines.ReleaseAfter after
+// it nothing, and its guarantee lapses, until it starts. Otherwise one pod asking
+// little required and much expected would hold a node's bandwidth for as long as its
+// author likes. Sweep applies the deadlines as they pass.
 //
-// Pods of other schedulers (see SetOurs) reserve only from when they run: Filter never
-// checked what they ask for, so a pod that never starts, asking for more than any node
-// has, would otherwise shut its node to every pod that requires bandwidth, for as long
-// as its author likes. Once running, the next full report covers them.
+// Pods of other schedulers (see SetOurs) reserve only while every container runs, and
+// at most what the node had left (beside the other reservations) when they started:
+// Filter never checked what they ask for, so a pod asking for more than any node has
+// would otherwise shut its node to every pod that requires bandwidth. Once running,
+// the next full report covers them.
 //
 // Beside the reservations, the ledger keeps what a node that enforces guarantees keeps
 // (agent/enforce): per node and network, the required rates of the pods bound there
@@ -87,6 +94,28 @@ type Ledger struct {
 	ours func(*v1.Pod) bool
 	// guarantees are the pods with a required rate bound to (or reserved on) a node.
 	guarantees map[types.UID]*guarantee
+
+	// deadlines say how long a bound pod that has not started keeps its claim.
+	deadlines bandwidthclaim.Deadlines
+	// now is the ledger's clock for the deadlines.
+	now func() time.Time
+	// nextDeadline is the earliest time a claim changes without a pod update; zero
+	// when none waits. Sweep does nothing before it.
+	nextDeadline time.Time
+	// onStage is told of every claim a deadline reduced or released, and of the nodes
+	// that gained room by it, after the ledger's lock is released.
+	onStage func([]StageChange)
+}
+
+// StageChange is a pod whose claim a deadline reduced or released.
+type StageChange struct {
+	Pod     types.NamespacedName
+	UID     types.UID
+	Node    string
+	Network string
+	Stage   bandwidthclaim.Stage
+	// Bound is when the pod was bound.
+	Bound time.Time
 }
 
 // guarantee is a pod's required rates on its node's network, which a node that enforces
@@ -94,11 +123,15 @@ type Ledger struct {
 type guarantee struct {
 	node, network   string
 	ingress, egress int64
-	// bound orders admission: when the pod was bound, else reserved.
-	bound time.Time
+	// bound is when the pod was bound, else reserved; started is when it started (zero:
+	// not yet). Admission orders by bandwidthclaim's Order of the two.
+	bound, started time.Time
 	// seenBound: the informer showed the pod bound to node, and a failed binding
 	// attempt no longer owns the guarantee.
 	seenBound bool
+	// released: the pod has not started deadlines.ReleaseAfter after it was bound, and
+	// holds no guarantee until it does.
+	released bool
 }
 
 // SetOurs says which pods this ranker places, and so checked before reserving: the
@@ -118,6 +151,14 @@ type reservation struct {
 	// moved the reservation, or saw Reserve's node confirmed): the placement is then
 	// the cluster's, and a failed binding attempt no longer owns it.
 	bound bool
+	// req is what the pod asks, to work its amounts out again as its claim changes.
+	req annotations.BandwidthRequest
+	// boundAt is when the pod was bound (else reserved); stage is how much of its
+	// claim the deadlines leave it while it has not started.
+	boundAt time.Time
+	stage   bandwidthclaim.Stage
+	// foreign: another scheduler placed the pod, so Filter never checked its rates.
+	foreign bool
 }
 
 // nodeReservations are the reservations on one node. The totals, per network, are
@@ -204,6 +245,8 @@ func NewLedger(reports Nodes) *Ledger {
 		byNode:     map[string]*nodeReservations{},
 		covered:    map[types.UID]struct{}{},
 		guarantees: map[types.UID]*guarantee{},
+		deadlines:  bandwidthclaim.DefaultDeadlines,
+		now:        time.Now,
 	}
 	l.none = &nodeReservations{ledger: l}
 	return l
@@ -327,10 +370,13 @@ func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequ
 	delete(l.covered, pod.UID)
 	network := networkOf(req)
 	in, eg := l.amountsLocked(node, network, req)
-	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, network: network, ingress: in, egress: eg})
+	at := l.now()
+	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: node, network: network, ingress: in, egress: eg,
+		req: req, boundAt: at})
+	l.scheduleLocked(at)
 	reservationsTotal.WithLabelValues("scheduled").Inc()
 	if g, ok := l.guarantees[pod.UID]; !ok || !g.seenBound {
-		l.setGuaranteeLocked(pod.UID, node, req, time.Now(), false)
+		l.setGuaranteeLocked(pod.UID, node, req, at, time.Time{}, false)
 	}
 }
 
@@ -411,9 +457,15 @@ func (l *Ledger) dropEntryIfEmptyLocked(node string) {
 }
 
 // setGuaranteeLocked records the pod's required rates on node, bound (or reserved) at
-// bound, replacing what it held before; a request without a required rate holds none.
-func (l *Ledger) setGuaranteeLocked(uid types.UID, node string, req annotations.BandwidthRequest, bound time.Time, seenBound bool) {
-	g := &guarantee{node: node, network: networkOf(req), bound: bound, seenBound: seenBound}
+// bound and started at started, replacing what it held before; a request without a
+// required rate holds none.
+func (l *Ledger) setGuaranteeLocked(uid types.UID, node string, req annotations.BandwidthRequest, bound, started time.Time, seenBound bool) {
+	g := &guarantee{node: node, network: networkOf(req), bound: bound, started: started, seenBound: seenBound}
+	if stage, next := l.deadlines.StageAt(bound, started, l.now()); stage == bandwidthclaim.Released {
+		g.released = true
+	} else {
+		l.scheduleAtLocked(next)
+	}
 	if req.Ingress.HasRequired {
 		g.ingress = req.Ingress.Required
 	}
@@ -464,11 +516,13 @@ func (l *Ledger) admitLocked(node, network string) {
 	}
 	var order []*guarantee
 	for _, g := range n.guarantees {
-		if g.network == network {
+		if g.network == network && !g.released {
 			order = append(order, g)
 		}
 	}
-	slices.SortFunc(order, func(a, b *guarantee) int { return a.bound.Compare(b.bound) })
+	slices.SortFunc(order, func(a, b *guarantee) int {
+		return l.deadlines.Order(a.bound, a.started).Compare(l.deadlines.Order(b.bound, b.started))
+	})
 	var in, eg int64
 	for _, g := range order {
 		if g.ingress > 0 && in+g.ingress <= capIn {
@@ -502,50 +556,19 @@ func (l *Ledger) coveredBy(runningSince time.Time, report *heartbeat.Bandwidth) 
 	return !report.SampleTime.Before(runningSince.Add(window))
 }
 
-// runningSince returns when every container of the running pod had started, or zero if
-// one has not started yet. A container that ran and finished (a Never or OnFailure pod),
-// or that crashed and waits to restart, has started: its traffic is in the reports as
-// much as it will ever be, and waiting for it to run would hold the reservation for the
-// pod's whole life, on top of reports that count its traffic.
-func runningSince(pod *v1.Pod) time.Time {
-	if pod.Status.Phase != v1.PodRunning || len(pod.Status.ContainerStatuses) == 0 {
-		return time.Time{}
-	}
-	var latest time.Time
-	for _, cs := range pod.Status.ContainerStatuses {
-		var started time.Time
-		switch {
-		case cs.State.Running != nil:
-			started = cs.State.Running.StartedAt.Time
-		case cs.State.Terminated != nil:
-			started = cs.State.Terminated.StartedAt.Time
-		case cs.LastTerminationState.Terminated != nil:
-			started = cs.LastTerminationState.Terminated.StartedAt.Time
-		}
-		if started.IsZero() {
-			return time.Time{}
-		}
-		if started.After(latest) {
-			latest = started
-		}
-	}
-	return latest
-}
-
-func finished(pod *v1.Pod) bool {
-	return pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed
-}
-
 // ObservePod brings the ledger up to date with a pod from the informer: it marks a
-// reserved pod running, releases it when finished or covered, and reserves bound pods
-// the ledger does not know (rebuild after a leader change, pods of other schedulers).
+// reserved pod running, releases it when finished or covered, applies the deadlines of
+// a pod that has not started, and reserves bound pods the ledger does not know
+// (rebuild after a leader change, pods of other schedulers).
 func (l *Ledger) ObservePod(pod *v1.Pod) {
 	if !annotations.HasBandwidth(pod.Annotations) {
 		return
 	}
+	var changes []StageChange
+	defer func() { l.tell(changes) }()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if finished(pod) {
+	if bandwidthclaim.Finished(pod) {
 		l.removeLocked(pod.UID, releasePodGone)
 		l.dropGuaranteeLocked(pod.UID)
 		delete(l.covered, pod.UID)
@@ -555,20 +578,25 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 		// Pending, or assumed by this scheduler and not bound yet: Reserve owns it.
 		return
 	}
-	l.observeGuaranteeLocked(pod)
-	since := runningSince(pod)
+	now := l.now()
+	boundAt := bandwidthclaim.Bound(pod)
+	since := bandwidthclaim.Started(pod)
+	l.observeGuaranteeLocked(pod, boundAt, since)
+	foreign := l.ours != nil && !l.ours(pod)
 	r, ok := l.byPod[pod.UID]
 	if ok && r.node != pod.Spec.NodeName {
 		// Bound somewhere else than reserved (another scheduler won a race): move it.
 		l.removeLocked(pod.UID, "")
 		ok = false
 	}
+	if foreign && !bandwidthclaim.Running(pod) {
+		// Another scheduler's pod reserves only while it runs: see the type's doc.
+		l.removeLocked(pod.UID, releaseStopped)
+		return
+	}
 	if !ok {
 		if _, done := l.covered[pod.UID]; done {
 			return
-		}
-		if since.IsZero() && l.ours != nil && !l.ours(pod) {
-			return // another scheduler's pod, not running yet: see the type's doc
 		}
 		req, err := annotations.ParseBandwidth(pod.Annotations)
 		if err != nil || req.Empty() {
@@ -579,15 +607,25 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 			l.covered[pod.UID] = struct{}{}
 			return
 		}
-		network := networkOf(req)
-		in, eg := l.amountsLocked(pod.Spec.NodeName, network, req)
-		r = &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, network: network, ingress: in, egress: eg}
+		r = &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, network: networkOf(req),
+			req: req, boundAt: boundAt, foreign: foreign}
+		stage, _ := l.deadlines.StageAt(boundAt, since, now)
+		r.stage = stage
+		r.ingress, r.egress = l.stageAmountsLocked(r)
 		l.addLocked(pod.UID, r)
 		reservationsTotal.WithLabelValues("observed").Inc()
 	}
 	r.bound = true
+	r.boundAt = boundAt
 	if r.runningSince.IsZero() && !since.IsZero() {
 		r.runningSince = since
+	}
+	if stage, next := l.deadlines.StageAt(boundAt, since, now); stage != r.stage {
+		if c, changed := l.restageLocked(pod.UID, r, stage); changed {
+			changes = append(changes, c)
+		}
+	} else {
+		l.scheduleAtLocked(next)
 	}
 	if l.coveredBy(r.runningSince, l.reports.Node(r.node).Bandwidth()) {
 		l.removeLocked(pod.UID, releaseCovered)
@@ -597,23 +635,121 @@ func (l *Ledger) ObservePod(pod *v1.Pod) {
 
 // observeGuaranteeLocked records the guarantee of a pod seen bound, ordered by when the
 // API server bound it (its PodScheduled condition), as the agent orders it.
-func (l *Ledger) observeGuaranteeLocked(pod *v1.Pod) {
+func (l *Ledger) observeGuaranteeLocked(pod *v1.Pod, bound, started time.Time) {
 	req, err := annotations.ParseBandwidth(pod.Annotations)
 	if err != nil {
 		l.dropGuaranteeLocked(pod.UID)
 		return
 	}
-	bound := pod.CreationTimestamp.Time
-	for _, c := range pod.Status.Conditions {
-		if c.Type == v1.PodScheduled && c.Status == v1.ConditionTrue && !c.LastTransitionTime.IsZero() {
-			bound = c.LastTransitionTime.Time
-		}
-	}
 	if g, ok := l.guarantees[pod.UID]; ok && g.node == pod.Spec.NodeName && bound.IsZero() {
 		bound = g.bound
 	}
-	l.setGuaranteeLocked(pod.UID, pod.Spec.NodeName, req, bound, true)
+	l.setGuaranteeLocked(pod.UID, pod.Spec.NodeName, req, bound, started, true)
 }
+
+// stageAmountsLocked is what the reservation's pod reserves at its stage, beside the
+// node's other reservations (its own not counted).
+func (l *Ledger) stageAmountsLocked(r *reservation) (ingress, egress int64) {
+	switch {
+	case r.stage == bandwidthclaim.Released:
+		return 0, 0
+	case r.foreign:
+		return l.foreignAmountsLocked(r.node, r.network, r.req)
+	case r.stage == bandwidthclaim.RequiredOnly:
+		return required(r.req.Ingress), required(r.req.Egress)
+	}
+	return l.amountsLocked(r.node, r.network, r.req)
+}
+
+// restageLocked moves the pod's reservation to stage, its amounts with it, and says so
+// when that gave anything up.
+func (l *Ledger) restageLocked(uid types.UID, r *reservation, stage bandwidthclaim.Stage) (StageChange, bool) {
+	before := r.stage
+	oldIn, oldEg := r.ingress, r.egress
+	n := l.entryLocked(r.node)
+	n.addLocked(r.network, -oldIn, -oldEg)
+	r.stage = stage
+	r.ingress, r.egress = l.stageAmountsLocked(r)
+	n.addLocked(r.network, r.ingress, r.egress)
+	reservedBytes.WithLabelValues("ingress").Add(float64(r.ingress-oldIn) / 8)
+	reservedBytes.WithLabelValues("egress").Add(float64(r.egress-oldEg) / 8)
+	if stage <= before {
+		return StageChange{}, false
+	}
+	if stage == bandwidthclaim.Released {
+		releasesTotal.WithLabelValues(releaseNotStarted).Inc()
+	}
+	ns, name, _ := strings.Cut(r.pod, "/")
+	return StageChange{Pod: types.NamespacedName{Namespace: ns, Name: name}, UID: uid, Node: r.node,
+		Network: r.network, Stage: stage, Bound: r.boundAt}, true
+}
+
+// Sweep applies the deadlines that have passed to the pods that have not started: the
+// pods' statuses do not change when a deadline passes, so nothing else would.
+func (l *Ledger) Sweep() {
+	var changes []StageChange
+	defer func() { l.tell(changes) }()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if l.nextDeadline.IsZero() || now.Before(l.nextDeadline) {
+		return
+	}
+	l.nextDeadline = time.Time{}
+	for uid, r := range l.byPod {
+		if !r.runningSince.IsZero() || r.foreign {
+			continue
+		}
+		stage, next := l.deadlines.StageAt(r.boundAt, time.Time{}, now)
+		if stage != r.stage {
+			if c, changed := l.restageLocked(uid, r, stage); changed {
+				changes = append(changes, c)
+			}
+		}
+		l.scheduleAtLocked(next)
+	}
+	for _, g := range l.guarantees {
+		if g.released || !g.started.IsZero() {
+			continue
+		}
+		stage, next := l.deadlines.StageAt(g.bound, time.Time{}, now)
+		if stage == bandwidthclaim.Released {
+			g.released = true
+			l.admitLocked(g.node, g.network)
+			continue
+		}
+		l.scheduleAtLocked(next)
+	}
+}
+
+// scheduleLocked makes Sweep look again when a pod bound at bound reaches its next
+// deadline.
+func (l *Ledger) scheduleLocked(bound time.Time) {
+	_, next := l.deadlines.StageAt(bound, time.Time{}, l.now())
+	l.scheduleAtLocked(next)
+}
+
+// scheduleAtLocked makes Sweep look again at next (zero: no change to wait for).
+func (l *Ledger) scheduleAtLocked(next time.Time) {
+	if !next.IsZero() && (l.nextDeadline.IsZero() || next.Before(l.nextDeadline)) {
+		l.nextDeadline = next
+	}
+}
+
+// tell hands the changes to onStage, outside the ledger's lock.
+func (l *Ledger) tell(changes []StageChange) {
+	if len(changes) > 0 && l.onStage != nil {
+		l.onStage(changes)
+	}
+}
+
+// SetDeadlines sets how long a bound pod that has not started keeps its claim; call it
+// before the ledger sees pods.
+func (l *Ledger) SetDeadlines(d bandwidthclaim.Deadlines) { l.deadlines = d }
+
+// OnStage registers the function told of the claims deadlines reduce or release; call
+// it before the ledger sees pods.
+func (l *Ledger) OnStage(f func([]StageChange)) { l.onStage = f }
 
 // amountsLocked is what a pod placed on node reserves per direction (the ledger's lock
 // held): its expected (else required) rate, but no more than the node's network has
@@ -622,33 +758,68 @@ func (l *Ledger) observeGuaranteeLocked(pod *v1.Pod) {
 // required and 1 Pbit/s expected would shut every node it lands on to the pods after
 // it. Where the node reports nothing for the direction, only the required rate.
 func (l *Ledger) amountsLocked(node, network string, req annotations.BandwidthRequest) (ingress, egress int64) {
-	var nw *heartbeat.Network
+	nw, resIn, resEg := l.leftLocked(node, network)
+	return capped(req.Ingress, nw.IngressKnown, nw.IngressRemaining-resIn), capped(req.Egress, nw.EgressKnown, nw.EgressRemaining-resEg)
+}
+
+// foreignAmountsLocked is what another scheduler's pod reserves on node when it starts
+// (the ledger's lock held): its expected (else required) rate, but no more than the
+// node's network has left beside the other reservations, its required rate included,
+// as Filter never checked it; nothing where the node reports nothing for a direction.
+func (l *Ledger) foreignAmountsLocked(node, network string, req annotations.BandwidthRequest) (ingress, egress int64) {
+	nw, resIn, resEg := l.leftLocked(node, network)
+	in, eg := int64(0), int64(0)
+	if nw.IngressKnown {
+		in = min(target(req.Ingress), max(nw.IngressRemaining-resIn, 0))
+	}
+	if nw.EgressKnown {
+		eg = min(target(req.Egress), max(nw.EgressRemaining-resEg, 0))
+	}
+	return in, eg
+}
+
+// leftLocked returns the network of node's report (zero without one) and the node's
+// reservations on it.
+func (l *Ledger) leftLocked(node, network string) (nw *heartbeat.Network, resIn, resEg int64) {
 	if rec := l.reports.Node(node); rec != nil {
 		if report := rec.Bandwidth(); report != nil {
 			nw = report.Network(network)
 		}
 	}
-	var resIn, resEg int64
 	if n := l.byNode[node]; n != nil {
 		resIn, resEg = n.reserved(network)
 	}
 	if nw == nil {
 		nw = &heartbeat.Network{}
 	}
-	return capped(req.Ingress, nw.IngressKnown, nw.IngressRemaining-resIn), capped(req.Egress, nw.EgressKnown, nw.EgressRemaining-resEg)
+	return nw, resIn, resEg
 }
 
 // capped is one direction of amountsLocked, with left what the node has left for it.
 func capped(d annotations.Direction, known bool, left int64) int64 {
-	var required int64
-	if d.HasRequired {
-		required = d.Required
-	}
-	target, _ := d.Target()
 	if !known {
-		return required
+		return required(d)
 	}
-	return max(required, min(target, max(left, 0)))
+	return max(required(d), min(target(d), max(left, 0)))
+}
+
+// required is the direction's required rate, 0 without one.
+func required(d annotations.Direction) int64 {
+	if d.HasRequired {
+		return d.Required
+	}
+	return 0
+}
+
+// target is the direction's expected (else required) rate, never above its limit (the
+// annotations refuse an expected rate above the limit; this keeps the ledger to it
+// whatever built the request).
+func target(d annotations.Direction) int64 {
+	t, _ := d.Target()
+	if d.HasLimit && t > d.Limit {
+		t = max(d.Limit, required(d))
+	}
+	return t
 }
 
 // networkOf is the network a request reserves on: the pod network when the request

@@ -32,9 +32,11 @@ const (
 
 // Reservation release reasons, the values of the reason label.
 const (
-	releaseCovered    = "covered"    // a report taken long enough after the pod started running
-	releaseUnreserved = "unreserved" // the scheduler gave up on the placement
-	releasePodGone    = "pod_gone"   // the pod was deleted or finished
+	releaseCovered    = "covered"     // a report taken long enough after the pod started running
+	releaseUnreserved = "unreserved"  // the scheduler gave up on the placement
+	releasePodGone    = "pod_gone"    // the pod was deleted or finished
+	releaseNotStarted = "not_started" // bound and not started deadlines.ReleaseAfter after
+	releaseStopped    = "stopped"     // another scheduler's pod stopped running
 )
 
 var (

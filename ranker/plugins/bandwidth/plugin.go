@@ -3,11 +3,13 @@ package bandwidth
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
@@ -37,6 +39,12 @@ type BandwidthAware struct {
 	// the informer listed at start; nil (no framework Handle) counts as synced.
 	// kube-scheduler's WaitForHandlersSync waits for its own handlers only.
 	ledgerSynced cache.InformerSynced
+	// events records why a pod's claim was reduced or released; nil without a
+	// framework Handle.
+	events events.EventRecorder
+	// scheduling is set once this replica ran a scheduling cycle, which only the
+	// leader does: standbys keep their ledgers too, but do not repeat its Events.
+	scheduling atomic.Bool
 }
 
 var (
@@ -70,6 +78,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	pl.ledger.SetOurs(func(pod *v1.Pod) bool { return pod.Spec.SchedulerName == profile })
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.nodes = h.SnapshotSharedLister().NodeInfos().List
+	pl.events = h.EventRecorder()
+	pl.ledger.OnStage(pl.claimsChanged)
+	go pl.sweepDeadlines(ctx)
 	store.AddListener(heartbeat.Listener{Bandwidth: pl.reportArrived})
 	// The scheduler's pod informer lists every pod when it starts, which rebuilds the
 	// ledger from bound pods after a restart or leader change.
@@ -112,8 +123,12 @@ var sharedStore = heartbeat.Shared
 func newPlugin(args Args, reports Nodes, now func() time.Time) *BandwidthAware {
 	ledger := NewLedger(reports)
 	ledger.minWindow = args.MinWindow.Duration
-	return &BandwidthAware{args: args, reports: reports, ledger: ledger, now: now,
+	ledger.SetDeadlines(args.Deadlines())
+	pl := &BandwidthAware{args: args, reports: reports, ledger: ledger, now: now,
 		msgStale: staleMessage(args.StaleAfter.Duration), msgPartial: partialMessage(args.MinWindow.Duration)}
+	// The plugin's clock, which tests set after building it.
+	ledger.now = func() time.Time { return pl.now() }
+	return pl
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (benchmarks,

@@ -55,6 +55,9 @@ const msgLedgerNotSynced = "the bandwidth ledger has not yet seen every bound po
 // expected rates is not held: Filter rejects it at most for a network it names, which
 // the ledger does not decide.
 func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !pl.scheduling.Load() {
+		pl.scheduling.Store(true)
+	}
 	if !annotations.HasBandwidth(pod.Annotations) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
