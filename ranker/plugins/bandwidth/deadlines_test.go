@@ -18,7 +18,7 @@ import (
 // testClock is a clock the test moves.
 type testClock struct{ t time.Time }
 
-func (c *testClock) now() time.Time           { return c.t }
+func (c *testClock) now() time.Time          { return c.t }
 func (c *testClock) advance(d time.Duration) { c.t = c.t.Add(d) }
 
 // stuckPod is a pod bound to node at bound whose init container never ends.

@@ -38,6 +38,9 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 	var res networkReserved
 	if s.req.HasRequired() {
 		report, res = pl.ledger.reportAndReserved(rec, networkOf(s.req))
+		if s.adjust != nil && s.adjust.node == node.Name {
+			res = s.adjust.apply(res)
+		}
 	} else {
 		report = rec.Bandwidth()
 	}
@@ -50,9 +53,19 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 		_, detail := pl.check(s.req, report, res, s.now, true)
 		v.Info("BandwidthAware rejected the node", "pod", klog.KObj(pod), "node", node.Name, "reason", reason, "detail", detail)
 	}
-	// Unresolvable: preempting pods does not change what the node measured, so
-	// preemption must not evict anything on the node's behalf.
-	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, pl.message(reason, networkOf(s.req)))
+	return fwk.NewStatus(rejectionCode(reason), pl.message(reason, networkOf(s.req)))
+}
+
+// rejectionCode is Unschedulable where preempting lower-priority pods can make room
+// (their reservations and guarantees: see RemovePod), and UnschedulableAndUnresolvable
+// where it cannot (no usable report, no such network, capacity unknown, the best-fit
+// window), so that preemption evicts nothing on such a node's behalf.
+func rejectionCode(reason string) fwk.Code {
+	switch reason {
+	case reasonIngress, reasonEgress, reasonGuaranteeIngress, reasonGuaranteeEgress:
+		return fwk.Unschedulable
+	}
+	return fwk.UnschedulableAndUnresolvable
 }
 
 // Rejection messages, one per reason (see Filter); the stale one is per plugin, as it

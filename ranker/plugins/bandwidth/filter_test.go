@@ -63,7 +63,7 @@ func TestFilter(t *testing.T) {
 	}{
 		{name: "plenty", annotations: ingress400, node: "plenty", wantCode: fwk.Success},
 		{name: "exactly the floor passes", annotations: ingress400, node: "exact", wantCode: fwk.Success},
-		{name: "below the floor", annotations: ingress400, node: "tight", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonIngress,
+		{name: "below the floor", annotations: ingress400, node: "tight", wantCode: fwk.Unschedulable, wantReason: reasonIngress,
 			wantMsg: msgIngress, wantDetail: "ingress remaining 300M < required 400M"},
 		{name: "missing report", annotations: ingress400, node: "unknown-node", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonNoReport,
 			wantMsg: msgNoReport, wantDetail: "node has no NodeBandwidth"},
@@ -78,7 +78,7 @@ func TestFilter(t *testing.T) {
 		{name: "unknown capacity", annotations: ingress400, node: "no-capacity", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonUnknownCapacity,
 			wantMsg: msgUnknownCapacity, wantDetail: "NodeBandwidth has no ingress remaining (capacity unknown)"},
 		{name: "unknown capacity in a direction not required", annotations: map[string]string{annotations.EgressRequired: "1G"}, node: "no-capacity", wantCode: fwk.Success},
-		{name: "egress floor", annotations: map[string]string{annotations.IngressRequired: "1G", annotations.EgressRequired: "200M"}, node: "egress-poor", wantCode: fwk.UnschedulableAndUnresolvable, wantReason: reasonEgress,
+		{name: "egress floor", annotations: map[string]string{annotations.IngressRequired: "1G", annotations.EgressRequired: "200M"}, node: "egress-poor", wantCode: fwk.Unschedulable, wantReason: reasonEgress,
 			wantMsg: msgEgress, wantDetail: "egress remaining 100M < required 200M"},
 		{name: "expected only does not filter", annotations: map[string]string{annotations.IngressExpected: "20G"}, node: "unknown-node", wantCode: fwk.Success},
 		{name: "no annotations does not filter", annotations: nil, node: "unknown-node", wantCode: fwk.Success},
@@ -211,7 +211,7 @@ func TestFilterSubtractsReservations(t *testing.T) {
 	pl.Ledger().Reserve(first, "n", mustParse(t, first))
 	second := testPod(map[string]string{annotations.IngressRequired: "400M"})
 	st := pl.Filter(context.Background(), nil, second, nodeInfo("n"))
-	if st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != msgIngress {
+	if st.Code() != fwk.Unschedulable || st.Message() != msgIngress {
 		t.Fatalf("got %v, want %q", st, msgIngress)
 	}
 	want := "ingress remaining 300M (1G reported - 700M reserved) < required 400M"

@@ -64,7 +64,7 @@ func TestFilterKeepsToWhatTheNodeGuarantees(t *testing.T) {
 	tooBig := testPod(map[string]string{annotations.EgressRequired: "100M"})
 	c := schedule(t, pl, tooBig, []string{"enforcing", "measuring"}, true)
 	st := c.filtered["enforcing"]
-	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "could not guarantee the pod's required egress bandwidth") {
+	if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "could not guarantee the pod's required egress bandwidth") {
 		t.Fatalf("a 100M pod on a node with 50M of guarantees left: %v", st)
 	}
 	if c.chosen != "measuring" {

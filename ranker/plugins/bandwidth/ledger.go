@@ -132,6 +132,8 @@ type guarantee struct {
 	// released: the pod has not started deadlines.ReleaseAfter after it was bound, and
 	// holds no guarantee until it does.
 	released bool
+	// admittedIn and admittedEg say whether admitLocked counted the guarantee.
+	admittedIn, admittedEg bool
 }
 
 // SetOurs says which pods this ranker places, and so checked before reserving: the
@@ -159,6 +161,10 @@ type reservation struct {
 	stage   bandwidthclaim.Stage
 	// foreign: another scheduler placed the pod, so Filter never checked its rates.
 	foreign bool
+	// credit: the pod was a preemption victim whose traffic the node's reports still
+	// count; its amounts are negative, giving the node back the victim's required
+	// rates until a report measured entirely after it went (runningSince) covers that.
+	credit bool
 }
 
 // nodeReservations are the reservations on one node. The totals, per network, are
@@ -411,6 +417,9 @@ func (l *Ledger) addLocked(uid types.UID, r *reservation) {
 	n.pods[uid] = r
 	n.addLocked(r.network, r.ingress, r.egress)
 	l.byPod[uid] = r
+	if r.credit {
+		return
+	}
 	reservationsGauge.Inc()
 	reservedBytes.WithLabelValues("ingress").Add(float64(r.ingress) / 8)
 	reservedBytes.WithLabelValues("egress").Add(float64(r.egress) / 8)
@@ -428,6 +437,9 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 		delete(n.pods, uid)
 		n.addLocked(r.network, -r.ingress, -r.egress)
 		l.dropEntryIfEmptyLocked(r.node)
+	}
+	if r.credit {
+		return
 	}
 	reservationsGauge.Dec()
 	reservedBytes.WithLabelValues("ingress").Add(-float64(r.ingress) / 8)
@@ -524,12 +536,17 @@ func (l *Ledger) admitLocked(node, network string) {
 		return l.deadlines.Order(a.bound, a.started).Compare(l.deadlines.Order(b.bound, b.started))
 	})
 	var in, eg int64
+	for _, g := range n.guarantees {
+		g.admittedIn, g.admittedEg = false, false
+	}
 	for _, g := range order {
 		if g.ingress > 0 && in+g.ingress <= capIn {
 			in += g.ingress
+			g.admittedIn = true
 		}
 		if g.egress > 0 && eg+g.egress <= capEg {
 			eg += g.egress
+			g.admittedEg = true
 		}
 	}
 	n.updateLocked(network, func(r *networkReserved) { r.guaranteedIn, r.guaranteedEg = in, eg })
@@ -835,9 +852,76 @@ func networkOf(req annotations.BandwidthRequest) string {
 func (l *Ledger) ForgetPod(uid types.UID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.forgetLocked(uid)
+}
+
+func (l *Ledger) forgetLocked(uid types.UID) {
 	l.removeLocked(uid, releasePodGone)
 	l.dropGuaranteeLocked(uid)
 	delete(l.covered, uid)
+}
+
+// ForgetDeleted releases a deleted pod's reservation. A preemption victim whose traffic
+// its node's reports still count (they covered it) leaves a credit of its required
+// rates there instead, until a report measured entirely after it went: preemption made
+// that room for the preemptor, which would otherwise find the node full until then and
+// have kube-scheduler preempt more.
+func (l *Ledger) ForgetDeleted(pod *v1.Pod) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, wasCovered := l.covered[pod.UID]
+	l.forgetLocked(pod.UID)
+	if !wasCovered || !preempted(pod) || pod.Spec.NodeName == "" {
+		return
+	}
+	req, err := annotations.ParseBandwidth(pod.Annotations)
+	if err != nil || !req.HasRequired() {
+		return
+	}
+	l.addLocked(pod.UID, &reservation{pod: klog.KObj(pod).String(), node: pod.Spec.NodeName, network: networkOf(req),
+		ingress: -required(req.Ingress), egress: -required(req.Egress), runningSince: l.now(), bound: true, credit: true})
+}
+
+// preempted reports whether kube-scheduler's preemption evicted the pod.
+func preempted(pod *v1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == v1.DisruptionTarget && c.Status == v1.ConditionTrue && c.Reason == v1.PodReasonPreemptionByScheduler {
+			return true
+		}
+	}
+	return false
+}
+
+// Contribution is what the pod counts for on node's network, as preemption's dry run
+// takes it off or puts it back: the reservation it holds there, or its required rates
+// where its node's reports cover it (they count its traffic, up to that if it uses
+// it) or it is not bound yet (a nominated pod); and its guarantee, where the node
+// admitted it (a nominated pod: its required rates). ok is false for a pod on another
+// network or with malformed annotations.
+func (l *Ledger) Contribution(pod *v1.Pod, node, network string) (c networkReserved, ok bool) {
+	req, err := annotations.ParseBandwidth(pod.Annotations)
+	if err != nil || networkOf(req) != network {
+		return networkReserved{}, false
+	}
+	c.network = network
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if r, held := l.byPod[pod.UID]; held && r.node == node && !r.credit {
+		c.ingress, c.egress = r.ingress, r.egress
+	} else {
+		c.ingress, c.egress = required(req.Ingress), required(req.Egress)
+	}
+	if g, held := l.guarantees[pod.UID]; held && g.node == node {
+		if g.admittedIn {
+			c.guaranteedIn = g.ingress
+		}
+		if g.admittedEg {
+			c.guaranteedEg = g.egress
+		}
+	} else if pod.Spec.NodeName == "" {
+		c.guaranteedIn, c.guaranteedEg = required(req.Ingress), required(req.Egress)
+	}
+	return c, true
 }
 
 // ObserveReport releases the reservations on the report's node that it covers.
@@ -888,10 +972,10 @@ func (l *Ledger) podHandler() cache.ResourceEventHandler {
 		DeleteFunc: func(obj any) {
 			switch o := obj.(type) {
 			case *v1.Pod:
-				l.ForgetPod(o.UID)
+				l.ForgetDeleted(o)
 			case cache.DeletedFinalStateUnknown:
 				if pod, ok := o.Obj.(*v1.Pod); ok {
-					l.ForgetPod(pod.UID)
+					l.ForgetDeleted(pod)
 				}
 			}
 		},

@@ -22,8 +22,13 @@ type podState struct {
 	// unsynced is set when PreFilter refused the pod because the ledger was still being
 	// rebuilt, so that PostFilter can bring it back if the rebuild ended meanwhile.
 	unsynced bool
+	// adjust is what AddPod and RemovePod made of one node's reservations and
+	// guarantees (preemption's dry runs, nominated pods); nil without either.
+	adjust *nodeAdjust
 }
 
+// Clone shares the state: it is never changed once written, AddPod and RemovePod write
+// a changed copy into the cycle state they are given.
 func (s *podState) Clone() fwk.StateData { return s }
 
 func readPodState(state fwk.CycleState) (*podState, bool) {
@@ -79,11 +84,6 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 	state.Write(stateKey, &podState{req: req, now: pl.now()})
 	return nil, nil
 }
-
-// PreFilterExtensions implements fwk.PreFilterPlugin. There are none: bandwidth a
-// preemption victim frees is not visible until the node reports again, so preemption
-// cannot make room for a bandwidth-rejected pod (Filter says UnschedulableAndUnresolvable).
-func (pl *BandwidthAware) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
 // request returns the pod's request from the cycle state, or parses it when a caller
 // (preemption dry runs, tests) did not run PreFilter. ok is false for pods the plugin
