@@ -349,6 +349,15 @@ func isBandwidthKey(key string) bool {
 // characters, and anything much longer is not a rate a person wrote.
 const maxRateLen = 32
 
+// ParseRate parses a rate written as in the annotations (RateForm) into bits/s.
+func ParseRate(v string) (int64, error) {
+	bits, problem := parseRateValue(v)
+	if problem != "" {
+		return 0, fmt.Errorf("rate %q: %s; want %s", truncate(v), problem, RateForm)
+	}
+	return bits, nil
+}
+
 // parseRateValue returns the rate in bits/s, or a description of what is wrong.
 func parseRateValue(v string) (int64, string) {
 	if len(v) > maxRateLen {

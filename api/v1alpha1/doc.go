@@ -1,5 +1,5 @@
 // Package v1alpha1 holds the sextant.io/v1alpha1 API: the heartbeat objects the node
-// agent publishes and the ranker reads.
+// agent publishes and the ranker reads, and the namespaces' bandwidth quotas.
 //
 // +kubebuilder:object:generate=true
 // +groupName=sextant.io

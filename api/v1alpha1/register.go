@@ -20,6 +20,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(GroupVersion,
 		&NodeBandwidth{}, &NodeBandwidthList{},
 		&NodeTopology{}, &NodeTopologyList{},
+		&BandwidthQuota{}, &BandwidthQuotaList{},
 	)
 	metav1.AddToGroupVersion(scheme, GroupVersion)
 	return nil

@@ -15,6 +15,8 @@ type Metrics struct {
 	duration   *prometheus.HistogramVec
 	patches    prometheus.Counter
 	rejections *prometheus.CounterVec
+	// quota counts quota checks by result: refused, or unchecked (let through).
+	quota *prometheus.CounterVec
 }
 
 // Values of the webhook label.
@@ -44,6 +46,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "sextant_webhook_rejections_total",
 			Help: "Admission requests the webhook denied, by webhook: validate for malformed sextant annotations, mutate for pods it could not prepare.",
 		}, []string{"webhook"}),
+		quota: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sextant_webhook_bandwidth_quota_checks_total",
+			Help: "Pods the validating webhook checked against a namespace's BandwidthQuotas and refused (result=refused), or let through because the check failed (result=unchecked; the ranker still places no pod past the quota).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"refused", "unchecked"} {
+		m.quota.WithLabelValues(r)
 	}
 	for _, w := range []string{webhookMutate, webhookValidate} {
 		m.requests.WithLabelValues(w, "200")
@@ -51,7 +60,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.rejections.WithLabelValues(w)
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.duration, m.patches, m.rejections)
+		reg.MustRegister(m.requests, m.duration, m.patches, m.rejections, m.quota)
 	}
 	return m
 }
@@ -68,6 +77,18 @@ func (m *Metrics) observe(webhook string, code int, start time.Time, resp review
 	}
 	if resp.patched {
 		m.patches.Inc()
+	}
+}
+
+func (m *Metrics) quotaRefused() {
+	if m != nil {
+		m.quota.WithLabelValues("refused").Inc()
+	}
+}
+
+func (m *Metrics) quotaUnchecked() {
+	if m != nil {
+		m.quota.WithLabelValues("unchecked").Inc()
 	}
 }
 

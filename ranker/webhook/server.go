@@ -35,6 +35,9 @@ type Handler struct {
 	Log     logr.Logger
 	// Metrics, when set, count requests, latency, patches and rejections.
 	Metrics *Metrics
+	// Quotas, when set, has the validating endpoint refuse pods past their
+	// namespace's BandwidthQuotas.
+	Quotas Quotas
 }
 
 // ServeMux returns the webhook's routes, plus /healthz.
@@ -138,10 +141,11 @@ func (h *Handler) validate(req *admissionv1.AdmissionRequest) *admissionv1.Admis
 		return denied(err.Error())
 	}
 	mine := sextantAnnotations(pod.Annotations)
+	var old *corev1.Pod
 	if req.Operation == admissionv1.Update {
 		// Only a change is judged: a pod that slipped in while the webhook was down must
 		// still be updatable (finalizers, labels, the Job controller's bookkeeping).
-		old, err := decodePod(req.OldObject.Raw)
+		old, err = decodePod(req.OldObject.Raw)
 		if err != nil {
 			return denied(err.Error())
 		}
@@ -151,6 +155,9 @@ func (h *Handler) validate(req *admissionv1.AdmissionRequest) *admissionv1.Admis
 	}
 	if err := ValidateAnnotations(mine); err != nil {
 		return denied("sextant: " + strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	if resp := h.checkQuota(req, pod, old); resp != nil {
+		return resp
 	}
 	return allowed()
 }

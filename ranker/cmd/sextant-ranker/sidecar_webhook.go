@@ -20,7 +20,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -34,6 +36,7 @@ import (
 
 type webhookOptions struct {
 	kubeconfig        string
+	bandwidthQuota    bool
 	listenAddr        string
 	metricsAddr       string
 	certFile, keyFile string
@@ -98,7 +101,9 @@ func sidecarWebhookCommand() (*cobra.Command, *webhookOptions) {
                  sidecars and runs them under sextant-sidecar-wrapper, with their command
                  moved into a pod annotation the downward API hands back to them.
   ` + webhook.PathValidate + `   refuses malformed bandwidth.sextant.io/* and numa.sextant.io/policy
-                 annotations, naming the annotation and its accepted form.
+                 annotations, naming the annotation and its accepted form, and (with
+                 --bandwidth-quota) pods whose required rates would take their
+                 namespace past one of its BandwidthQuotas, naming the quota.
 
 With --virtual-nodes (the default) it also runs, on the replica that holds the lease
 --leader-elect-name, the controller that stops finished sidecars on virtual-kubelet
@@ -134,6 +139,7 @@ them in place to --exit-image.`,
 	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required with --virtual-nodes)")
 	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
 	f.BoolVar(&o.virtualNodes, "virtual-nodes", true, "run the virtual-node sidecar controller")
+	f.BoolVar(&o.bandwidthQuota, "bandwidth-quota", true, "refuse pods that would take their namespace past one of its BandwidthQuotas (reads the namespace's quotas and its pods' metadata from the API server for each pod that requires bandwidth)")
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the virtual-node controller looks at")
 	o.addLeaderFlags(f, "the virtual-node controller")
 	o.addLoggingFlags(f)
@@ -314,6 +320,13 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		Log:     log,
 		Metrics: webhook.NewMetrics(reg),
 	}
+	if o.bandwidthQuota {
+		quotas, err := apiQuotas(o.kubeconfig)
+		if err != nil {
+			return err
+		}
+		h.Quotas = quotas
+	}
 	cert, err := o.servingCertificate(ctx, &wg, log)
 	if err != nil {
 		stop()
@@ -409,4 +422,22 @@ func runLeading(ctx context.Context, elect *leaderelection.LeaderElectionConfig,
 			log.Info("lost the lease; campaigning again", "lease", elect.Lock.Describe(), "identity", id)
 		}
 	}
+}
+
+// apiQuotas reads BandwidthQuotas and pods for the webhook's quota check.
+func apiQuotas(kubeconfig string) (webhook.APIQuotas, error) {
+	cfg, err := kubeclient.Config(kubeconfig)
+	if err != nil {
+		return webhook.APIQuotas{}, fmt.Errorf("--bandwidth-quota: %w", err)
+	}
+	cfg.UserAgent = "sextant-sidecar-webhook/" + version.Version
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return webhook.APIQuotas{}, fmt.Errorf("--bandwidth-quota: dynamic client: %w", err)
+	}
+	meta, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return webhook.APIQuotas{}, fmt.Errorf("--bandwidth-quota: metadata client: %w", err)
+	}
+	return webhook.APIQuotas{Dynamic: dyn, Metadata: meta}, nil
 }
