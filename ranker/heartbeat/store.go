@@ -611,6 +611,13 @@ func Offline() {
 	offline = true
 }
 
+// IsOffline reports whether Offline was called.
+func IsOffline() bool {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	return offline
+}
+
 // SyncTimeout bounds Shared's wait for the first list of heartbeats: past it the ranker
 // exits, naming what did not sync (the CRDs not installed, the API server unreachable).
 // Long enough to ride out an API server restart; the chart's startup probe allows more.

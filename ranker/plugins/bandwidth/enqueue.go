@@ -11,6 +11,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/bandwidthclaim"
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
@@ -71,7 +72,9 @@ func isSchedulableAfterPodDeleted(_ klog.Logger, _ *v1.Pod, oldObj, _ any) (fwk.
 	return fwk.Queue, nil
 }
 
-// isSchedulableAfterPodUpdated queues the pod when its own bandwidth annotations change.
+// isSchedulableAfterPodUpdated queues the pod when its own bandwidth annotations change,
+// and when a bound pod with bandwidth annotations finishes: its guarantee and its share
+// of its namespace's quota end with it, and the node's reports count it no more.
 func isSchedulableAfterPodUpdated(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldPod, ok1 := oldObj.(*v1.Pod)
 	newPod, ok2 := newObj.(*v1.Pod)
@@ -79,6 +82,10 @@ func isSchedulableAfterPodUpdated(_ klog.Logger, pod *v1.Pod, oldObj, newObj any
 		return fwk.Queue, nil
 	}
 	if newPod.UID != pod.UID {
+		if newPod.Spec.NodeName != "" && annotations.HasBandwidth(newPod.Annotations) &&
+			!bandwidthclaim.Finished(oldPod) && bandwidthclaim.Finished(newPod) {
+			return fwk.Queue, nil
+		}
 		return fwk.QueueSkip, nil
 	}
 	if maps.Equal(bandwidthAnnotations(oldPod.Annotations), bandwidthAnnotations(newPod.Annotations)) {

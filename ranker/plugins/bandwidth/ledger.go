@@ -15,6 +15,7 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/bandwidthclaim"
+	"sextant.io/sextant/api/bandwidthquota"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 )
@@ -94,6 +95,9 @@ type Ledger struct {
 	ours func(*v1.Pod) bool
 	// guarantees are the pods with a required rate bound to (or reserved on) a node.
 	guarantees map[types.UID]*guarantee
+	// byNamespace is what the guarantees add up to per namespace: what its pods
+	// placed and not finished require, which its BandwidthQuotas cap.
+	byNamespace map[string]bandwidthquota.Usage
 
 	// deadlines say how long a bound pod that has not started keeps its claim.
 	deadlines bandwidthclaim.Deadlines
@@ -121,6 +125,7 @@ type StageChange struct {
 // guarantee is a pod's required rates on its node's network, which a node that enforces
 // keeps if they fit (see admitLocked).
 type guarantee struct {
+	namespace       string
 	node, network   string
 	ingress, egress int64
 	// bound is when the pod was bound, else reserved; started is when it started (zero:
@@ -246,13 +251,14 @@ func (n *nodeReservations) addLocked(network string, ingress, egress int64) {
 // NewLedger returns an empty ledger that checks coverage against reports.
 func NewLedger(reports Nodes) *Ledger {
 	l := &Ledger{
-		reports:    reports,
-		byPod:      map[types.UID]*reservation{},
-		byNode:     map[string]*nodeReservations{},
-		covered:    map[types.UID]struct{}{},
-		guarantees: map[types.UID]*guarantee{},
-		deadlines:  bandwidthclaim.DefaultDeadlines,
-		now:        time.Now,
+		reports:     reports,
+		byPod:       map[types.UID]*reservation{},
+		byNode:      map[string]*nodeReservations{},
+		covered:     map[types.UID]struct{}{},
+		guarantees:  map[types.UID]*guarantee{},
+		byNamespace: map[string]bandwidthquota.Usage{},
+		deadlines:   bandwidthclaim.DefaultDeadlines,
+		now:         time.Now,
 	}
 	l.none = &nodeReservations{ledger: l}
 	return l
@@ -382,7 +388,7 @@ func (l *Ledger) Reserve(pod *v1.Pod, node string, req annotations.BandwidthRequ
 	l.scheduleLocked(at)
 	reservationsTotal.WithLabelValues("scheduled").Inc()
 	if g, ok := l.guarantees[pod.UID]; !ok || !g.seenBound {
-		l.setGuaranteeLocked(pod.UID, node, req, at, time.Time{}, false)
+		l.setGuaranteeLocked(pod.UID, pod.Namespace, node, req, at, time.Time{}, false)
 	}
 }
 
@@ -471,8 +477,8 @@ func (l *Ledger) dropEntryIfEmptyLocked(node string) {
 // setGuaranteeLocked records the pod's required rates on node, bound (or reserved) at
 // bound and started at started, replacing what it held before; a request without a
 // required rate holds none.
-func (l *Ledger) setGuaranteeLocked(uid types.UID, node string, req annotations.BandwidthRequest, bound, started time.Time, seenBound bool) {
-	g := &guarantee{node: node, network: networkOf(req), bound: bound, started: started, seenBound: seenBound}
+func (l *Ledger) setGuaranteeLocked(uid types.UID, namespace, node string, req annotations.BandwidthRequest, bound, started time.Time, seenBound bool) {
+	g := &guarantee{namespace: namespace, node: node, network: networkOf(req), bound: bound, started: started, seenBound: seenBound}
 	if stage, next := l.deadlines.StageAt(bound, started, l.now()); stage == bandwidthclaim.Released {
 		g.released = true
 	} else {
@@ -496,6 +502,39 @@ func (l *Ledger) setGuaranteeLocked(uid types.UID, node string, req annotations.
 	l.guarantees[uid] = g
 	l.entryLocked(node).guarantees[uid] = g
 	l.admitLocked(node, g.network)
+	l.countLocked(g, 1)
+}
+
+// countLocked adds (sign 1) or takes off (-1) the guarantee's rates in its namespace's
+// usage.
+func (l *Ledger) countLocked(g *guarantee, sign int64) {
+	u := l.byNamespace[g.namespace]
+	if u == nil {
+		u = bandwidthquota.Usage{}
+		l.byNamespace[g.namespace] = u
+	}
+	u.Add(g.network, bandwidthquota.Rates{Ingress: sign * g.ingress, Egress: sign * g.egress})
+	if r := u[g.network]; r == (bandwidthquota.Rates{}) {
+		delete(u, g.network)
+		if len(u) == 0 {
+			delete(l.byNamespace, g.namespace)
+		}
+	}
+}
+
+// NamespaceUsage is what the namespace's pods placed and not finished require, per
+// network, but for the pod except.
+func (l *Ledger) NamespaceUsage(namespace string, except types.UID) bandwidthquota.Usage {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := bandwidthquota.Usage{}
+	for network, r := range l.byNamespace[namespace] {
+		out[network] = r
+	}
+	if g, ok := l.guarantees[except]; ok && except != "" && g.namespace == namespace {
+		out.Add(g.network, bandwidthquota.Rates{Ingress: -g.ingress, Egress: -g.egress})
+	}
+	return out
 }
 
 // dropGuaranteeLocked forgets the pod's guarantee.
@@ -505,6 +544,7 @@ func (l *Ledger) dropGuaranteeLocked(uid types.UID) {
 		return
 	}
 	delete(l.guarantees, uid)
+	l.countLocked(g, -1)
 	if n := l.byNode[g.node]; n != nil {
 		delete(n.guarantees, uid)
 		l.admitLocked(g.node, g.network)
@@ -661,7 +701,7 @@ func (l *Ledger) observeGuaranteeLocked(pod *v1.Pod, bound, started time.Time) {
 	if g, ok := l.guarantees[pod.UID]; ok && g.node == pod.Spec.NodeName && bound.IsZero() {
 		bound = g.bound
 	}
-	l.setGuaranteeLocked(pod.UID, pod.Spec.NodeName, req, bound, started, true)
+	l.setGuaranteeLocked(pod.UID, pod.Namespace, pod.Spec.NodeName, req, bound, started, true)
 }
 
 // stageAmountsLocked is what the reservation's pod reserves at its stage, beside the

@@ -28,6 +28,7 @@ const (
 	reasonOutsideWindow     = "outside_best_fit_window" // bestFitWindow strict: |available - expected| > expected - required
 	reasonGuaranteeIngress  = "guarantees_full_ingress" // the node enforces: the guarantees there leave less than the pod requires
 	reasonGuaranteeEgress   = "guarantees_full_egress"
+	reasonQuota             = "quota_exceeded" // per pod: its namespace's BandwidthQuota
 )
 
 // Reservation release reasons, the values of the reason label.
@@ -43,7 +44,7 @@ var (
 	filterRejections = metrics.NewCounterVec(&metrics.CounterOpts{
 		Subsystem:      metricsSubsystem,
 		Name:           "filter_rejections_total",
-		Help:           "Nodes (or, for invalid_annotation and ledger_not_synced, pods) BandwidthAware rejected, by reason.",
+		Help:           "Nodes (or, for invalid_annotation, ledger_not_synced and quota_exceeded, pods) BandwidthAware rejected, by reason.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"reason"})
 
@@ -92,7 +93,7 @@ func registerMetrics() {
 		legacyregistry.MustRegister(filterRejections, reservationsGauge, reservedBytes, reservationsTotal, releasesTotal, placementsTotal)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
 		for _, r := range []string{reasonInvalidAnnotation, reasonLedgerNotSynced, reasonNoReport, reasonStaleReport, reasonPartialReport,
-			reasonUnknownCapacity, reasonNoNetwork, reasonIngress, reasonEgress, reasonOutsideWindow, reasonGuaranteeIngress, reasonGuaranteeEgress} {
+			reasonUnknownCapacity, reasonNoNetwork, reasonIngress, reasonEgress, reasonOutsideWindow, reasonGuaranteeIngress, reasonGuaranteeEgress, reasonQuota} {
 			filterRejections.WithLabelValues(r)
 		}
 		for _, r := range []string{releaseCovered, releaseUnreserved, releasePodGone} {

@@ -42,6 +42,8 @@ type BandwidthAware struct {
 	// events records why a pod's claim was reduced or released; nil without a
 	// framework Handle.
 	events events.EventRecorder
+	// quotas are the namespaces' BandwidthQuotas; nil: none.
+	quotas Quotas
 	// scheduling is set once this replica ran a scheduling cycle, which only the
 	// leader does: standbys keep their ledgers too, but do not repeat its Events.
 	scheduling atomic.Bool
@@ -79,6 +81,19 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.nodes = h.SnapshotSharedLister().NodeInfos().List
 	pl.events = h.EventRecorder()
+	quotas, err := startQuotas(ctx, h.KubeConfig())
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	if quotas != nil {
+		pl.quotas = quotas
+		if _, err := quotas.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: pl.quotaChanged, UpdateFunc: func(_, obj any) { pl.quotaChanged(obj) }, DeleteFunc: pl.quotaChanged,
+		}); err != nil {
+			return nil, fmt.Errorf("%s watch BandwidthQuotas: %w", Name, err)
+		}
+		go pl.writeQuotaStatus(ctx, quotas)
+	}
 	pl.ledger.OnStage(pl.claimsChanged)
 	go pl.sweepDeadlines(ctx)
 	store.AddListener(heartbeat.Listener{Bandwidth: pl.reportArrived})

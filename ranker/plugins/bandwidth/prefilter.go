@@ -81,6 +81,12 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 		state.Write(stateKey, &podState{req: req, now: pl.now(), unsynced: true})
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgLedgerNotSynced)
 	}
+	if req.HasRequired() {
+		if st := pl.checkQuota(pod); st != nil {
+			state.Write(stateKey, &podState{req: req, now: pl.now()})
+			return nil, st
+		}
+	}
 	state.Write(stateKey, &podState{req: req, now: pl.now()})
 	return nil, nil
 }
