@@ -354,12 +354,20 @@ func TestChartWebhookTLS(t *testing.T) {
 		t.Error("certManager TLS: not both webhook configurations get cert-manager's CA")
 	}
 	deploy := cm["sextant/templates/webhook-deployment.yaml"]
-	if !strings.Contains(deploy, "automountServiceAccountToken: false") || strings.Contains(deploy, "--cert-secret") ||
-		!strings.Contains(deploy, "secretName: sextant-webhook-cert") {
-		t.Errorf("certManager TLS: the webhook should mount the Secret and have no token:\n%s", deploy)
+	if !strings.Contains(deploy, "automountServiceAccountToken: true") || strings.Contains(deploy, "--cert-secret") ||
+		!strings.Contains(deploy, "secretName: sextant-webhook-cert") || !strings.Contains(deploy, "--bandwidth-quota=true") {
+		t.Errorf("certManager TLS with the quota check: the webhook should mount the Secret and a token, and check quotas:\n%s", deploy)
 	}
-	if strings.Contains(cm["sextant/templates/webhook-rbac.yaml"], "kind: Role") {
-		t.Error("certManager TLS: the webhook still gets a role")
+	if rbac := cm["sextant/templates/webhook-rbac.yaml"]; strings.Contains(rbac, "kind: Role") || !strings.Contains(rbac, "name: sextant-webhook-quota") {
+		t.Errorf("certManager TLS: the webhook should get only the quota check's cluster role:\n%s", rbac)
+	}
+	noQuota := charttest.Render(t, map[string]any{"webhook": map[string]any{"bandwidthQuota": false, "tls": map[string]any{"mode": "certManager"}}})
+	deploy = noQuota["sextant/templates/webhook-deployment.yaml"]
+	if !strings.Contains(deploy, "automountServiceAccountToken: false") || !strings.Contains(deploy, "--bandwidth-quota=false") {
+		t.Errorf("certManager TLS without the quota check: the webhook should have no token:\n%s", deploy)
+	}
+	if rbac := noQuota["sextant/templates/webhook-rbac.yaml"]; strings.Contains(rbac, "kind: Role") || strings.Contains(rbac, "kind: ClusterRole") {
+		t.Errorf("certManager TLS without the quota check: the webhook still gets a role:\n%s", rbac)
 	}
 	issuer := charttest.Render(t, map[string]any{"webhook": map[string]any{"tls": map[string]any{"mode": "certManager",
 		"certManager": map[string]any{"issuerRef": map[string]any{"kind": "ClusterIssuer", "name": "corp-ca"}}}}})
