@@ -73,8 +73,9 @@ func isSchedulableAfterPodDeleted(_ klog.Logger, _ *v1.Pod, oldObj, _ any) (fwk.
 }
 
 // isSchedulableAfterPodUpdated queues the pod when its own bandwidth annotations change,
-// and when a bound pod with bandwidth annotations finishes: its guarantee and its share
-// of its namespace's quota end with it, and the node's reports count it no more.
+// when a bound pod with bandwidth annotations finishes (its guarantee and its share of
+// its namespace's quota end with it, and the node's reports count it no more), and when
+// one stops running (another scheduler's pod reserves only while it runs).
 func isSchedulableAfterPodUpdated(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
 	oldPod, ok1 := oldObj.(*v1.Pod)
 	newPod, ok2 := newObj.(*v1.Pod)
@@ -83,7 +84,8 @@ func isSchedulableAfterPodUpdated(_ klog.Logger, pod *v1.Pod, oldObj, newObj any
 	}
 	if newPod.UID != pod.UID {
 		if newPod.Spec.NodeName != "" && annotations.HasBandwidth(newPod.Annotations) &&
-			!bandwidthclaim.Finished(oldPod) && bandwidthclaim.Finished(newPod) {
+			(!bandwidthclaim.Finished(oldPod) && bandwidthclaim.Finished(newPod) ||
+				bandwidthclaim.Running(oldPod) && !bandwidthclaim.Running(newPod)) {
 			return fwk.Queue, nil
 		}
 		return fwk.QueueSkip, nil

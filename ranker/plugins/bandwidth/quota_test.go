@@ -69,6 +69,8 @@ func TestQuotaCapsWhatANamespacePlaces(t *testing.T) {
 	}
 }
 
+// A pod waiting for bandwidth is tried again when a bound bandwidth pod finishes or
+// stops running, which may release what it held.
 func TestFinishedPodRequeues(t *testing.T) {
 	waiting := testPod(map[string]string{annotations.EgressRequired: "100M"})
 	done := boundPod("n", -time.Minute, map[string]string{annotations.EgressRequired: "100M"}, "sextant")
@@ -80,5 +82,11 @@ func TestFinishedPodRequeues(t *testing.T) {
 	}
 	if hint, _ := isSchedulableAfterPodUpdated(klog.Background(), waiting, done, done.DeepCopy()); hint != fwk.QueueSkip {
 		t.Errorf("a bound bandwidth pod's status update: %v, want QueueSkip", hint)
+	}
+	running := runningPod(done, "n", now.Add(-time.Minute))
+	crashed := running.DeepCopy()
+	crashed.Status.ContainerStatuses[0].State = v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}
+	if hint, _ := isSchedulableAfterPodUpdated(klog.Background(), waiting, running, crashed); hint != fwk.Queue {
+		t.Errorf("a bound bandwidth pod that stopped running: %v, want Queue", hint)
 	}
 }
