@@ -75,7 +75,9 @@ start() { # name command...
   if running "$name"; then return 0; fi
   log "cluster: starting $name (log: $logs/$name.log)"
   # setsid: the component outlives this script and is not hit by its terminal's signals.
-  setsid "$@" >>"$logs/$name.log" 2>&1 </dev/null &
+  # Descriptors past stderr are closed: a lock the caller holds (flock around a test
+  # run) must not outlive it in a component that runs for days.
+  setsid "$@" >>"$logs/$name.log" 2>&1 </dev/null 3>&- 4>&- 5>&- 6>&- 7>&- 8>&- 9>&- &
   echo $! >"$pids/$name.pid"
 }
 

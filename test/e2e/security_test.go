@@ -426,7 +426,10 @@ func TestSecurityOnlyTheRankerWritesItsDecisions(t *testing.T) {
 		{rankerUser, "create", "pods", "binding", true},
 		{rankerUser, "patch", "pods", "status", true}, // kube-scheduler's conditions and nominatedNodeName
 		{webhookUser, "update", "pods", "", false},
-		{webhookUser, "list", "pods", "", false},
+		// The quota check reads the annotations of a namespace's pods (webhook.bandwidthQuota).
+		{webhookUser, "list", "pods", "", true},
+		{webhookUser, "watch", "pods", "", false},
+		{webhookUser, "delete", "pods", "", false},
 		{controllerUser, "update", "pods", "", true},
 		{controllerUser, "patch", "pods", "", false},
 		{agentUser, "patch", "pods", "", false},
@@ -594,6 +597,8 @@ func TestSecurityChartHardening(t *testing.T) {
 		{"", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "sextant-annotations", "update", true},
 		{"", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "other", "update", false},
 		{"", "admissionregistration.k8s.io", "validatingwebhookconfigurations", "", "create", false},
+		{"default", "sextant.io", "bandwidthquotas", "", "list", true},
+		{"default", "sextant.io", "bandwidthquotas", "q", "update", false},
 	} {
 		if got := mayDoNamed(t, webhookUser, c.namespace, c.group, c.resource, c.name, c.verb); got != c.want {
 			t.Errorf("the webhook may %s %s %q: %v, want %v", c.verb, c.resource, c.name, got, c.want)
