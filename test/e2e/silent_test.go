@@ -150,13 +150,21 @@ func TestAgentAfterContainerdRestart(t *testing.T) {
 				}
 			}
 		}
-		events, err := local.kube.CoreV1().Events(releaseNamespace).List(context.Background(), metav1.ListOptions{
-			FieldSelector: "involvedObject.name=" + after.Name + ",reason=Unhealthy"})
-		if err == nil {
-			for _, e := range events.Items {
-				t.Logf("agent event: %s", e.Message)
+		// The kubelet says why it restarted the agent: its liveness probe.
+		eventually(t, time.Minute, func() (bool, string) {
+			events, err := local.kube.CoreV1().Events(releaseNamespace).List(context.Background(), metav1.ListOptions{
+				FieldSelector: "involvedObject.name=" + after.Name + ",reason=Killing"})
+			if err != nil {
+				return false, err.Error()
 			}
-		}
+			for _, e := range events.Items {
+				if strings.Contains(e.Message, "failed liveness probe") {
+					t.Logf("agent event: %s", e.Message)
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("no Killing event naming the liveness probe on %s (%d Killing events)", after.Name, len(events.Items))
+		})
 		waitAgentReady(t)
 		runSidecarJob(t, ns, "after-liveness-restart")
 	})
