@@ -47,6 +47,13 @@ const exitTopic = "/tasks/exit"
 // loop logs it and tries again later, and /healthz sees the loop still turning.
 const DefaultTimeout = 10 * time.Second
 
+// reconnectBackoff paces the connection's attempts to reach the socket again once it
+// broke (containerd restarted): the kubelet's own CRI client's, 100ms growing to 3s.
+// gRPC's default grows to 2 minutes, and a restart that took a while (an upgrade)
+// would leave the agent waiting that long after containerd was back: redialling a
+// local socket costs next to nothing.
+var reconnectBackoff = backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second}
+
 // Client talks to containerd over one socket: CRI for the containers, containerd's own
 // API for exit events and stop marks.
 type Client struct {
@@ -100,7 +107,7 @@ func Dial(endpoint, namespace string, opts ...Option) (*Client, error) {
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return dialer.DialContext(ctx, "unix", strings.TrimPrefix(addr, "unix://"))
 		}),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: c.timeout}),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: reconnectBackoff, MinConnectTimeout: c.timeout}),
 		grpc.WithChainUnaryInterceptor(c.unaryDeadline),
 		grpc.WithChainStreamInterceptor(c.streamDeadline))
 	if err != nil {

@@ -127,3 +127,7 @@ awk -v mn="${stat_ns[sextant_ingress|sextant_egress]}" -v mc="${stat_cnt[sextant
   printf "  BPF stats, meter:   %.1f ns/packet (run_time_ns/run_cnt over %d runs; goal <= 100)\n", mn / mc, mc
   printf "  BPF stats, no-op:   %.1f ns/packet (%d runs: the stats floor on this machine)\n", nn / nc, nc
   printf "  meter minus no-op:  %.1f ns/packet\n", mn / mc - nn / nc }'
+# What the meter reads on a link of known capacity (a veth shaped by tbf to 200 Mbit/s),
+# as a fraction of that rate: a figure of this machine, never a test's assertion.
+log "the meter's reading of a link shaped to 200 Mbit/s (BenchmarkMeterReadsShapedRate)"
+go test -count=1 -run '^$' -bench MeterReadsShapedRate -benchtime 1x ./agent/bandwidth/ | grep '^Benchmark'

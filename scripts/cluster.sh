@@ -16,6 +16,10 @@
 #                                  --forget-devices removes its device-manager checkpoint
 #                                  in between, so it forgets which pod has which device
 #                                  (as a PodResources List racing its start can make it do)
+#   scripts/cluster.sh restart-containerd
+#                                  stop containerd and start it again, as a node upgrade
+#                                  does: its socket file is made anew; the shims, and so
+#                                  the running containers, outlive it
 #
 # Needs root (it runs a kubelet). Logs: $SEXTANT_CLUSTER_DIR/logs/<component>.log.
 #
@@ -417,6 +421,18 @@ cmd_restart_kubelet() {
   log "cluster: kubelet restarted"
 }
 
+cmd_restart_containerd() {
+  [ "$(id -u)" -eq 0 ] || die "cluster: restart-containerd needs root"
+  running containerd || die "cluster: containerd is not running (scripts/cluster.sh up)"
+  KUBE_BIN=$STATE/kube-bin
+  # SIGTERM, as systemd stops it: containerd leaves its shims running.
+  stop_pid containerd
+  start_containerd
+  # The kubelet reconnects by itself; the node says so once its runtime is healthy.
+  wait_for "node $NODE_NAME Ready" 120 node_ready
+  log "cluster: containerd restarted"
+}
+
 kill_pod_processes() {
   # Containers live in the kubelet's cgroups (cgroupfs driver); kill whatever is left in
   # them, then remove the empty cgroups, deepest first.
@@ -505,6 +521,7 @@ case "${1:-}" in
     [ -n "${2:-}" ] || usage_error "cluster: import needs an image tarball (import TAR)"
     import_image "$2" ;;
   restart-kubelet) shift; cmd_restart_kubelet "$@" ;;
-  "") usage_error "cluster: no command (want up, down, status, kubeconfig, import or restart-kubelet)" ;;
-  *) usage_error "cluster: unknown command '$1' (want up, down, status, kubeconfig, import or restart-kubelet)" ;;
+  restart-containerd) cmd_restart_containerd ;;
+  "") usage_error "cluster: no command (want up, down, status, kubeconfig, import, restart-kubelet or restart-containerd)" ;;
+  *) usage_error "cluster: unknown command '$1' (want up, down, status, kubeconfig, import, restart-kubelet or restart-containerd)" ;;
 esac

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -31,7 +32,9 @@ const shapedRate = 200e6 // bits/s, the tbf rate on both veth ends
 
 // TestMeterAgainstKernelStatistics pushes TCP traffic each way over a veth
 // shaped to 200 Mbit/s between two namespaces the test creates, and checks the
-// meter against the kernel's own counters of the same interface.
+// meter's byte and packet counts against the kernel's own counters of the same
+// interface. It asserts no rate: how fast the link ran depends on the machine
+// (BenchmarkMeterReadsShapedRate reports what the meter read against the tbf rate).
 func TestMeterAgainstKernelStatistics(t *testing.T) {
 	needRootAnd(t, "ip", "tc", "iperf3")
 	for _, mode := range []tc.Mode{tc.ModeTCX, tc.ModeClsact} {
@@ -39,90 +42,140 @@ func TestMeterAgainstKernelStatistics(t *testing.T) {
 	}
 }
 
-func testAgainstKernel(t *testing.T, mode tc.Mode) {
-	nsA, nsB := twoNamespaces(t)
-	pathB := "/var/run/netns/" + nsB
+// meteredVeth is the meter attached to vb, the B end of a veth between two namespaces
+// shaped to shapedRate, with an iperf3 server listening in B, and every snapshot the
+// meter took.
+type meteredVeth struct {
+	nsA, nsB string
+	bpf      *BPF
+	handle   *netlink.Handle
+	mu       sync.Mutex
+	snaps    []Snapshot
+}
 
+func newMeteredVeth(tb testing.TB, mode tc.Mode) *meteredVeth {
+	nsA, nsB := twoNamespaces(tb)
+	pathB := "/var/run/netns/" + nsB
 	b, err := LoadBPF(tc.Options{Mode: mode, NetnsPath: pathB})
 	if err != nil {
-		t.Fatalf("load: %v", err)
+		tb.Fatalf("load: %v", err)
 	}
-	t.Cleanup(func() { b.Close() })
+	tb.Cleanup(func() { b.Close() })
 	m := New(Config{
 		SampleInterval: 500 * time.Millisecond,
 		Window:         time.Minute,
 		Interfaces:     []string{"vb"},
 		Capacities:     map[string]Capacity{"vb": {Ingress: shapedRate, Egress: shapedRate}},
 		Logger:         logr.Discard(),
-	}, SystemLinks{SysfsRoot: t.TempDir(), NetnsPath: pathB}, b, b, nil)
+	}, SystemLinks{SysfsRoot: tb.TempDir(), NetnsPath: pathB}, b, b, nil)
+	v := &meteredVeth{nsA: nsA, nsB: nsB, bpf: b}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	var snaps []Snapshot
-	var mu sync.Mutex
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
-	defer func() {
+	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Errorf("meter shutdown: %v", err)
+			tb.Errorf("meter shutdown: %v", err)
 		}
-	}()
-	// Collect every snapshot while traffic runs.
+	})
+	// Collect every snapshot.
 	go func() {
 		last := time.Time{}
 		for ctx.Err() == nil {
 			if s := m.Snapshot(); !s.Time.Equal(last) && len(s.Interfaces) == 1 {
 				last = s.Time
-				mu.Lock()
-				snaps = append(snaps, s)
-				mu.Unlock()
+				v.mu.Lock()
+				v.snaps = append(v.snaps, s)
+				v.mu.Unlock()
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	waitFor(t, func() bool { return len(m.Snapshot().Interfaces) == 1 })
+	waitFor(tb, func() bool { return len(m.Snapshot().Interfaces) == 1 })
 	if b.Mode() != string(mode) {
-		t.Fatalf("attached with %q, want %q", b.Mode(), mode)
+		tb.Fatalf("attached with %q, want %q", b.Mode(), mode)
 	}
-
-	h := netnstest.Handle(t, pathB)
+	v.handle = netnstest.Handle(tb, pathB)
 	server := exec.Command("ip", "netns", "exec", nsB, "iperf3", "-s", "-B", "10.231.0.2")
 	if err := server.Start(); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { server.Process.Kill(); server.Wait() })
-	netnstest.WaitListening(t, nsB, 5201)
+	tb.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	netnstest.WaitListening(tb, nsB, 5201)
+	return v
+}
 
+// taken is the number of snapshots so far.
+func (v *meteredVeth) taken() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.snaps)
+}
+
+// since returns the snapshots from the from-th on.
+func (v *meteredVeth) since(from int) []Snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]Snapshot(nil), v.snaps[from:]...)
+}
+
+// iperf runs iperf3 from A to B for secs seconds (reverse: B sends, so vb's egress
+// carries the load).
+func (v *meteredVeth) iperf(tb testing.TB, secs int, reverse bool) {
+	tb.Helper()
+	args := []string{"netns", "exec", v.nsA, "iperf3", "-c", "10.231.0.2", "-t", fmt.Sprint(secs), "-w", "1M", "--connect-timeout", "2000"}
+	if reverse {
+		args = append(args, "-R")
+	}
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		tb.Fatalf("iperf3: %v\n%s", err, out)
+	}
+}
+
+// quiet waits until neither the kernel's counters of vb nor the meter's move between
+// two reads, the last ACKs of a run having landed, and returns both: counts read while
+// packets still flow would differ by what arrived between the two reads.
+func (v *meteredVeth) quiet(tb testing.TB) (netlink.LinkStatistics, Counters) {
+	tb.Helper()
+	k, m := kernelStats(tb, v.handle), meterStats(tb, v.bpf, v.handle)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		time.Sleep(100 * time.Millisecond)
+		k2, m2 := kernelStats(tb, v.handle), meterStats(tb, v.bpf, v.handle)
+		if k2.RxBytes == k.RxBytes && k2.TxBytes == k.TxBytes && m2 == m {
+			return k2, m2
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("vb's counters still move 30s after iperf3 ended: kernel %+v, meter %+v", k2, m2)
+		}
+		k, m = k2, m2
+	}
+}
+
+func testAgainstKernel(t *testing.T, mode tc.Mode) {
+	v := newMeteredVeth(t, mode)
 	for _, dir := range []struct {
 		name    string
 		reverse bool // -R: the server in B sends, so vb's egress carries the load
 	}{{"ingress", false}, {"egress", true}} {
 		t.Run(dir.name, func(t *testing.T) {
-			kBefore, mBefore := kernelStats(t, h), meterStats(t, b, h)
-			mu.Lock()
-			from := len(snaps)
-			mu.Unlock()
-
-			args := []string{"netns", "exec", nsA, "iperf3", "-c", "10.231.0.2", "-t", "6", "-w", "1M", "--connect-timeout", "2000"}
-			if dir.reverse {
-				args = append(args, "-R")
-			}
-			if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-				t.Fatalf("iperf3: %v\n%s", err, out)
-			}
-			time.Sleep(200 * time.Millisecond) // let the last ACKs land
-			kAfter, mAfter := kernelStats(t, h), meterStats(t, b, h)
-			mu.Lock()
-			during := append([]Snapshot(nil), snaps[from:]...)
-			mu.Unlock()
+			kBefore, mBefore := v.quiet(t)
+			from := v.taken()
+			v.iperf(t, 6, dir.reverse)
+			kAfter, mAfter := v.quiet(t)
+			during := v.since(from)
 
 			kIn, kOut := kAfter.RxBytes-kBefore.RxBytes, kAfter.TxBytes-kBefore.TxBytes
 			mIn, mOut := mAfter.Ingress.Bytes-mBefore.Ingress.Bytes, mAfter.Egress.Bytes-mBefore.Egress.Bytes
+			kInP, kOutP := kAfter.RxPackets-kBefore.RxPackets, kAfter.TxPackets-kBefore.TxPackets
+			mInP, mOutP := mAfter.Ingress.Packets-mBefore.Ingress.Packets, mAfter.Egress.Packets-mBefore.Egress.Packets
 			t.Logf("vb bytes: kernel rx %d tx %d; meter ingress %d egress %d (packets: kernel rx %d tx %d; meter %d %d)",
-				kIn, kOut, mIn, mOut, kAfter.RxPackets-kBefore.RxPackets, kAfter.TxPackets-kBefore.TxPackets,
-				mAfter.Ingress.Packets-mBefore.Ingress.Packets, mAfter.Egress.Packets-mBefore.Egress.Packets)
-			checkWithin(t, "ingress bytes vs kernel rx_bytes", float64(mIn), float64(kIn), 0.005)
-			checkWithin(t, "egress bytes vs kernel tx_bytes", float64(mOut), float64(kOut), 0.005)
+				kIn, kOut, mIn, mOut, kInP, kOutP, mInP, mOutP)
+			checkWithin(t, "ingress bytes vs kernel rx_bytes", float64(mIn), float64(kIn), 0)
+			checkWithin(t, "egress bytes vs kernel tx_bytes", float64(mOut), float64(kOut), 0)
+			checkWithin(t, "ingress packets vs kernel rx_packets", float64(mInP), float64(kInP), 0)
+			checkWithin(t, "egress packets vs kernel tx_packets", float64(mOutP), float64(kOutP), 0)
 
 			loaded, idle := mIn, mOut
 			if dir.reverse {
@@ -132,58 +185,12 @@ func testAgainstKernel(t *testing.T, mode tc.Mode) {
 				t.Errorf("%s should carry the traffic: %d bytes there, %d the other way (directions swapped?)", dir.name, loaded, idle)
 			}
 
-			// The rate once TCP settled. On a shared 2-core machine the
-			// sender loses the CPU now and then (other test packages run
-			// beside this one), and the link carries less for a sample or
-			// two: the kernel's counters show the same dips, so they are
-			// not the meter's error. What the meter must do is read the
-			// shaped rate while the link is full, and never read more than
-			// the link can carry. So: some run of three consecutive samples
-			// (1.5 s) whose median is within 5% of the tbf rate, and no
-			// sample past the first two more than 5% above it.
-			var rates []float64
-			var last InterfaceSample
-			for _, s := range during {
-				i := s.Interfaces[0]
-				d := i.Ingress
-				if dir.reverse {
-					d = i.Egress
-				}
-				if d.Rate > 0 {
-					rates = append(rates, d.Rate)
-				}
-				last = i
+			// What the meter publishes is consistent with its own samples, whatever
+			// rate the link reached: remaining is capacity less the window's peak.
+			if len(during) == 0 {
+				t.Fatal("the meter took no sample while iperf3 ran")
 			}
-			if len(rates) < 6 {
-				t.Fatalf("only %d samples with traffic", len(rates))
-			}
-			t.Logf("%s rates (bits/s): %.0f", dir.name, rates)
-			settled, bestDev := 0.0, math.Inf(1)
-			for i := 0; i+3 <= len(rates); i++ {
-				w := append([]float64(nil), rates[i:i+3]...)
-				sort.Float64s(w)
-				if dev := math.Abs(w[1]-shapedRate) / shapedRate; dev < bestDev {
-					settled, bestDev = w[1], dev
-				}
-			}
-			checkWithin(t, "settled rate (best 3-sample median) vs tbf rate", settled, shapedRate, 0.05)
-			// At egress the meter counts before tbf's queue, which fills
-			// (up to iperf3's 1M window) as the flow starts: the first
-			// samples may read above the link by that much, once. Past
-			// them, one sample may read up to 15% high: a sample's time is
-			// read after its counters, and the sampler losing the CPU
-			// between the two (25 ms is 5% of an interval) shortens the
-			// next interval by as much.
-			var high []float64
-			for _, r := range rates[2:] {
-				if r > shapedRate*1.05 {
-					high = append(high, r)
-				}
-			}
-			if len(high) > 1 || len(high) == 1 && high[0] > shapedRate*1.15 {
-				t.Errorf("%s samples read %.0f bits/s, more than 5%% above the link's %.0f (one, up to 15%%, allowed)", dir.name, high, shapedRate)
-			}
-
+			last := during[len(during)-1].Interfaces[0]
 			for _, d := range []DirectionSample{last.Ingress, last.Egress} {
 				if d.Capacity == nil || d.Remaining == nil || *d.Capacity != shapedRate {
 					t.Fatalf("capacity %v, want the configured %v", d, shapedRate)
@@ -197,7 +204,71 @@ func testAgainstKernel(t *testing.T, mode tc.Mode) {
 	}
 }
 
-func checkWithin(t *testing.T, what string, got, want, tolerance float64) {
+// BenchmarkMeterReadsShapedRate reports the rate the meter read while iperf3 filled a
+// veth shaped to 200 Mbit/s, each way: the best median of three consecutive samples
+// (1.5 s), as a fraction of the tbf rate (rate/shaped, ideally 1), and the highest
+// sample past the first two (max/shaped: the meter must not read more than the link
+// carries). On a busy machine the sender loses the CPU now and then and the link
+// carries less for a sample or two, which the kernel's counters show too: a figure to
+// watch, not to assert. One iteration is one 6-second run each way:
+//
+//	go test -run '^$' -bench MeterReadsShapedRate -benchtime 1x ./agent/bandwidth/
+func BenchmarkMeterReadsShapedRate(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces, tc and BPF")
+	}
+	for _, tool := range []string{"ip", "tc", "iperf3"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			b.Skipf("needs %s on PATH", tool)
+		}
+	}
+	v := newMeteredVeth(b, tc.ModeTCX)
+	for _, dir := range []struct {
+		name    string
+		reverse bool
+	}{{"ingress", false}, {"egress", true}} {
+		b.Run(dir.name, func(b *testing.B) {
+			var settled, highest []float64
+			for b.Loop() {
+				from := v.taken()
+				v.iperf(b, 6, dir.reverse)
+				var rates []float64
+				for _, s := range v.since(from) {
+					d := s.Interfaces[0].Ingress
+					if dir.reverse {
+						d = s.Interfaces[0].Egress
+					}
+					if d.Rate > 0 {
+						rates = append(rates, d.Rate)
+					}
+				}
+				best, bestDev := 0.0, math.Inf(1)
+				for i := 0; i+3 <= len(rates); i++ {
+					w := append([]float64(nil), rates[i:i+3]...)
+					sort.Float64s(w)
+					if dev := math.Abs(w[1]-shapedRate) / shapedRate; dev < bestDev {
+						best, bestDev = w[1], dev
+					}
+				}
+				high := 0.0
+				if len(rates) > 2 {
+					high = slices.Max(rates[2:])
+				}
+				settled, highest = append(settled, best), append(highest, high)
+			}
+			b.ReportMetric(median(settled)/shapedRate, "rate/shaped")
+			b.ReportMetric(median(highest)/shapedRate, "max/shaped")
+		})
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func checkWithin(t testing.TB, what string, got, want, tolerance float64) {
 	t.Helper()
 	if want == 0 {
 		if got != 0 {
@@ -215,7 +286,7 @@ func checkWithin(t *testing.T, what string, got, want, tolerance float64) {
 
 // twoNamespaces creates namespaces A and B joined by veth va<->vb, both ends
 // shaped with tbf, and removes them (with the veth and qdiscs) at cleanup.
-func twoNamespaces(t *testing.T) (string, string) {
+func twoNamespaces(t testing.TB) (string, string) {
 	t.Helper()
 	a, b := namespace(t, "sextant-a"), namespace(t, "sextant-b")
 	sh(t, "ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b)
@@ -257,14 +328,14 @@ func twoNamespaces(t *testing.T) (string, string) {
 	return a, b
 }
 
-func sh(t *testing.T, name string, args ...string) {
+func sh(t testing.TB, name string, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 }
 
-func kernelStats(t *testing.T, h *netlink.Handle) netlink.LinkStatistics {
+func kernelStats(t testing.TB, h *netlink.Handle) netlink.LinkStatistics {
 	t.Helper()
 	l, err := h.LinkByName("vb")
 	if err != nil {
@@ -273,7 +344,7 @@ func kernelStats(t *testing.T, h *netlink.Handle) netlink.LinkStatistics {
 	return *l.Attrs().Statistics
 }
 
-func meterStats(t *testing.T, b *BPF, h *netlink.Handle) Counters {
+func meterStats(t testing.TB, b *BPF, h *netlink.Handle) Counters {
 	t.Helper()
 	l, err := h.LinkByName("vb")
 	if err != nil {
@@ -286,7 +357,7 @@ func meterStats(t *testing.T, b *BPF, h *netlink.Handle) Counters {
 	return c[l.Attrs().Index]
 }
 
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t testing.TB, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -313,7 +384,7 @@ func needRootAnd(t *testing.T, tools ...string) {
 
 // namespace adds a network namespace named after prefix and this process, deleted when
 // the test ends, and returns its name.
-func namespace(t *testing.T, prefix string) string {
+func namespace(t testing.TB, prefix string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d", prefix, os.Getpid())
 	sh(t, "ip", "netns", "add", name)

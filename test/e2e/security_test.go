@@ -521,12 +521,12 @@ func serviceAccountMay(t *testing.T, user string, attrs authorizationv1.Resource
 }
 
 // TestSecurityChartHardening: what the chart deployed runs confined. Every workload
-// under the RuntimeDefault seccomp profile; the agent with containerd's socket alone
-// (not its directory); the webhook with a token for its certificate only, reachable on its serving port
+// under the RuntimeDefault seccomp profile; the agent with containerd's socket directory
+// read-only; the webhook with a token for its certificate only, reachable on its serving port
 // only; the virtual-node controller in a Deployment of its own with its own account,
 // holding the lease. That these workloads are Ready (deployChart waits for it) shows
 // they work so: the agent loads and attaches eBPF under the profile and reaches
-// containerd through the mounted socket.
+// containerd through the mounted directory.
 func TestSecurityChartHardening(t *testing.T) {
 	deployChart(t)
 	ctx := context.Background()
@@ -557,22 +557,28 @@ func TestSecurityChartHardening(t *testing.T) {
 		}
 	}
 
-	// The agent: containerd's socket as a socket, nothing else of its directory.
-	var socket string
+	// The agent: containerd's socket directory read-only (sidecar.criMount: directory),
+	// where the socket containerd makes anew on a restart shows, and the agent's
+	// --cri-endpoint inside it.
+	var criDir string
 	for _, v := range agent.Spec.Template.Spec.Volumes {
-		if v.HostPath == nil {
-			continue
-		}
-		if v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathSocket {
-			socket = v.HostPath.Path
+		if v.Name == "cri" && v.HostPath != nil && v.HostPath.Type != nil && *v.HostPath.Type == corev1.HostPathDirectory {
+			criDir = v.HostPath.Path
 		}
 	}
-	if socket == "" || !strings.HasSuffix(socket, ".sock") {
-		t.Fatalf("the agent mounts no containerd socket (volumes %v)", agent.Spec.Template.Spec.Volumes)
+	if criDir == "" {
+		t.Fatalf("the agent mounts no containerd socket directory (volumes %v)", agent.Spec.Template.Spec.Volumes)
 	}
-	for _, v := range agent.Spec.Template.Spec.Volumes {
-		if v.HostPath != nil && v.HostPath.Path == path.Dir(socket) {
-			t.Errorf("the agent mounts the directory of containerd's socket, %s", v.HostPath.Path)
+	for _, c := range agent.Spec.Template.Spec.Containers {
+		for _, m := range c.VolumeMounts {
+			if m.Name == "cri" && !m.ReadOnly {
+				t.Errorf("container %s mounts containerd's socket directory %s writable", c.Name, criDir)
+			}
+		}
+		for _, a := range c.Args {
+			if endpoint, ok := strings.CutPrefix(a, "--cri-endpoint="); ok && !strings.HasPrefix(endpoint, "unix:///run/sextant/containerd/") {
+				t.Errorf("container %s: %s, want a socket inside the mounted directory", c.Name, a)
+			}
 		}
 	}
 

@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/charttest"
 )
 
@@ -106,4 +110,68 @@ func grants(t *testing.T, role map[string]any) map[string]bool {
 		}
 	}
 	return out
+}
+
+// The --cri-endpoint the chart gives the agent names, through the agent's mount,
+// the socket sidecar.criSocket names on the host, whichever way it is mounted; the
+// directory mount is read-only and is the socket's own directory; the liveness
+// deadline reaches the flag.
+func TestChartMountsTheCRISocket(t *testing.T) {
+	const hostSocket = "/run/k3s/containerd/containerd.sock"
+	for _, mount := range []string{"directory", "socket"} {
+		t.Run(mount, func(t *testing.T) {
+			objs := charttest.Objects(t, charttest.Render(t, map[string]any{
+				"sidecar": map[string]any{"criSocket": hostSocket, "criMount": mount, "criLivenessDeadline": "45s"},
+			}))
+			var o runOptions
+			if err := newRunCommandFor(&o).ParseFlags(agentArgs(t, objs)); err != nil {
+				t.Fatalf("the agent does not take the chart's flags: %v", err)
+			}
+			if o.criLivenessDeadline != 45*time.Second {
+				t.Errorf("--cri-liveness-deadline %s, want sidecar.criLivenessDeadline's 45s", o.criLivenessDeadline)
+			}
+			ds := objs["DaemonSet/sextant-agent"]
+			var mountPath string
+			for _, c := range charttest.Containers(ds) {
+				mounts, _ := c["volumeMounts"].([]any)
+				for _, m := range mounts {
+					m, _ := m.(map[string]any)
+					if m["name"] == "cri" {
+						mountPath, _ = m["mountPath"].(string)
+						if m["readOnly"] != true {
+							t.Errorf("the cri mount is not read-only: %v", m)
+						}
+					}
+				}
+			}
+			var hostPath, hostType string
+			spec, _ := ds["spec"].(map[string]any)
+			tmpl, _ := spec["template"].(map[string]any)
+			podSpec, _ := tmpl["spec"].(map[string]any)
+			volumes, _ := podSpec["volumes"].([]any)
+			for _, v := range volumes {
+				v, _ := v.(map[string]any)
+				if v["name"] == "cri" {
+					hp, _ := v["hostPath"].(map[string]any)
+					hostPath, _ = hp["path"].(string)
+					hostType, _ = hp["type"].(string)
+				}
+			}
+			endpoint, ok := cri.SocketPath(o.criEndpoint)
+			rel, inside := strings.CutPrefix(endpoint, mountPath)
+			if !ok || mountPath == "" || !inside {
+				t.Fatalf("--cri-endpoint %q is not under the cri mount %q", o.criEndpoint, mountPath)
+			}
+			if got := hostPath + rel; got != hostSocket {
+				t.Errorf("--cri-endpoint %q reaches %s on the host (volume %s), want %s", o.criEndpoint, got, hostPath, hostSocket)
+			}
+			want := map[string]string{"directory": "Directory", "socket": "Socket"}[mount]
+			if hostType != want {
+				t.Errorf("cri volume of type %q, want %s", hostType, want)
+			}
+			if mount == "directory" && hostPath != filepath.Dir(hostSocket) {
+				t.Errorf("cri volume %s, want the socket's own directory %s", hostPath, filepath.Dir(hostSocket))
+			}
+		})
+	}
 }

@@ -71,6 +71,7 @@ type runOptions struct {
 	sidecarTerminator   bool
 	criEndpoint         string
 	criTimeout          time.Duration
+	criLivenessDeadline time.Duration
 	containerdNamespace string
 	sidecarResync       time.Duration
 	sidecarPodSelector  string
@@ -152,6 +153,7 @@ NodeTopology says which (status.numaPinning).`,
 	f.BoolVar(&o.sidecarTerminator, "sidecar-terminator", true, "stop the sidecars of this node's pods once their main containers are done")
 	f.StringVar(&o.criEndpoint, "cri-endpoint", cri.DefaultEndpoint, "containerd's socket: CRI for listing, stopping and updating containers, containerd's event service for exits")
 	f.DurationVar(&o.criTimeout, "cri-timeout", cri.DefaultTimeout, "deadline of each call to the runtime on --cri-endpoint, and of connecting to it (a stop gets its grace period on top)")
+	f.DurationVar(&o.criLivenessDeadline, "cri-liveness-deadline", cri.DefaultLivenessDeadline, "fail /healthz (the liveness probe) once the runtime on --cri-endpoint has not answered for this long, so the kubelet restarts the agent: an agent that mounts containerd's socket file alone keeps the old, dead socket after containerd restarts; 0 disables the check")
 	f.StringVar(&o.containerdNamespace, "containerd-namespace", cri.DefaultNamespace, "containerd namespace of the kubelet's containers")
 	f.DurationVar(&o.sidecarResync, "sidecar-resync", 30*time.Second, "look at every pod with sidecars at least this often (a safety net: exits come as events)")
 	f.StringVar(&o.sidecarPodSelector, "sidecar-pod-selector", "", "label selector limiting the pods whose sidecars are stopped (default: all pods on the node)")
@@ -197,6 +199,8 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--sidecar-resync %s: want a positive duration", o.sidecarResync)
 	case o.numaPinning && o.numaResync <= 0:
 		return fmt.Errorf("--numa-resync %s: want a positive duration", o.numaResync)
+	case (o.sidecarTerminator || o.numaPinning) && o.criLivenessDeadline < 0:
+		return fmt.Errorf("--cri-liveness-deadline %s: want a positive duration, e.g. 1m, or 0 to disable the check", o.criLivenessDeadline)
 	case (o.sidecarTerminator || o.numaPinning) && o.criTimeout <= 0:
 		return fmt.Errorf("--cri-timeout %s: want a positive duration, e.g. 10s", o.criTimeout)
 	case (o.sidecarTerminator || o.numaPinning) && !isSocket(o.criEndpoint):
@@ -331,6 +335,14 @@ func runAgent(ctx context.Context, o runOptions) error {
 		defer rt.Close()
 		// Asked aside: a runtime that is missing or hung must not hold up the heartbeats.
 		go logRuntime(ctx, rt, o.criEndpoint, log)
+		if o.criLivenessDeadline > 0 {
+			// The gRPC connection finds containerd again by itself after a restart, and
+			// the exit stream is opened again; what it cannot do is reach a socket file
+			// its mount no longer shows. Then only a restart of the container helps.
+			prober := cri.NewProber(rt, cri.ProbeInterval(o.criLivenessDeadline), reg, log.WithName("cri"))
+			loops.Add("container-runtime", o.criLivenessDeadline, prober.LastAnswered)
+			wg.Go(func() { prober.Run(ctx) })
+		}
 	}
 
 	// Every part is made before any starts, so a bad flag or socket fails the start

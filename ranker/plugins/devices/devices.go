@@ -45,6 +45,7 @@ import (
 	"sextant.io/sextant/ranker/plugins/pluginargs"
 	"sextant.io/sextant/ranker/plugins/podledger"
 	"sextant.io/sextant/ranker/plugins/requeue"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -78,10 +79,8 @@ type DeviceAware struct {
 	// for PostFilter. Nil without a Handle.
 	waiting  *requeue.Waiting
 	snapshot func() ([]fwk.NodeInfo, error)
-	// silentNodes holds the names of the nodes Filter rejected as silent and not heard
-	// from since, so that only the first report after a silence wakes the waiting pods,
-	// not each of the thousands of reports a minute that change nothing here.
-	silentNodes sync.Map
+	// silentNodes are the nodes Filter rejected as silent and not heard from since.
+	silentNodes silence.Nodes
 }
 
 var (

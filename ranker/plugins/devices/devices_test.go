@@ -26,6 +26,7 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/numa"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 const gi = int64(1) << 30
@@ -583,7 +584,7 @@ func newState() *framework.CycleState {
 }
 
 // TestFilterSilentAgent: a node whose agent has not been heard from (no NodeBandwidth,
-// or one that arrived more than AgentSilentAfter ago, on the ranker's clock) gets no
+// or one that arrived more than silence.After ago, on the ranker's clock) gets no
 // new device placements, whatever its NodeTopology says.
 func TestFilterSilentAgent(t *testing.T) {
 	now := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
@@ -593,8 +594,8 @@ func TestFilterSilentAgent(t *testing.T) {
 		wantCode fwk.Code
 	}{
 		{"heard just now", 0, fwk.Success},
-		{"heard within the bound", AgentSilentAfter - time.Second, fwk.Success},
-		{"silent past the bound", AgentSilentAfter + time.Second, fwk.UnschedulableAndUnresolvable},
+		{"heard within the bound", silence.After - time.Second, fwk.Success},
+		{"silent past the bound", silence.After + time.Second, fwk.UnschedulableAndUnresolvable},
 		{"never heard", -1, fwk.UnschedulableAndUnresolvable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -619,7 +620,7 @@ func TestFilterSilentAgent(t *testing.T) {
 			}
 		})
 	}
-	if want := "node(s) had no agent heartbeat (NodeBandwidth) within the last " + AgentSilentAfter.String() + ": their devices are not placed"; msgSilentAgent != want {
-		t.Errorf("msgSilentAgent %q does not name AgentSilentAfter (%q)", msgSilentAgent, want)
+	if want := "node(s) had no agent heartbeat (NodeBandwidth) within the last " + silence.After.String() + ": their devices are not placed"; msgSilentAgent != want {
+		t.Errorf("msgSilentAgent %q does not name silence.After (%q)", msgSilentAgent, want)
 	}
 }

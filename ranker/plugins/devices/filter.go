@@ -2,7 +2,6 @@ package devices
 
 import (
 	"context"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -10,18 +9,15 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // msgNoTopology is fixed so FailedScheduling events aggregate over nodes.
 const msgNoTopology = "node(s) had no NodeTopology to pick devices from"
 
-// AgentSilentAfter is how long after the node's last NodeBandwidth reached the ranker
-// (on the ranker's clock) its agent counts as gone: an agent writes one at least every
-// --report-max-interval (30s), whereas its NodeTopology is rewritten only on a change
-// or every --topology-resync (10m). A gone agent's device list, health and holders are
-// not trusted for new placements: its device plugin may be gone with it.
-const AgentSilentAfter = 2 * time.Minute
-
+// msgSilentAgent is Filter's message for a node whose agent is silent (silence.After):
+// a gone agent's device list, health and holders are not trusted for new placements,
+// since its device plugin may be gone with it.
 const msgSilentAgent = "node(s) had no agent heartbeat (NodeBandwidth) within the last 2m0s: their devices are not placed"
 
 func msgInsufficient(kind v1alpha1.DeviceKind) string {
@@ -49,10 +45,8 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgNoTopology)
 	}
 	if pl.silent(rec) {
-		filterRejections.WithLabelValues(reasonSilentAgent).Inc()
-		// LoadOrStore, not Store: when every agent is silent (an API-server outage) each
-		// Filter call gets here, and a load of a present key takes no lock.
-		pl.silentNodes.LoadOrStore(node.Name, struct{}{})
+		filterRejections.WithLabelValues(silence.Reason).Inc()
+		pl.silentNodes.Rejected(node.Name)
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgSilentAgent)
 	}
 	if kind, short := Shortfall(pl.freeIn(s, rec, topo, nodeInfo), s.want); short {
@@ -63,24 +57,16 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 }
 
 // silent reports whether the node's agent has not been heard from within
-// AgentSilentAfter: no NodeBandwidth, or one that arrived too long ago.
-func (pl *DeviceAware) silent(rec *heartbeat.Node) bool { return pl.stale(rec.Bandwidth()) }
-
-// stale reports whether b, a node's NodeBandwidth, is missing or arrived longer than
-// AgentSilentAfter ago.
-func (pl *DeviceAware) stale(b *heartbeat.Bandwidth) bool {
-	return b == nil || b.Received.IsZero() || pl.now().Sub(b.Received) > AgentSilentAfter
+// silence.After: no NodeBandwidth, or one that arrived too long ago.
+func (pl *DeviceAware) silent(rec *heartbeat.Node) bool {
+	return silence.Silent(rec.Bandwidth(), pl.now())
 }
 
 // reportArrived is the heartbeat store's NodeBandwidth listener: the first fresh report
 // from a node Filter rejected as silent activates every waiting pod, since that node
-// may pass Filter now and the pod's status does not say which node it waits for. A
-// stale report (one the ranker lists at start, written long ago) leaves the node silent.
+// may pass Filter now and the pod's status does not say which node it waits for.
 func (pl *DeviceAware) reportArrived(node string, report *heartbeat.Bandwidth) {
-	if pl.waiting == nil || pl.stale(report) {
-		return
-	}
-	if _, was := pl.silentNodes.LoadAndDelete(node); was {
+	if pl.waiting != nil && pl.silentNodes.Heard(node, report, pl.now()) {
 		pl.waiting.ActivateAll(node)
 	}
 }

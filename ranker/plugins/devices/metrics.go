@@ -7,13 +7,13 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // Filter rejection reasons, the values of the reason label; fixed strings keep its
 // cardinality bounded (insufficient_<kind> for the four kinds).
 const (
 	reasonNoTopology   = "no_topology"
-	reasonSilentAgent  = "silent_agent" // no NodeBandwidth within AgentSilentAfter
 	reasonNodeNotFound = "node_not_found"
 )
 
@@ -39,7 +39,7 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservations)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
-		for _, r := range []string{reasonNoTopology, reasonSilentAgent, reasonNodeNotFound} {
+		for _, r := range []string{reasonNoTopology, silence.Reason, reasonNodeNotFound} {
 			filterRejections.WithLabelValues(r)
 		}
 		for _, k := range v1alpha1.RequestableDeviceKinds {

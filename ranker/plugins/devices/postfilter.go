@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // PostFilter records a pod Filter rejected on some node as waiting for a NodeTopology
@@ -21,25 +23,7 @@ func (pl *DeviceAware) PostFilter(ctx context.Context, state fwk.CycleState, pod
 		seen = s.topologyVersion
 	}
 	return pl.waiting.PostFilterOnVersion(ctx, pod, statuses, pl.snapshot, seen, known, pl.nodes.TopologyVersion,
-		func(nodes []fwk.NodeInfo) bool { return pl.silentHeard(statuses, nodes) })
-}
-
-// silentHeard reports whether a node Filter rejected as silent is heard from now: its
-// report arrived after Filter read the record, maybe before the pod was waiting for it,
-// and then the listener's wake-up missed the pod.
-func (pl *DeviceAware) silentHeard(statuses fwk.NodeToStatusReader, nodes []fwk.NodeInfo) bool {
-	for _, ni := range nodes {
-		node := ni.Node()
-		if node == nil {
-			continue
-		}
-		st := statuses.Get(node.Name)
-		if st == nil || st.Plugin() != Name || st.Message() != msgSilentAgent {
-			continue
-		}
-		if !pl.silent(pl.nodes.NodeOf(node)) {
-			return true
-		}
-	}
-	return false
+		func(nodes []fwk.NodeInfo) bool {
+			return silence.HeardDuring(statuses, nodes, Name, msgSilentAgent, func(n *v1.Node) bool { return pl.silent(pl.nodes.NodeOf(n)) })
+		})
 }

@@ -14,6 +14,7 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/requeue"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // TestSilentAgentHeardAgainWakesPods: a pod rejected because a node's agent was silent
@@ -43,7 +44,7 @@ func TestSilentAgentHeardAgainWakesPods(t *testing.T) {
 		{name: "never heard, first report during the attempt", heard: never, gpus: 1, wantMsg: msgSilentAgent,
 			duringAttempt: true, wantActivated: 1},
 		{name: "silent, a report still too old", heard: 3 * time.Minute, gpus: 1, wantMsg: msgSilentAgent,
-			arrived: AgentSilentAfter + time.Second},
+			arrived: silence.After + time.Second},
 		{name: "heard, too few devices", heard: 10 * time.Second, gpus: 2, wantMsg: msgInsufficient(v1alpha1.KindGPU)},
 		{name: "heard, too few devices, report during the attempt", heard: 10 * time.Second, gpus: 2,
 			wantMsg: msgInsufficient(v1alpha1.KindGPU), duringAttempt: true},

@@ -11,6 +11,7 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/numahint"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // Messages are fixed strings so the scheduler's FailedScheduling event can aggregate them
@@ -18,6 +19,10 @@ import (
 const (
 	msgNoTopology = "node(s) had no NodeTopology to check " + annotations.NUMAPolicy + ": single-numa-node against"
 	msgNoPinning  = "node(s) do not pin pods to NUMA nodes (NodeTopology numaPinning neither Active nor Pending), which " +
+		annotations.NUMAPolicy + ": single-numa-node needs"
+	// msgSilentAgent: the agent that would pin is gone (silence.After), whatever its
+	// NodeTopology's numaPinning still says.
+	msgSilentAgent = "node(s) had no agent heartbeat (NodeBandwidth) within the last 2m0s: nothing pins pods to NUMA nodes there, which " +
 		annotations.NUMAPolicy + ": single-numa-node needs"
 )
 
@@ -69,8 +74,11 @@ func shortResource(free []Free, req Request) string {
 // A node without NodeTopology passes (NUMA is unknown there, NodeResourcesFit still
 // applies) unless the pod's policy is single-numa-node: a hard requirement cannot be
 // checked on such a node, so it is dropped. So is, under single-numa-node, a node whose
-// agent does not pin pods (NodeTopology's numaPinning): the requirement would be
-// written and not carried out.
+// agent does not pin pods (NodeTopology's numaPinning), or whose agent is silent
+// (silence.After: no NodeBandwidth for 2 minutes, whatever numaPinning still says): the
+// requirement would be written and not carried out. A silent node is
+// UnschedulableAndUnresolvable, as DeviceAware has it: preempting pods there brings no
+// agent back; the agent's first fresh report brings the pod back (reportArrived).
 func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
 	if !ok || s.req.IsZero() {
@@ -90,9 +98,16 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		s.markUneven()
 		return nil
 	}
-	if s.policy == annotations.PolicySingleNUMANode && !topo.Status.NUMAPinning.Pins() {
-		filterRejections.WithLabelValues(reasonNoPinning).Inc()
-		return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
+	if s.policy == annotations.PolicySingleNUMANode {
+		if pl.silent(pl.nodes.NodeOf(node)) {
+			filterRejections.WithLabelValues(silence.Reason).Inc()
+			pl.silentNodes.Rejected(node.Name)
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgSilentAgent)
+		}
+		if !topo.Status.NUMAPinning.Pins() {
+			filterRejections.WithLabelValues(reasonNoPinning).Inc()
+			return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
+		}
 	}
 	req := nf.effective(s.req, s.policy)
 	switch reason, uneven := fit(nf.free(), req, s.policy); reason {
@@ -335,6 +350,27 @@ func (pl *NUMAAware) numaFreeIn(state fwk.CycleState, req Request, node *v1.Node
 // false when it has no NodeTopology or one without NUMA nodes. On a cache hit it does
 // not read the NodeTopology object itself: in Filter, at 5000 nodes, that object is a
 // cache miss of the CPU for every node, and the cached value says as much.
+// silent reports whether the node's agent has not been heard from within
+// silence.After: no NodeBandwidth, or one that arrived too long ago. Its NUMA pinning
+// is then not trusted: the pinning is the agent's to do.
+func (pl *NUMAAware) silent(rec *heartbeat.Node) bool {
+	return silence.Silent(rec.Bandwidth(), pl.now())
+}
+
+// pins reports whether pods annotated numa.sextant.io/nodes are pinned on the node whose
+// record is rec and whose NodeTopology is topo: its agent says so and is heard from.
+func (pl *NUMAAware) pins(rec *heartbeat.Node, topo *v1alpha1.NodeTopology) bool {
+	return topo.Status.NUMAPinning.Pins() && !pl.silent(rec)
+}
+
+// reportArrived is the heartbeat store's NodeBandwidth listener: the first fresh report
+// from a node Filter rejected as silent activates every waiting pod (see DeviceAware's).
+func (pl *NUMAAware) reportArrived(node string, report *heartbeat.Bandwidth) {
+	if pl.waiting != nil && pl.silentNodes.Heard(node, report, pl.now()) {
+		pl.waiting.ActivateAll(node)
+	}
+}
+
 func (pl *NUMAAware) numaFree(node *v1.Node, nodeInfo fwk.NodeInfo) (nf *nodeFree, topo *v1alpha1.NodeTopology, ok bool) {
 	rec := pl.nodes.NodeOf(node)
 	if topo = rec.Topology(); topo == nil {

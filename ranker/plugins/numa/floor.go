@@ -54,8 +54,10 @@ type floor struct {
 	// bare are the nodes of the snapshot without NUMA nodes (nodes without an agent,
 	// virtual nodes): few, and the ones that make Score rank anything for such a pod.
 	bare []fwk.NodeInfo
-	// unpinned says some node with NUMA nodes does not pin pods: Filter drops it for a
-	// pod under single-numa-node.
+	// unpinned says some node with NUMA nodes does not pin pods, or its agent was
+	// silent when the floor was computed: Filter drops it for a pod under
+	// single-numa-node. A node that falls silent later, within floorRefresh, is caught
+	// by Reserve, which voids the floor.
 	unpinned bool
 	// What the floor was computed for: the void count, the topology version, the
 	// snapshot's node list, and when.
@@ -132,7 +134,9 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
 			f.bare = append(f.bare, ni)
 			continue
 		}
-		if !topo.Status.NUMAPinning.Pins() {
+		// Silence is read only until one such node is found: it is one more record
+		// field per node, and a computation reads every node.
+		if !f.unpinned && !pl.pins(pl.nodes.NodeOf(node), topo) {
 			f.unpinned = true
 		}
 		f.one = lowest(f.one, roomiest(nf.free(), nil, Request{}))

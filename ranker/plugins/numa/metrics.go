@@ -5,6 +5,8 @@ import (
 
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // Filter rejection reasons, the values of the reason label. Fixed strings keep the
@@ -38,7 +40,7 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservations)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
-		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound, reasonNoPinning} {
+		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound, reasonNoPinning, silence.Reason} {
 			filterRejections.WithLabelValues(r)
 		}
 	})

@@ -24,6 +24,12 @@
 //     nothing is known about its NUMA nodes; nothing is written for a pod placed there.
 //     Under single-numa-node such a node is dropped: a hard requirement that cannot be
 //     checked is not met.
+//   - A node whose agent is silent (no NodeBandwidth for silence.After, 2 minutes, the
+//     rule DeviceAware applies to devices) gets no NUMA decision: its NodeTopology's
+//     numaPinning is not trusted, since the pinning is that agent's to do. A
+//     single-numa-node pod is not placed there (UnschedulableAndUnresolvable, reason
+//     silent_agent) until the agent's first fresh report brings it back; other pods may
+//     be, without numa.sextant.io/nodes, as on a node that does not pin.
 //   - The choice is the smallest set of NUMA nodes whose free CPU, memory and devices
 //     together cover the request, ties by the smallest average NUMA distance over all
 //     ordered pairs of the set (the diagonal included, as scheduler-plugins'
@@ -57,6 +63,7 @@ import (
 	"sextant.io/sextant/ranker/plugins/pluginargs"
 	"sextant.io/sextant/ranker/plugins/podledger"
 	"sextant.io/sextant/ranker/plugins/requeue"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // Name is the plugin's name in the scheduler configuration.
@@ -94,10 +101,12 @@ type NUMAAware struct {
 	// devices holds it from then on. Nil in both: the pod's devices are not NUMA-bound.
 	handle  fwk.Handle
 	devices atomic.Pointer[numahint.Provider]
-	// waiting are the pods Filter rejected, brought back by any NodeTopology change;
-	// nil without a framework Handle.
+	// waiting are the pods Filter rejected, brought back by any NodeTopology change and
+	// by a silent node's agent being heard again; nil without a framework Handle.
 	waiting  *requeue.Waiting
 	snapshot func() ([]fwk.NodeInfo, error)
+	// silentNodes are the nodes Filter rejected as silent and not heard from since.
+	silentNodes silence.Nodes
 }
 
 // WithDevices makes p the source of the NUMA nodes' free devices and of pods' device
@@ -159,7 +168,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}).WithProfile(h)
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
-	store.AddListener(heartbeat.Listener{Topology: pl.waiting.ActivateAll})
+	store.AddListener(pl.listener())
 	if f := h.SharedInformerFactory(); f != nil {
 		pods := f.Core().V1().Pods().Informer()
 		if err := pl.ledger.ForgetOnPodEvents(pods, isAnnotated); err != nil {
@@ -173,6 +182,14 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		}
 	}
 	return pl, nil
+}
+
+// listener is what the heartbeat store tells NUMAAware: a changed NodeTopology may
+// admit any waiting pod, and so may a silent agent's report, since an agent back from
+// an outage rewrites its NodeTopology unchanged and the store tells no one of that.
+// Call it once waiting is set.
+func (pl *NUMAAware) listener() heartbeat.Listener {
+	return heartbeat.Listener{Topology: pl.waiting.ActivateAll, Bandwidth: pl.reportArrived}
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).

@@ -85,9 +85,10 @@ func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
 
 func newPlugin(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) (*NUMAAware, *fake.Clientset) {
 	t.Helper()
-	objs := make([]runtime.Object, 0, len(topos))
+	objs := make([]runtime.Object, 0, 2*len(topos))
 	for _, nt := range topos {
-		objs = append(objs, nt)
+		// Each node's agent is alive: its NodeBandwidth arrived just now.
+		objs = append(objs, nt, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: nt.Name}})
 	}
 	client := fake.NewClientset()
 	byName := map[string]fwk.NodeInfo{}

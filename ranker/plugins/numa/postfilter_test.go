@@ -5,11 +5,13 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/requeue"
 )
@@ -18,7 +20,7 @@ import (
 // change, or at once when one came during its attempt; the store holds the change first.
 func TestTopologyChangeActivatesWaitingPods(t *testing.T) {
 	for _, meanwhile := range []bool{false, true} {
-		store := heartbeat.NewFromObjects(uniform("n", 2, 2, 4*gi))
+		store := heartbeat.NewFromObjects(uniform("n", 2, 2, 4*gi), &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
 		pl := NewWith(store, nil)
 		var activated []string
 		var sawBigger []bool

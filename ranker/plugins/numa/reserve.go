@@ -9,14 +9,15 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/silence"
 )
 
 // Reserve holds the chosen NUMA capacity for the pod until its annotation is visible, so
 // pods scheduled meanwhile see it taken, and stages the annotation for SextantBinder.
 // The choice is the one Filter and Score made from the scheduler's snapshot of the node
 // (remembered with the node's free capacity), recomputed if the snapshot has moved on.
-// On a node whose agent does not pin (NodeTopology's numaPinning), nothing is held or
-// staged.
+// On a node whose agent does not pin (NodeTopology's numaPinning) or is silent
+// (silence.After), nothing is held or staged.
 func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, ok := readState(state)
 	if !ok || s.req.IsZero() {
@@ -50,9 +51,16 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode(shortResource(nf.free(), nf.effective(s.req, s.policy))))
 	}
-	pins := topo.Status.NUMAPinning.Pins()
+	pins := pl.pins(rec, topo)
 	if !pins && s.policy == annotations.PolicySingleNUMANode {
-		// The agent stopped pinning since Filter looked.
+		// The agent stopped pinning, or fell silent, since Filter looked, or the floor
+		// let Filter be skipped on an older view: the pod is retried, the floor redone.
+		pl.floor.void()
+		if pl.silent(rec) {
+			filterRejections.WithLabelValues(silence.Reason).Inc()
+			pl.silentNodes.Rejected(nodeName)
+			return fwk.NewStatus(fwk.Unschedulable, msgSilentAgent)
+		}
 		filterRejections.WithLabelValues(reasonNoPinning).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
 	}
