@@ -346,8 +346,9 @@ start_control_plane() {
 }
 
 # Enough of kube-controller-manager for Jobs, DaemonSets, Deployments, owner-based
-# garbage collection, node health, and service accounts with their CA bundle.
-CONTROLLERS=job-controller,garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,replicaset-controller,deployment-controller,daemonset-controller,endpoints-controller,endpointslice-controller,ttl-after-finished-controller,pod-garbage-collector-controller,disruption-controller,statefulset-controller,cronjob-controller,taint-eviction-controller
+# garbage collection, node health, service accounts with their CA bundle, and the
+# aggregated view, edit and admin roles tenants are given.
+CONTROLLERS=clusterrole-aggregation-controller,job-controller,garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,replicaset-controller,deployment-controller,daemonset-controller,endpoints-controller,endpointslice-controller,ttl-after-finished-controller,pod-garbage-collector-controller,disruption-controller,statefulset-controller,cronjob-controller,taint-eviction-controller
 
 start_kubelet() {
   local kube=$1
