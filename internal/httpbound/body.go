@@ -63,16 +63,42 @@ func (b *Bodies) Limit(h http.Handler) http.Handler {
 	})
 }
 
-// readBody reads r's body, at most max bytes, into a buffer of its declared length
-// when it has one.
+// readBody reads r's body, at most max bytes, into one buffer of its declared length,
+// or of max when it has none: what the budget holds for it, with no garbage of a
+// growing buffer beside it.
 func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	size := r.ContentLength
+	if size < 0 {
+		size = max
+	}
 	limited := http.MaxBytesReader(w, r.Body, max)
-	if r.ContentLength < 0 {
-		return io.ReadAll(limited)
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			// Full: only the end may follow (MaxBytesReader reports more past max; the
+			// server's reader ends a declared length).
+			var one [1]byte
+			n, err := limited.Read(one[:])
+			switch {
+			case n > 0:
+				return nil, &http.MaxBytesError{Limit: max}
+			case err == io.EOF:
+				return buf, nil
+			case err != nil:
+				return nil, err
+			}
+			continue
+		}
+		n, err := limited.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			if int64(len(buf)) < r.ContentLength {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	body := make([]byte, r.ContentLength)
-	if _, err := io.ReadFull(limited, body); err != nil {
-		return nil, err
-	}
-	return body, nil
 }
