@@ -110,7 +110,7 @@ func (e *endpoint) serve() error {
 	if err != nil {
 		return fmt.Errorf("serve %s on %s: %w", e.resource, e.socket, err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(e.m.cfg.Limits.serverOptions()...)
 	pluginapi.RegisterDevicePluginServer(srv, e)
 	go func() { _ = srv.Serve(l) }()
 	e.server = srv

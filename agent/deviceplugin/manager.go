@@ -77,6 +77,8 @@ type Config struct {
 	// no pending pod can be (a running container the kubelet admits again after its
 	// restart) is offered them first.
 	InUse func() []string
+	// Limits bound each endpoint's gRPC server (a field not set: DefaultServerLimits').
+	Limits ServerLimits
 }
 
 // Manager serves the kubelet's device-plugin API for every requestable kind the node
@@ -117,6 +119,7 @@ func New(cfg Config, metrics *Metrics, log logr.Logger) (*Manager, error) {
 	if cfg.RegisterTimeout <= 0 {
 		cfg.RegisterTimeout = 5 * time.Second
 	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}

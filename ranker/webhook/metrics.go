@@ -101,6 +101,9 @@ type statusRecorder struct {
 	code int
 }
 
+// Unwrap lets http.ResponseController and http.MaxBytesReader reach the connection.
+func (r *statusRecorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
 func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code
 	r.ResponseWriter.WriteHeader(code)

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -42,5 +43,21 @@ func TestHandlerMetrics(t *testing.T) {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", name, c.got, c.want)
 		}
+	}
+}
+
+// TestHandlerRefusesLongReviews: a review over MaxBodyBytes is refused with 413, even
+// of undeclared length, and counted with its code.
+func TestHandlerRefusesLongReviews(t *testing.T) {
+	h := &Handler{Mutator: cfg, Metrics: NewMetrics(prometheus.NewRegistry()), MaxBodyBytes: 1 << 10}
+	r := httptest.NewRequest(http.MethodPost, PathValidate, io.MultiReader(bytes.NewReader(make([]byte, 4<<10))))
+	r.ContentLength = -1
+	rec := httptest.NewRecorder()
+	h.ServeMux().ServeHTTP(rec, r)
+	if rec.Code != http.StatusRequestEntityTooLarge {
+		t.Errorf("a review of 4 KiB with a limit of 1 KiB: HTTP %d, want 413", rec.Code)
+	}
+	if got := testutil.ToFloat64(h.Metrics.requests.WithLabelValues(webhookValidate, "413")); got != 1 {
+		t.Errorf("validate requests 413 = %v, want 1", got)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	stdlog "log"
 	"maps"
 	"net"
 	"net/http"
@@ -21,6 +20,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sextant.io/sextant/internal/httpbound"
 )
 
 // Paths the webhook configurations point at.
@@ -28,6 +29,13 @@ const (
 	PathMutate   = "/mutate-pod"
 	PathValidate = "/validate-pod"
 )
+
+// MaxReviewBytes is the longest AdmissionReview the webhook reads. The API server
+// refuses request bodies over 3 MiB, so an object it admits is at most that; an
+// UPDATE's review carries the object and the old one, and the review's own fields (the
+// user, the options) are kilobytes. 7 MiB holds both objects at the limit, with a MiB
+// to spare for what encoding them as JSON adds.
+const MaxReviewBytes = 7 << 20
 
 // Handler serves the admission endpoints.
 type Handler struct {
@@ -38,21 +46,33 @@ type Handler struct {
 	// Quotas, when set, has the validating endpoint refuse pods past their
 	// namespace's BandwidthQuotas.
 	Quotas Quotas
+	// Limit, when set, wraps the handling of each review, inside Metrics (a refused
+	// review is counted with its code): the server's in-flight and body limits.
+	Limit func(http.Handler) http.Handler
+	// Probes, when set, wraps /healthz: the kubelet's probes have a limit of their own,
+	// so that reviews held up do not fail them.
+	Probes func(http.Handler) http.Handler
+	// MaxBodyBytes bounds a review's body; 0: MaxReviewBytes.
+	MaxBodyBytes int64
 }
 
 // ServeMux returns the webhook's routes, plus /healthz.
 func (h *Handler) ServeMux() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc(PathMutate, h.serve(webhookMutate, h.mutate))
-	mux.HandleFunc(PathValidate, h.serve(webhookValidate, h.validate))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.Handle(PathMutate, h.serve(webhookMutate, h.mutate))
+	mux.Handle(PathValidate, h.serve(webhookValidate, h.validate))
+	var healthz http.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	if h.Probes != nil {
+		healthz = h.Probes(healthz)
+	}
+	mux.Handle("/healthz", healthz)
 	return mux
 }
 
 type reviewFunc func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-func (h *Handler) serve(name string, review reviewFunc) http.HandlerFunc {
-	return func(rw http.ResponseWriter, r *http.Request) {
+func (h *Handler) serve(name string, review reviewFunc) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		w := &statusRecorder{ResponseWriter: rw, code: http.StatusOK}
 		var outcome reviewOutcome
@@ -61,23 +81,43 @@ func (h *Handler) serve(name string, review reviewFunc) http.HandlerFunc {
 			http.Error(w, "POST an AdmissionReview", http.StatusMethodNotAllowed)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, 8<<20))
-		if err != nil {
-			http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
-			return
+		var reviewing http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			outcome = h.answer(w, r, review)
+		})
+		if h.Limit != nil {
+			reviewing = h.Limit(reviewing)
 		}
-		var in admissionv1.AdmissionReview
-		if err := json.Unmarshal(body, &in); err != nil || in.Request == nil {
-			http.Error(w, "want an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
-			return
-		}
-		resp := review(in.Request)
-		outcome = reviewOutcome{denied: !resp.Allowed, patched: len(resp.Patch) > 0}
-		resp.UID = in.Request.UID
-		out := admissionv1.AdmissionReview{TypeMeta: in.TypeMeta, Response: resp}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
+		reviewing.ServeHTTP(w, r)
+	})
+}
+
+// answer reads the AdmissionReview of r, writes the review's answer and returns its
+// outcome.
+func (h *Handler) answer(w http.ResponseWriter, r *http.Request, review reviewFunc) reviewOutcome {
+	limit := h.MaxBodyBytes
+	if limit <= 0 {
+		limit = MaxReviewBytes
 	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	switch {
+	case httpbound.IsTooLarge(err):
+		httpbound.Refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("AdmissionReview longer than the limit of %d bytes", limit))
+		return reviewOutcome{}
+	case err != nil:
+		http.Error(w, "read body: "+err.Error(), http.StatusBadRequest)
+		return reviewOutcome{}
+	}
+	var in admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &in); err != nil || in.Request == nil {
+		http.Error(w, "want an admission.k8s.io/v1 AdmissionReview with a request", http.StatusBadRequest)
+		return reviewOutcome{}
+	}
+	resp := review(in.Request)
+	resp.UID = in.Request.UID
+	out := admissionv1.AdmissionReview{TypeMeta: in.TypeMeta, Response: resp}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(out)
+	return reviewOutcome{denied: !resp.Allowed, patched: len(resp.Patch) > 0}
 }
 
 func allowed() *admissionv1.AdmissionResponse { return &admissionv1.AdmissionResponse{Allowed: true} }
@@ -255,15 +295,12 @@ func FileCertificate(certFile, keyFile string) (GetCertificate, error) {
 	return loader.get, nil
 }
 
-// Serve serves h on ln with TLS, with the certificate of cert, until ctx ends, and
-// closes ln. The caller listens, so that an address that cannot be served fails the
-// start before anything else begins.
-func Serve(ctx context.Context, ln net.Listener, cert GetCertificate, h http.Handler, log logr.Logger) error {
-	srv := &http.Server{
-		Handler: h, ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert},
-		ErrorLog:  stdlog.New(serverErrors{log}, "", 0),
-	}
+// Serve serves h on ln with TLS, with the certificate of cert, within limits' timeouts,
+// until ctx ends, and closes ln. The caller listens, so that an address that cannot be
+// served fails the start before anything else begins.
+func Serve(ctx context.Context, ln net.Listener, cert GetCertificate, h http.Handler, limits httpbound.Limits, log logr.Logger) error {
+	srv := limits.Server(h, log.WithName("server"))
+	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: cert}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.ServeTLS(ln, "", "") }()
 	select {
@@ -277,12 +314,4 @@ func Serve(ctx context.Context, ln net.Listener, cert GetCertificate, h http.Han
 		return err
 	}
 	return nil
-}
-
-// serverErrors writes what net/http logs (TLS handshake errors, mostly) to the logger.
-type serverErrors struct{ log logr.Logger }
-
-func (w serverErrors) Write(p []byte) (int, error) {
-	w.log.Info("webhook server", "error", strings.TrimSpace(string(p)))
-	return len(p), nil
 }

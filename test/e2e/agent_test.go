@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -368,15 +367,11 @@ func TestAgentDaemonSet(t *testing.T) {
 	if s := nt.Status.Summary; s == nil || s.NUMANodes < 1 || int(s.CPUs) != runtime.NumCPU() {
 		t.Errorf("NodeTopology summary = %+v, want ≥1 NUMA node and %d CPUs", s, runtime.NumCPU())
 	}
-	ip := nodeInternalIP(t, local.nodeName)
-	resp, err := http.Get(fmt.Sprintf("http://%s:9464/metrics", ip))
-	if err != nil {
-		t.Fatalf("scrape the agent: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	// Over HTTPS, with the token of an account bound to sextant-metrics-reader.
+	addr := nodeInternalIP(t, local.nodeName) + ":9464"
+	body := agentMetrics(t, addr, metricsReader(t, addr))
 	for _, want := range []string{"sextant_nic_bytes_total{", "sextant_nic_packets_total{", "sextant_report_writes_total{kind=\"NodeBandwidth\"}"} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("agent metrics lack %s", want)
 		}
 	}
@@ -403,17 +398,16 @@ func TestDashboardsQueryExistingMetrics(t *testing.T) {
 	deployChart(t)
 	demoNetUp(t)
 	ctx := context.Background()
-	ip := nodeInternalIP(t, local.nodeName)
+	addr := nodeInternalIP(t, local.nodeName) + ":9464"
+	token := metricsReader(t, addr)
 	var body string
 	// deploy.sh meters sxdemo0 with a known capacity; the agent picks it up at a rescan.
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 45*time.Second, true, func(ctx context.Context) (bool, error) {
-		resp, err := http.Get(fmt.Sprintf("http://%s:9464/metrics", ip))
-		if err != nil {
+		code, b, err := agentGet(addr, "/metrics", token)
+		if err != nil || code != http.StatusOK {
 			return false, nil
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		body = string(b)
+		body = b
 		// deploy.sh has the agent keep guarantees on the demo network: it shapes sxdemo0
 		// once it meters it.
 		return strings.Contains(body, `sextant_nic_remaining_bytes_per_second{direction="egress",interface="sxdemo0"}`) &&

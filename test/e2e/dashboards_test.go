@@ -208,8 +208,8 @@ type prometheus struct {
 
 // startPrometheus runs prometheus with a scrape configuration equivalent to the chart's
 // ServiceMonitors: the endpoints of the chart's metrics Services, the agent's instance
-// named after its node, the ranker's secure port with the token of a service account
-// bound to the chart's ClusterRole sextant-metrics-reader.
+// named after its node, the agent and the ranker over HTTPS with the token of a service
+// account bound to the chart's ClusterRole sextant-metrics-reader.
 func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 	t.Helper()
 	dir := t.TempDir()
@@ -219,6 +219,7 @@ func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 		t.Fatal(err)
 	}
 	checkRankerMetricsAuth(t, ns, tok)
+	checkAgentMetricsAuth(t, ns, tok)
 	// Debian's Prometheus is built without Kubernetes service discovery: the targets are
 	// the ready endpoints of the chart's metrics Services, as the ServiceMonitors select
 	// them, listed once (the release is deployed and ready).
@@ -230,14 +231,15 @@ func startPrometheus(t *testing.T, bin, ns string) *prometheus {
 		})
 		return fmt.Sprintf("- job_name: %s\n  static_configs:\n%s", name, strings.Join(targets, ""))
 	}
+	secure := fmt.Sprintf(`  scheme: https
+  tls_config: {insecure_skip_verify: true}
+  authorization: {credentials_file: %s}
+`, tokenFile)
 	config := "global: {scrape_interval: 2s, evaluation_interval: 2s}\n" +
 		"rule_files: [" + filepath.Join(repoRoot(t), "charts", "sextant", "alerts", "sextant.rules.yaml") + "]\n" +
 		"scrape_configs:\n" +
-		job("sextant-agent", "sextant-agent-metrics", "metrics", true) +
-		job("sextant-ranker", "sextant-ranker-metrics", "https-metrics", false) + fmt.Sprintf(`  scheme: https
-  tls_config: {insecure_skip_verify: true}
-  authorization: {credentials_file: %s}
-`, tokenFile) +
+		job("sextant-agent", "sextant-agent-metrics", "https-metrics", true) + secure +
+		job("sextant-ranker", "sextant-ranker-metrics", "https-metrics", false) + secure +
 		job("sextant-webhook", "sextant-webhook-metrics", "metrics", false) +
 		job("sextant-virtual-node-controller", "sextant-virtual-node-controller-metrics", "metrics", false)
 	configFile := filepath.Join(dir, "prometheus.yml")
@@ -344,6 +346,51 @@ func checkRankerMetricsAuth(t *testing.T, ns, bound string) {
 			resp.Body.Close()
 			return resp.StatusCode == c.want, fmt.Sprintf("ranker /metrics with the %s: HTTP %d, want %d", c.who, resp.StatusCode, c.want)
 		})
+	}
+}
+
+// checkAgentMetricsAuth asks each agent's /metrics with the bound token (200), a token
+// of an account without sextant-metrics-reader (403) and none (401: the agent knows no
+// anonymous user), as docs/operations.md says; its probes' paths answer without one.
+func checkAgentMetricsAuth(t *testing.T, ns, bound string) {
+	t.Helper()
+	ctx := context.Background()
+	sa, err := local.kube.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent-unbound"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unbound, err := local.kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa.Name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](600)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	eventually(t, time.Minute, func() (bool, string) {
+		addrs = nil
+		for _, target := range serviceTargets(t, "sextant-agent-metrics", "https-metrics", true) {
+			_, rest, _ := strings.Cut(target, `- targets: ["`)
+			addr, _, _ := strings.Cut(rest, `"]`)
+			addrs = append(addrs, addr)
+		}
+		return len(addrs) > 0, "the agent's metrics Service has no ready endpoint on https-metrics"
+	})
+	for _, addr := range addrs {
+		for _, c := range []struct {
+			who, path, token string
+			want             int
+		}{
+			{"bound account", "/metrics", bound, http.StatusOK},
+			{"account without the role", "/metrics", unbound.Status.Token, http.StatusForbidden},
+			{"no token", "/metrics", "", http.StatusUnauthorized},
+			{"no token", "/healthz", "", http.StatusOK},
+			{"no token", "/readyz", "", http.StatusOK},
+		} {
+			// The binding takes effect once the API server's authorizer has seen it.
+			eventually(t, 30*time.Second, func() (bool, string) {
+				code, body, err := agentGet(addr, c.path, c.token)
+				return code == c.want, fmt.Sprintf("agent %s %s with the %s: HTTP %d, %v, want %d: %.200s", addr, c.path, c.who, code, err, c.want, body)
+			})
+		}
 	}
 }
 

@@ -324,12 +324,8 @@ func agentWithoutKubelet(t *testing.T, n int, criSocket, kubeletSocket string) {
 	})
 	metricsAddr := waitForAddress(t, agent, regexp.MustCompile(`"msg":"serving metrics".*?"addr":"([^"]+)"`), 30*time.Second)
 	eventually(t, 30*time.Second, func() (bool, string) {
-		resp, err := http.Get("http://" + metricsAddr + "/healthz")
-		if err != nil {
-			return false, fmt.Sprintf("/healthz: %v", err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, fmt.Sprintf("/healthz answered %s", resp.Status)
+		code, body, err := agentGet(metricsAddr, "/healthz", "")
+		return code == http.StatusOK, fmt.Sprintf("/healthz answered HTTP %d, %v: %s", code, err, body)
 	})
 	// The parts that need the kubelet or the runtime said why they wait; a call the hung
 	// kubelet never answers times out, and its loop says so.

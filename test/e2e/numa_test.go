@@ -166,9 +166,11 @@ func podResourcesSocket(t *testing.T) string {
 
 // numaAgent runs sextant-agent for the local node on the split tree.
 type numaAgent struct {
-	t       *testing.T
-	args    []string
+	t    *testing.T
+	args []string
+	// metrics is the agent's --metrics-addr; token may read its /metrics.
 	metrics string
+	token   string
 	proc    *process
 }
 
@@ -177,12 +179,8 @@ func (a *numaAgent) start() {
 	a.proc = startProcess(a.t, agentBinary(a.t), a.args...)
 	waitForOutput(a.t, a.proc, `"msg":"pinning pods to their NUMA nodes"`, 30*time.Second)
 	eventually(a.t, 30*time.Second, func() (bool, string) {
-		resp, err := http.Get(a.metrics + "/readyz")
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, "the agent is not ready: " + resp.Status
+		code, body, err := agentGet(a.metrics, "/readyz", "")
+		return code == http.StatusOK, fmt.Sprintf("the agent is not ready: HTTP %d, %v: %s", code, err, body)
 	})
 }
 
@@ -191,12 +189,7 @@ func (a *numaAgent) stop() { a.proc.stop() }
 // counter reads one sample of the agent's metrics, 0 if absent.
 func (a *numaAgent) counter(series string) float64 {
 	a.t.Helper()
-	resp, err := http.Get(a.metrics + "/metrics")
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
+	sc := bufio.NewScanner(strings.NewReader(agentMetrics(a.t, a.metrics, a.token)))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), series+" "); ok {
 			var f float64
@@ -260,7 +253,7 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 	takeOverLocalAgent(t)
 	pair := newVethPair(t, 7, "1gbit")
 	const metricsAddr = "127.0.0.1:19464"
-	h.agent = &numaAgent{t: t, metrics: "http://" + metricsAddr, args: []string{"run", "--logging-format=json",
+	h.agent = &numaAgent{t: t, metrics: metricsAddr, args: []string{"run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, local.nodeName),
 		"--node-name", local.nodeName, "--metrics-addr", metricsAddr,
 		"--sysfs-root", root, "--topology-interval", "1s", "--numa-resync", "2s",
@@ -270,6 +263,7 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 		"--device-plugin-dir", pluginapi.DevicePluginPath, "--device-audit-interval", "2s",
 		"--netns", "/var/run/netns/" + pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=1G"}}
 	h.agent.start()
+	h.agent.token = metricsReader(t, metricsAddr)
 	eventually(t, time.Minute, func() (bool, string) {
 		nt, err := getNodeTopology(context.Background(), local.nodeName)
 		if err != nil {

@@ -57,6 +57,12 @@ func TestChartGrantsWhatTheAgentUses(t *testing.T) {
 							t.Errorf("%s rendered: %v, want %v, with the nodes/status rule it narrows", key, got, servesPlugin)
 						}
 					}
+					// Its metrics server asks the API server about scrapers' tokens.
+					for _, want := range []string{"tokenreviews.authentication.k8s.io create", "subjectaccessreviews.authorization.k8s.io create"} {
+						if got := rules[want]; got != (o.metricsAddr != "") {
+							t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v (the agent serves metrics on %q)", want, got, o.metricsAddr != "", o.metricsAddr)
+						}
+					}
 					if len(o.deviceFilter) != 1 {
 						t.Errorf("the agent gets device filter rules %v, want the one of agent.devices.filter", o.deviceFilter)
 					}
@@ -87,7 +93,8 @@ func agentArgs(t *testing.T, objs map[string]map[string]any) []string {
 	return nil
 }
 
-// grants returns "resource verb" for each core-group resource and verb the role grants.
+// grants returns "resource verb" for each resource and verb the role grants, the
+// resource as resource.group outside the core group.
 func grants(t *testing.T, role map[string]any) map[string]bool {
 	t.Helper()
 	if role == nil {
@@ -98,14 +105,17 @@ func grants(t *testing.T, role map[string]any) map[string]bool {
 	for _, r := range rules {
 		r, _ := r.(map[string]any)
 		groups, _ := r["apiGroups"].([]any)
-		if !slices.Contains(groups, any("")) {
-			continue
-		}
 		resources, _ := r["resources"].([]any)
 		verbs, _ := r["verbs"].([]any)
-		for _, res := range resources {
-			for _, v := range verbs {
-				out[fmt.Sprint(res)+" "+fmt.Sprint(v)] = true
+		for _, g := range groups {
+			for _, res := range resources {
+				for _, v := range verbs {
+					name := fmt.Sprint(res)
+					if g != "" {
+						name += "." + fmt.Sprint(g)
+					}
+					out[name+" "+fmt.Sprint(v)] = true
+				}
 			}
 		}
 	}

@@ -16,14 +16,15 @@ import (
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/delegatedauth"
 	"sextant.io/sextant/internal/liveness"
 )
 
 func healthz(t *testing.T, loops *liveness.Checker) (int, string) {
 	t.Helper()
-	srv := metricsServer(prometheus.NewRegistry(), loops, func() bool { return true })
+	h := metricsHandler(prometheus.NewRegistry(), loops, func() bool { return true }, delegatedauth.New(reviewingAPIServer(), 0), 8)
 	rec := httptest.NewRecorder()
-	srv.Handler.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 	return rec.Code, rec.Body.String()
 }
 

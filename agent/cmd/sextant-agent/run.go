@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
@@ -41,8 +43,11 @@ import (
 	"sextant.io/sextant/agent/sidecar"
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/cri"
+	"sextant.io/sextant/internal/delegatedauth"
+	"sextant.io/sextant/internal/httpbound"
 	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/liveness"
+	"sextant.io/sextant/internal/selfsigned"
 	"sextant.io/sextant/internal/version"
 )
 
@@ -51,9 +56,13 @@ type runOptions struct {
 	kubeconfig  string
 	nodeName    string
 	metricsAddr string
-	sysfsRoot   string
-	netns       string
-	attachMode  string
+	// metricsLimits bound the metrics server; metricsAuthCacheTTL is how long the API
+	// server's answers about a scraper's token are kept.
+	metricsLimits       httpbound.Limits
+	metricsAuthCacheTTL time.Duration
+	sysfsRoot           string
+	netns               string
+	attachMode          string
 
 	interfaces     []string
 	nicCapacities  []string
@@ -105,8 +114,16 @@ selected NICs, samples it, and publishes the node's NodeBandwidth when a remaini
 value moved by more than --report-threshold of capacity (at most every
 --report-min-interval, at least every --report-max-interval). It reads the NUMA/PCI
 topology every --topology-interval and publishes NodeTopology when it or a device's
-health changed, and every --topology-resync. Metrics, /healthz and /readyz are served
-on --metrics-addr. On SIGTERM it detaches its programs and exits.
+health changed, and every --topology-resync. On SIGTERM it detaches its programs and
+exits.
+
+--metrics-addr serves HTTPS with a certificate made at start (self-signed). /metrics
+answers only a bearer token that the API server authenticates (TokenReview) and whose
+user may get the non-resource URL /metrics (SubjectAccessReview; the chart's ClusterRole
+sextant-metrics-reader): 401 without a token, 403 without the right. The answers are
+kept for --metrics-auth-cache-ttl. /healthz and /readyz answer anyone (the kubelet's
+probes). The --metrics-*-timeout flags cut slow clients off, and at most
+--metrics-max-inflight scrapes (and as many probes) are served at once; more get 429.
 
 With --sidecar-terminator (the default) it also stops the sidecar containers of this
 node's pods once their main containers are done (env SEXTANT_SIDECAR=true or
@@ -135,7 +152,20 @@ NodeTopology says which (status.numaPinning).`,
 	logsapi.AddFlags(o.logging, f)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default: $NODE_NAME)")
-	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address serving /metrics, /healthz and /readyz; empty disables it")
+	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address serving /metrics (HTTPS, a bearer token allowed to get /metrics), /healthz and /readyz (HTTPS, anyone); empty disables it")
+	o.metricsLimits = httpbound.Limits{
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		// A scrape's answer is tens of kilobytes: 30 s is a Prometheus scrape timeout
+		// with room to spare.
+		WriteTimeout: 30 * time.Second,
+		// As Go's and client-go's transports keep idle connections.
+		IdleTimeout: 90 * time.Second,
+		// Prometheus (a pair, in HA) and a person or two; each gzip answer being built
+		// takes about a megabyte.
+		MaxInFlight: 8,
+	}
+	o.metricsLimits.AddFlags(f, "metrics", "the metrics server (--metrics-addr)")
+	f.DurationVar(&o.metricsAuthCacheTTL, "metrics-auth-cache-ttl", 10*time.Second, "how long the API server's answer about a scraper's token and its right to get /metrics (TokenReview, SubjectAccessReview) is kept; 0 asks at every scrape")
 	f.StringVar(&o.sysfsRoot, "sysfs-root", "/", "directory holding sys/ and proc/ of the node (a host mount in a container)")
 	f.StringVar(&o.netns, "netns", "", "network namespace whose NICs to meter, as a path such as /var/run/netns/NAME (default: the agent's own)")
 	f.StringVar(&o.attachMode, "attach-mode", "auto", "how to attach: auto (tcx where the kernel has it, else clsact), tcx or clsact")
@@ -221,6 +251,14 @@ func (o runOptions) validate() error {
 	}
 	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
 		return fmt.Errorf("--node-name %q: %s (want a Node's name, e.g. from the downward API spec.nodeName)", o.nodeName, strings.Join(errs, "; "))
+	}
+	if o.metricsAddr != "" {
+		if err := o.metricsLimits.Validate("metrics"); err != nil {
+			return err
+		}
+		if o.metricsAuthCacheTTL < 0 {
+			return fmt.Errorf("--metrics-auth-cache-ttl %v: want 0 or a positive duration, such as 10s", o.metricsAuthCacheTTL)
+		}
 	}
 	if _, err := parseAttachMode(o.attachMode); err != nil {
 		return err
@@ -471,9 +509,24 @@ func runAgent(ctx context.Context, o runOptions) error {
 	}
 
 	if metricsListener != nil {
-		srv := metricsServer(reg, loops, ready)
+		// The reviews of scrapers' tokens go through a client of their own, whose rate
+		// limiter a flood of made-up tokens fills instead of the heartbeats'.
+		authCfg := rest.CopyConfig(cfg)
+		authCfg.UserAgent += " metrics-auth"
+		authClient, err := kubernetes.NewForConfig(authCfg)
+		if err != nil {
+			stop()
+			wg.Wait()
+			return fmt.Errorf("kubernetes client for the metrics server's reviews: %w", err)
+		}
+		srv, err := o.metricsServer(authClient, reg, loops, ready, log.WithName("metrics"))
+		if err != nil {
+			stop()
+			wg.Wait()
+			return err
+		}
 		go func() {
-			if err := srv.Serve(metricsListener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := srv.ServeTLS(metricsListener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				fail(fmt.Errorf("metrics server on %s: %w", o.metricsAddr, err))
 			}
 		}()
@@ -519,20 +572,44 @@ func logRuntime(ctx context.Context, rt *cri.Client, endpoint string, log logr.L
 	}
 }
 
-// metricsServer serves /metrics, /healthz (every loop comes round: the liveness probe)
-// and /readyz (the agent has done its first work: the readiness probe).
-func metricsServer(reg *prometheus.Registry, loops *liveness.Checker, ready func() bool) *http.Server {
+// metricsServer serves, over HTTPS, /metrics to callers the API server vouches for
+// (metricsHandler), /healthz and /readyz to anyone, within o.metricsLimits; authClient
+// asks the API server about the scrapers' tokens.
+func (o runOptions) metricsServer(authClient kubernetes.Interface, reg *prometheus.Registry, loops *liveness.Checker, ready func() bool, log logr.Logger) (*http.Server, error) {
+	certs, err := selfsigned.New(o.nodeName)
+	if err != nil {
+		return nil, fmt.Errorf("metrics server: %w", err)
+	}
+	h := metricsHandler(reg, loops, ready, delegatedauth.New(authClient, o.metricsAuthCacheTTL), o.metricsLimits.MaxInFlight)
+	// Failed handshakes (scanners, scrapers refusing the certificate) are noise at the
+	// default verbosity.
+	srv := o.metricsLimits.Server(h, log.V(2))
+	srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
+	return srv, nil
+}
+
+// metricsHandler serves /metrics to callers auth lets through, /healthz (every loop
+// comes round: the liveness probe) and /readyz (the agent has done its first work: the
+// readiness probe) to anyone. The caller is authenticated and authorized before any
+// metric is gathered or compressed: a scraper without the right costs a cached lookup.
+// Scrapes and probes each have maxInFlight slots, so that scrapes held up by slow
+// readers never fail the kubelet's probes. No endpoint reads a body; a request sending
+// more than a few kilobytes is refused.
+func metricsHandler(reg *prometheus.Registry, loops *liveness.Checker, ready func() bool, auth *delegatedauth.Authorizer, maxInFlight int) http.Handler {
+	scrapes, probes := httpbound.NewInFlight(maxInFlight), httpbound.NewInFlight(maxInFlight)
+	noBody := httpbound.NewBodies(httpbound.NoBodyBytes, 0)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	mux.Handle("/healthz", loops)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("/metrics", scrapes.Limit(auth.Require("get", "/metrics",
+		noBody.Limit(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})))))
+	mux.Handle("/healthz", probes.Limit(noBody.Limit(loops)))
+	mux.Handle("/readyz", probes.Limit(noBody.Limit(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		if !ready() {
 			http.Error(w, "not ready: no NodeBandwidth written yet, the sidecar terminator has not synced, or NUMA pinning has not found the kubelet's pod cgroups", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = w.Write([]byte("ok\n"))
-	})
-	return &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}))))
+	return mux
 }
 
 // nodeInternalIPs are the Node's InternalIPs: the interface holding one carries the pod

@@ -60,6 +60,12 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--containerd-namespace", ""}, "--containerd-namespace is empty"},
 		{[]string{"--pod-resources-socket", ""}, "--pod-resources-socket is empty"},
 		{[]string{"--pod-resources-socket", "", "--numa-pinning=false", "--device-plugin=false"}, ""},
+		{[]string{"--metrics-max-inflight", "0"}, "--metrics-max-inflight 0: want at least 1"},
+		{[]string{"--metrics-write-timeout", "0s"}, "--metrics-write-timeout 0s"},
+		{[]string{"--metrics-read-header-timeout", "1m"}, "--metrics-read-header-timeout 1m0s: want at most --metrics-read-timeout"},
+		{[]string{"--metrics-auth-cache-ttl", "-1s"}, "--metrics-auth-cache-ttl -1s"},
+		{[]string{"--metrics-auth-cache-ttl", "0s"}, ""},
+		{[]string{"--metrics-max-inflight", "0", "--metrics-addr", ""}, ""},
 	} {
 		o := parseRun(t, append([]string{"--node-name", "n1"}, tc.args...)...)
 		err := o.validate()

@@ -29,7 +29,12 @@ func TestChartSubcommandArgsPassValidation(t *testing.T) {
 		"virtual-node-controller": {build: func() (*cobra.Command, func() error) {
 			cmd, o := virtualNodeControllerCommand()
 			// A closure: a method value would copy the options before parsing.
-			return cmd, func() error { return o.validateController() }
+			return cmd, func() error {
+				if err := o.validateController(); err != nil {
+					return err
+				}
+				return o.validateMetrics()
+			}
 		}, object: "Deployment/sextant-virtual-node-controller", optional: true},
 		"check": {build: func() (*cobra.Command, func() error) {
 			cmd, o := checkCommand()

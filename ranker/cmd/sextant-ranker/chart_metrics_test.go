@@ -12,7 +12,7 @@ import (
 )
 
 // TestChartMetrics: every component has a metrics Service; with the values on, each a
-// ServiceMonitor (the ranker's with a token over HTTPS) and the PrometheusRule carries
+// ServiceMonitor (the ranker's and the agent's with a token over HTTPS) and the PrometheusRule carries
 // every alert of charts/sextant/alerts; with them off (the default), neither.
 func TestChartMetrics(t *testing.T) {
 	off := charttest.Objects(t, charttest.Render(t, nil))
@@ -61,11 +61,26 @@ func TestChartMetrics(t *testing.T) {
 			t.Errorf("%s selects %v, want only %s", key, matched, want)
 		}
 	}
-	if sm := on["ServiceMonitor/sextant-ranker"]; sm != nil {
-		ep := sm["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
-		if ep["scheme"] != "https" || ep["bearerTokenFile"] == nil || ep["port"] != "https-metrics" {
-			t.Errorf("ranker's ServiceMonitor endpoint %v: want https-metrics over https with the pod's token", ep)
+	for _, c := range []string{"ranker", "agent"} {
+		if sm := on["ServiceMonitor/sextant-"+c]; sm != nil {
+			ep := sm["spec"].(map[string]any)["endpoints"].([]any)[0].(map[string]any)
+			if ep["scheme"] != "https" || ep["bearerTokenFile"] == nil || ep["port"] != "https-metrics" {
+				t.Errorf("%s's ServiceMonitor endpoint %v: want https-metrics over https with the pod's token", c, ep)
+			}
 		}
+	}
+	// The agent's probes follow its port onto HTTPS.
+	agent := on["DaemonSet/sextant-agent"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+		get, _ := agent[probe].(map[string]any)["httpGet"].(map[string]any)
+		if get["scheme"] != "HTTPS" || get["port"] != "https-metrics" {
+			t.Errorf("the agent's %s %v: want HTTPS on https-metrics", probe, get)
+		}
+	}
+	// The ClusterRole scrapers need comes with either component that requires it.
+	agentOnly := charttest.Objects(t, charttest.Render(t, map[string]any{"ranker": map[string]any{"enabled": false}}))
+	if agentOnly["ClusterRole/sextant-metrics-reader"] == nil {
+		t.Error("no ClusterRole sextant-metrics-reader with the agent alone")
 	}
 	role := on["ClusterRole/sextant-metrics-reader"]
 	if role == nil || !strings.Contains(mustYAML(t, role["rules"]), "/metrics") {

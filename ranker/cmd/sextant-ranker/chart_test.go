@@ -401,3 +401,23 @@ func TestChartRankerStartupProbeOutlastsTheSync(t *testing.T) {
 		t.Errorf("the liveness probe waits %v before its first check; the startup probe covers the start", live["initialDelaySeconds"])
 	}
 }
+
+// The ranker's secure port (kube-scheduler's) serves HTTP/1.1 only, as sextant's own
+// servers do (docs/security.md, "Bounded servers"); its args are kube-scheduler's.
+func TestChartRankerSecurePortIsHTTP1(t *testing.T) {
+	objs := charttest.Objects(t, charttest.Render(t, nil))
+	for _, c := range charttest.Containers(objs["Deployment/sextant-ranker"]) {
+		if c["name"] != "ranker" {
+			continue
+		}
+		cmd := newSchedulerCommand()
+		if err := cmd.ParseFlags(charttest.Strings(c["args"])); err != nil {
+			t.Fatalf("the ranker does not take the chart's args: %v", err)
+		}
+		if f := cmd.Flags().Lookup("disable-http2-serving"); f == nil || f.Value.String() != "true" {
+			t.Errorf("--disable-http2-serving = %v, want true", f)
+		}
+		return
+	}
+	t.Fatal("no ranker container in Deployment/sextant-ranker")
+}

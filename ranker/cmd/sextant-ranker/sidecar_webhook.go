@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	"sextant.io/sextant/internal/httpbound"
 	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/version"
 	"sextant.io/sextant/ranker/virtualnode"
@@ -35,26 +37,32 @@ import (
 )
 
 type webhookOptions struct {
-	kubeconfig        string
-	bandwidthQuota    bool
-	listenAddr        string
-	metricsAddr       string
-	certFile, keyFile string
-	cert              selfCertOptions
-	wrapperImage      string
-	wrapperPullPolicy string
-	imagePullSecrets  []string
-	exitImage         string
-	exitCommand       []string
-	virtualNodes      bool
-	podSelector       string
-	leaderElect       bool
-	leaseNamespace    string
-	leaseName         string
-	leaseDuration     time.Duration
-	renewDeadline     time.Duration
-	retryPeriod       time.Duration
-	logging           *logsapi.LoggingConfiguration
+	kubeconfig     string
+	bandwidthQuota bool
+	listenAddr     string
+	metricsAddr    string
+	metricsLimits  httpbound.Limits
+	// serving bounds the webhook's server; maxBodyBytes each review's body and
+	// maxInFlightBodyBytes the bodies of the reviews being served at once.
+	serving              httpbound.Limits
+	maxBodyBytes         int64
+	maxInFlightBodyBytes int64
+	certFile, keyFile    string
+	cert                 selfCertOptions
+	wrapperImage         string
+	wrapperPullPolicy    string
+	imagePullSecrets     []string
+	exitImage            string
+	exitCommand          []string
+	virtualNodes         bool
+	podSelector          string
+	leaderElect          bool
+	leaseNamespace       string
+	leaseName            string
+	leaseDuration        time.Duration
+	renewDeadline        time.Duration
+	retryPeriod          time.Duration
+	logging              *logsapi.LoggingConfiguration
 }
 
 // addLoggingFlags adds kube-scheduler's logging flags (-v, --logging-format, …): every
@@ -129,7 +137,21 @@ them in place to --exit-image.`,
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.listenAddr, "listen-addr", ":9443", "address the webhook serves HTTPS on")
-	addMetricsFlag(f, &o.metricsAddr)
+	o.serving = httpbound.Limits{
+		// The API server calls the webhook with a deadline of the configuration's
+		// timeoutSeconds (at most 30 s, the chart's 5 s) and sends a review at once; a
+		// client slower than this is not the API server.
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second,
+		IdleTimeout: 90 * time.Second,
+		// Reviews are answered in well under a millisecond each: 64 at once is a burst
+		// of pod creations far beyond what the API server sends one replica. A 429
+		// fails the call, which the failure policy then decides.
+		MaxInFlight: 64,
+	}
+	o.serving.AddFlags(f, "", "the webhook (--listen-addr)")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", webhook.MaxReviewBytes, "longest AdmissionReview read; a longer one gets 413 (the default holds an UPDATE's two objects at the API server's 3 MiB limit)")
+	f.Int64Var(&o.maxInFlightBodyBytes, "max-inflight-body-bytes", 32<<20, "bytes of the reviews being served at once (a review of undeclared length counts as --max-body-bytes); a review beyond gets 429. With what decoding a review takes, about 3 times this is the most memory reviews hold at once")
+	addMetricsFlags(f, o)
 	f.StringVar(&o.certFile, "tls-cert-file", "/etc/sextant-webhook/tls.crt", "serving certificate (PEM); read again when it changes")
 	f.StringVar(&o.keyFile, "tls-key-file", "/etc/sextant-webhook/tls.key", "serving certificate's key (PEM)")
 	o.cert.addFlags(f)
@@ -146,12 +168,6 @@ them in place to --exit-image.`,
 	return cmd, o
 }
 
-// addMetricsFlag adds --metrics-addr, off by default so that several processes on one
-// host (tests, a development machine) do not contend for a port; the chart sets it.
-func addMetricsFlag(f *pflag.FlagSet, addr *string) {
-	f.StringVar(addr, "metrics-addr", "", "address to serve Prometheus /metrics on over plain HTTP, e.g. :9465 (empty: not served)")
-}
-
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -164,6 +180,18 @@ func (o webhookOptions) validateWebhook() error {
 	// net.Listen takes "" (and a host without a port) as any port on every address.
 	if _, port, err := net.SplitHostPort(o.listenAddr); err != nil || port == "" {
 		return fmt.Errorf("--listen-addr %q: want [host]:port, such as :9443", o.listenAddr)
+	}
+	if err := o.serving.Validate(""); err != nil {
+		return err
+	}
+	if o.maxBodyBytes < 64<<10 {
+		return fmt.Errorf("--max-body-bytes %d: want at least 65536, room for an AdmissionReview of a pod (default %d)", o.maxBodyBytes, webhook.MaxReviewBytes)
+	}
+	if o.maxInFlightBodyBytes < o.maxBodyBytes {
+		return fmt.Errorf("--max-inflight-body-bytes %d: want at least --max-body-bytes (%d), or no review that long is ever read", o.maxInFlightBodyBytes, o.maxBodyBytes)
+	}
+	if err := o.validateMetrics(); err != nil {
+		return err
 	}
 	switch corev1.PullPolicy(o.wrapperPullPolicy) {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
@@ -284,7 +312,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 
 	reg := newMetricsRegistry()
 	if o.metricsAddr != "" {
-		stopMetrics, err := serveMetrics(o.metricsAddr, reg, log)
+		stopMetrics, err := serveMetrics(o.metricsAddr, reg, o.metricsLimits, log)
 		if err != nil {
 			return err
 		}
@@ -315,10 +343,17 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		wg.Go(func() { runLeading(ctx, elect, ctrl, log) })
 	}
 
+	reviews := httpbound.NewInFlight(o.serving.MaxInFlight)
+	bodies := httpbound.NewBodies(o.maxBodyBytes, o.maxInFlightBodyBytes)
+	probes := httpbound.NewInFlight(o.serving.MaxInFlight)
+	noBody := httpbound.NewBodies(httpbound.NoBodyBytes, 0)
 	h := &webhook.Handler{
-		Mutator: webhook.MutatorConfig{WrapperImage: o.wrapperImage, WrapperPullPolicy: corev1.PullPolicy(o.wrapperPullPolicy), ImagePullSecrets: o.imagePullSecrets},
-		Log:     log,
-		Metrics: webhook.NewMetrics(reg),
+		Mutator:      webhook.MutatorConfig{WrapperImage: o.wrapperImage, WrapperPullPolicy: corev1.PullPolicy(o.wrapperPullPolicy), ImagePullSecrets: o.imagePullSecrets},
+		Log:          log,
+		Metrics:      webhook.NewMetrics(reg),
+		Limit:        func(h http.Handler) http.Handler { return reviews.Limit(bodies.Limit(h)) },
+		Probes:       func(h http.Handler) http.Handler { return probes.Limit(noBody.Limit(h)) },
+		MaxBodyBytes: o.maxBodyBytes,
 	}
 	if o.bandwidthQuota {
 		quotas, err := apiQuotas(o.kubeconfig)
@@ -334,7 +369,7 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 		return err
 	}
 	log.Info("sidecar webhook serving", "addr", ln.Addr().String(), "version", version.Version, "virtualNodes", o.virtualNodes, "certSecret", o.cert.secret)
-	err = webhook.Serve(ctx, ln, cert, h.ServeMux(), log)
+	err = webhook.Serve(ctx, ln, cert, h.ServeMux(), o.serving, log)
 	stop()
 	wg.Wait()
 	return err

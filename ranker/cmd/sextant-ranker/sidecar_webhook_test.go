@@ -85,6 +85,13 @@ func TestSidecarWebhookFlags(t *testing.T) {
 		{"bad cert service", with(base, cert, []string{"--cert-service", "1svc"}), `--cert-service "1svc": want a Service name: `},
 		{"bad webhook configuration", with(base, cert, []string{"--cert-mutating-webhook-configurations", "Mut"}), `--cert-mutating-webhook-configurations "Mut": want a MutatingWebhookConfiguration name: `},
 		{"empty validating configuration", with(base, cert, []string{"--cert-validating-webhook-configurations", "a,"}), `--cert-validating-webhook-configurations is empty: want a ValidatingWebhookConfiguration name`},
+		{"no review in flight", with(base, []string{"--max-inflight", "0"}), "--max-inflight 0: want at least 1"},
+		{"read timeout 0", with(base, []string{"--read-timeout", "0s"}), "--read-timeout 0s: want a positive duration, such as 10s"},
+		{"header timeout beyond read timeout", with(base, []string{"--read-header-timeout", "20s"}), "--read-header-timeout 20s: want at most --read-timeout (10s)"},
+		{"body limit below a pod", with(base, []string{"--max-body-bytes", "1000"}), "--max-body-bytes 1000: want at least 65536"},
+		{"bodies in flight below one body", with(base, []string{"--max-inflight-body-bytes", "1048576"}), "--max-inflight-body-bytes 1048576: want at least --max-body-bytes (7340032)"},
+		{"metrics limits", with(base, []string{"--metrics-addr", ":9465", "--metrics-idle-timeout", "0s"}), "--metrics-idle-timeout 0s: want a positive duration"},
+		{"metrics limits without metrics", with(base, []string{"--metrics-idle-timeout", "0s"}), ""},
 	}, sidecarWebhookCommand, webhookOptions.validateWebhook)
 }
 
@@ -120,6 +127,7 @@ func TestSubcommandsValidateBeforeClients(t *testing.T) {
 	}{
 		{newSidecarWebhookCommand(), []string{"--wrapper-image", "w", "--exit-image", "e", "--cert-secret", "s", "--cert-namespace", "ns", "--cert-validity", "0"}, "--cert-validity 0s: want a positive duration such as 8760h"},
 		{newVirtualNodeControllerCommand(), []string{"--exit-image", "e", "--leader-elect-namespace", "ns", "--leader-elect-name", ""}, "--leader-elect-name is empty: want a Lease name"},
+		{newVirtualNodeControllerCommand(), []string{"--exit-image", "e", "--leader-elect-namespace", "ns", "--metrics-addr", ":0", "--metrics-max-inflight", "0"}, "--metrics-max-inflight 0: want at least 1"},
 		{newCheckCommand(), []string{"--namespace", "ns", "--image", "i", "--timeout", "0s"}, "--timeout 0s: want a positive duration such as 3m"},
 	} {
 		tc.cmd.SetArgs(append(tc.args, "--kubeconfig", "/nonexistent/kubeconfig"))

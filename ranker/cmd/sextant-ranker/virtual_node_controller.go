@@ -46,6 +46,9 @@ own.`,
 			if err := o.validateController(); err != nil {
 				return err
 			}
+			if err := o.validateMetrics(); err != nil {
+				return err
+			}
 			return runVirtualNodeController(cmd.Context(), *o)
 		},
 	}
@@ -56,7 +59,7 @@ own.`,
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required)")
 	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
-	addMetricsFlag(f, &o.metricsAddr)
+	addMetricsFlags(f, o)
 	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the controller looks at")
 	o.addLeaderFlags(f, "the controller")
 	o.addLoggingFlags(f)
@@ -72,7 +75,7 @@ func runVirtualNodeController(ctx context.Context, o webhookOptions) error {
 	defer stop()
 	reg := newMetricsRegistry()
 	if o.metricsAddr != "" {
-		stopMetrics, err := serveMetrics(o.metricsAddr, reg, log)
+		stopMetrics, err := serveMetrics(o.metricsAddr, reg, o.metricsLimits, log)
 		if err != nil {
 			return err
 		}
