@@ -72,6 +72,8 @@ verify: generate lint ## Regenerate and fail on any diff; helm lint, gofmt, go v
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	  [ -z "$$unformatted" ] || { echo "verify: gofmt would change: $$unformatted" >&2; exit 1; }
 	go vet ./...
+	@# The e2e suite builds only with its tag: vet it here, or a broken suite shows only at its run.
+	go vet -tags e2e ./test/e2e/
 	go mod tidy -diff
 	@# The dashboards' and alerts' queries parse with Prometheus's parser; panel IDs are unique; panels use $$datasource.
 	go test -count=1 ./test/lint/

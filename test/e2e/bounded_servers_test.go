@@ -50,8 +50,9 @@ func TestSecurityBoundedServers(t *testing.T) {
 
 	agentPods := readyPods(t, "app.kubernetes.io/component=agent", local.nodeName)
 	webhookPods := readyPods(t, "app.kubernetes.io/component=webhook", "")
+	rankerPods := readyPods(t, "app.kubernetes.io/component=ranker", "")
 	var watched []*watchedContainer
-	for _, p := range append(agentPods, webhookPods...) {
+	for _, p := range slices.Concat(agentPods, webhookPods, rankerPods) {
 		watched = append(watched, watchContainer(t, p))
 	}
 
@@ -69,9 +70,26 @@ func TestSecurityBoundedServers(t *testing.T) {
 		kind := []string{"declared", "chunked"}[i%2]
 		wg.Go(func() { posts.add(kind, slowPost(addr, 8<<20, kind == "chunked", deadline)) })
 	}
+	// kube-scheduler's secure port, past its --secure-port-max-connections (128): each
+	// connection a TLS handshake and headers that never end.
+	rankerScrapes := newTally()
+	for i := range 400 {
+		addr := net.JoinHostPort(rankerPods[i%len(rankerPods)].Status.PodIP, "10259")
+		wg.Go(func() {
+			outcome := slowScrape(addr, "", true, deadline)
+			if strings.HasPrefix(outcome, "dial: ") {
+				outcome = "refused"
+			}
+			rankerScrapes.add("ranker, endless headers", outcome)
+		})
+	}
 	wg.Wait()
 	t.Logf("agent scrapes by kind and outcome: %s", scrapes)
 	t.Logf("webhook reviews of 8 MiB by kind and outcome: %s", posts)
+	t.Logf("ranker connections with endless headers by outcome: %s", rankerScrapes)
+	if n := rankerScrapes.counts["ranker, endless headers"]["refused"]; n == 0 {
+		t.Errorf("none of 400 slow connections to %d rankers was refused: their secure ports hold more than 128 each", len(rankerPods))
+	}
 
 	// What each kind of client may get: never metrics without the right, never a
 	// review of 8 MiB read, never an answer to headers that do not end, and nobody
@@ -84,8 +102,10 @@ func TestSecurityBoundedServers(t *testing.T) {
 		"endless headers": {"closed"},
 		"declared":        {"413", "429", "closed"},
 		"chunked":         {"413", "429", "400", "closed"},
+		// Past the limit the ranker closes a connection before its handshake.
+		"ranker, endless headers": {"closed", "refused"},
 	}
-	for _, tl := range []*tally{scrapes, posts} {
+	for _, tl := range []*tally{scrapes, posts, rankerScrapes} {
 		for kind, outcomes := range tl.counts {
 			for outcome := range outcomes {
 				if !slices.Contains(allowed[kind], outcome) {
@@ -110,6 +130,28 @@ func TestSecurityBoundedServers(t *testing.T) {
 		metrics := webhookMetrics(t, p)
 		t.Logf("webhook %s: %s", p.Name, metrics)
 	}
+	for _, p := range rankerPods {
+		addr := net.JoinHostPort(p.Status.PodIP, "10259")
+		eventually(t, time.Minute, func() (bool, string) {
+			code, body, err := agentGet(addr, "/metrics", reader)
+			refused := metricValue(body, "sextant_ranker_secure_port_connections_refused_total")
+			t.Logf("ranker %s after the storm: HTTP %d, %v; connections refused %v", p.Name, code, err, refused)
+			return code == http.StatusOK && refused > 0, fmt.Sprintf("ranker %s's /metrics with the reader's token after the storm: HTTP %d, %v, connections refused %v", p.Name, code, err, refused)
+		})
+	}
+}
+
+// metricValue is the value of the unlabelled sample name in a Prometheus text body, or
+// -1 when there is none.
+func metricValue(body, name string) float64 {
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
+				return f
+			}
+		}
+	}
+	return -1
 }
 
 // plainToken is a token of a new service account in ns, bound to nothing: a tenant's.

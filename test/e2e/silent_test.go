@@ -218,15 +218,6 @@ func agentRestarts(p *corev1.Pod) int32 {
 	return 0
 }
 
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 func waitAgentReady(t *testing.T) {
 	t.Helper()
 	eventually(t, 3*time.Minute, func() (bool, string) {

@@ -22,13 +22,13 @@ import (
 	"sextant.io/sextant/ranker/plugins/pluginargs"
 )
 
-// newSchedulerCommand is kube-scheduler's own command (app.NewSchedulerCommand) with
-// sextant's steps run before it: --version naming sextant's release, the sextant profile
+// newSchedulerCommand is kube-scheduler's own command (newKubeSchedulerCommand: its
+// app.NewSchedulerCommand with the secure port bounded) with sextant's steps run before it: --version naming sextant's release, the sextant profile
 // when there is no --config, and checkBinder and checkPluginArgs on the profiles of
 // --config. Every kube-scheduler flag is its own. Go's garbage collector is set by the
 // environment (GOGC, GOMEMLIMIT), as the chart does.
 func newSchedulerCommand(registryOptions ...app.Option) *cobra.Command {
-	cmd := app.NewSchedulerCommand(registryOptions...)
+	cmd := newKubeSchedulerCommand(registryOptions...)
 	cmd.Use = "sextant-ranker"
 	cmd.Long = `sextant-ranker is kube-scheduler with sextant's plugins registered: BandwidthAware,
 NUMAAware, DeviceAware and SextantBinder. Without --config it serves one profile,

@@ -1,0 +1,134 @@
+package httpbound
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ConnLimits bound the connections of a server built by someone else (kube-scheduler's
+// secure port), where neither the handler chain nor the http.Server's timeouts are ours
+// to set: only the listener it serves is.
+type ConnLimits struct {
+	// MaxConns is the number of connections open at once. One more is closed as soon as
+	// it is accepted, before its TLS handshake: over HTTP/1.1 a connection carries one
+	// request at a time, so this is also the limit on requests in flight.
+	MaxConns int
+	// Lifetime is each connection's absolute deadline for reads and writes, counted from
+	// its accept, whatever deadlines the server sets later (net/http clears its read
+	// deadline once the headers are in): a client reading or writing a byte a minute
+	// holds its slot this long at most. Keep-alive clients reconnect after it.
+	Lifetime time.Duration
+	// ReadBytes is what one connection may send over its lifetime, TLS records and
+	// bodies included; past it the connection's reads fail and the server closes it.
+	ReadBytes int64
+}
+
+// Validate names the first limit out of range, with the flag that sets it.
+func (l ConnLimits) Validate(prefix string) error {
+	switch {
+	case l.MaxConns < 1:
+		return fmt.Errorf("--%s %d: want at least 1", flagName(prefix, "max-connections"), l.MaxConns)
+	case l.Lifetime <= 0:
+		return fmt.Errorf("--%s %s: want a duration above 0, e.g. 2m", flagName(prefix, "connection-lifetime"), l.Lifetime)
+	case l.ReadBytes < 1:
+		return fmt.Errorf("--%s %d: want at least 1 byte", flagName(prefix, "connection-read-bytes"), l.ReadBytes)
+	}
+	return nil
+}
+
+// ErrConnReadLimit is a read past ConnLimits.ReadBytes.
+var ErrConnReadLimit = errors.New("connection read past its byte limit")
+
+// Listener hands out ln's connections within l. refused, when not nil, is called for
+// each connection closed because MaxConns were open.
+func (l ConnLimits) Listener(ln net.Listener, refused func()) net.Listener {
+	return &limitListener{Listener: ln, limits: l, slots: make(chan struct{}, l.MaxConns), refused: refused}
+}
+
+type limitListener struct {
+	net.Listener
+	limits  ConnLimits
+	slots   chan struct{}
+	refused func()
+}
+
+// Open is the number of connections open now.
+func (ln *limitListener) Open() int { return len(ln.slots) }
+
+func (ln *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := ln.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case ln.slots <- struct{}{}:
+		default:
+			// Closed rather than held in the backlog: a client that cannot get a slot
+			// learns it at once, and the kernel's queue does not fill behind a storm.
+			_ = c.Close()
+			if ln.refused != nil {
+				ln.refused()
+			}
+			continue
+		}
+		// kube-scheduler's server sets TCP keep-alive only on the *net.TCPConn it
+		// accepts itself, which this one hides.
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetKeepAlive(true)
+			_ = tc.SetKeepAlivePeriod(3 * time.Minute)
+		}
+		lc := &limitConn{Conn: c, end: time.Now().Add(ln.limits.Lifetime), release: func() { <-ln.slots }}
+		lc.left.Store(ln.limits.ReadBytes)
+		if err := c.SetDeadline(lc.end); err != nil {
+			_ = lc.Close()
+			continue
+		}
+		return lc, nil
+	}
+}
+
+type limitConn struct {
+	net.Conn
+	end       time.Time
+	left      atomic.Int64
+	closeOnce sync.Once
+	release   func()
+}
+
+func (c *limitConn) Read(p []byte) (int, error) {
+	left := c.left.Load()
+	if left <= 0 {
+		return 0, ErrConnReadLimit
+	}
+	if int64(len(p)) > left {
+		p = p[:left]
+	}
+	n, err := c.Conn.Read(p)
+	c.left.Add(-int64(n))
+	return n, err
+}
+
+// within is t, or the connection's end when t is later or none (the zero time).
+func (c *limitConn) within(t time.Time) time.Time {
+	if t.IsZero() || t.After(c.end) {
+		return c.end
+	}
+	return t
+}
+
+func (c *limitConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.within(t)) }
+func (c *limitConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.within(t)) }
+func (c *limitConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.within(t))
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.closeOnce.Do(c.release)
+	return err
+}
