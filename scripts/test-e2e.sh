@@ -5,7 +5,7 @@
 #
 #   scripts/test-e2e.sh         (make test-e2e; no arguments)
 #
-# Env: E2E_TIMEOUT (go test -timeout, default 40m), SEXTANT_KEEP_CLUSTER.
+# Env: E2E_TIMEOUT (go test -timeout, default 60m), SEXTANT_KEEP_CLUSTER.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -27,4 +27,4 @@ trap cleanup EXIT
 # The suite deploys what it tests: make sure the images of this tree are in the cluster.
 "$here/images.sh" import
 cd "$repo"
-KUBECONFIG=$("$here/cluster.sh" kubeconfig) go test -count=1 -tags e2e -timeout "${E2E_TIMEOUT:-40m}" -v ./test/e2e/...
+KUBECONFIG=$("$here/cluster.sh" kubeconfig) go test -count=1 -tags e2e -timeout "${E2E_TIMEOUT:-60m}" -v ./test/e2e/...

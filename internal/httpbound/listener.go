@@ -1,6 +1,7 @@
 package httpbound
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"net"
@@ -13,9 +14,12 @@ import (
 // secure port), where neither the handler chain nor the http.Server's timeouts are ours
 // to set: only the listener it serves is.
 type ConnLimits struct {
-	// MaxConns is the number of connections open at once. One more is closed as soon as
-	// it is accepted, before its TLS handshake: over HTTP/1.1 a connection carries one
-	// request at a time, so this is also the limit on requests in flight.
+	// MaxConns is the number of connections open at once. A new connection past it
+	// closes the oldest one open, rather than being refused: a client holding
+	// connections open cannot keep newer ones (the kubelet's probes, a scrape) out, and
+	// to crowd them out would have to open connections faster than they are served.
+	// Over HTTP/1.1 a connection carries one request at a time, so this is also the
+	// limit on requests in flight.
 	MaxConns int
 	// Lifetime is each connection's absolute deadline for reads and writes, counted from
 	// its accept, whatever deadlines the server sets later (net/http clears its read
@@ -43,21 +47,27 @@ func (l ConnLimits) Validate(prefix string) error {
 // ErrConnReadLimit is a read past ConnLimits.ReadBytes.
 var ErrConnReadLimit = errors.New("connection read past its byte limit")
 
-// Listener hands out ln's connections within l. refused, when not nil, is called for
-// each connection closed because MaxConns were open.
-func (l ConnLimits) Listener(ln net.Listener, refused func()) net.Listener {
-	return &limitListener{Listener: ln, limits: l, slots: make(chan struct{}, l.MaxConns), refused: refused}
+// Listener hands out ln's connections within l. evicted, when not nil, is called for
+// each connection closed to make room for a new one.
+func (l ConnLimits) Listener(ln net.Listener, evicted func()) net.Listener {
+	return &limitListener{Listener: ln, limits: l, open: list.New(), evicted: evicted}
 }
 
 type limitListener struct {
 	net.Listener
 	limits  ConnLimits
-	slots   chan struct{}
-	refused func()
+	evicted func()
+
+	mu   sync.Mutex
+	open *list.List // of *limitConn, oldest first
 }
 
 // Open is the number of connections open now.
-func (ln *limitListener) Open() int { return len(ln.slots) }
+func (ln *limitListener) Open() int {
+	ln.mu.Lock()
+	defer ln.mu.Unlock()
+	return ln.open.Len()
+}
 
 func (ln *limitListener) Accept() (net.Conn, error) {
 	for {
@@ -65,28 +75,33 @@ func (ln *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		select {
-		case ln.slots <- struct{}{}:
-		default:
-			// Closed rather than held in the backlog: a client that cannot get a slot
-			// learns it at once, and the kernel's queue does not fill behind a storm.
-			_ = c.Close()
-			if ln.refused != nil {
-				ln.refused()
-			}
-			continue
-		}
 		// kube-scheduler's server sets TCP keep-alive only on the *net.TCPConn it
 		// accepts itself, which this one hides.
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetKeepAlive(true)
 			_ = tc.SetKeepAlivePeriod(3 * time.Minute)
 		}
-		lc := &limitConn{Conn: c, end: time.Now().Add(ln.limits.Lifetime), release: func() { <-ln.slots }}
+		lc := &limitConn{Conn: c, ln: ln, end: time.Now().Add(ln.limits.Lifetime)}
 		lc.left.Store(ln.limits.ReadBytes)
 		if err := c.SetDeadline(lc.end); err != nil {
-			_ = lc.Close()
+			_ = c.Close()
 			continue
+		}
+		ln.mu.Lock()
+		var oldest *limitConn
+		if ln.open.Len() >= ln.limits.MaxConns {
+			oldest = ln.open.Remove(ln.open.Front()).(*limitConn)
+			oldest.elem = nil
+		}
+		lc.elem = ln.open.PushBack(lc)
+		ln.mu.Unlock()
+		if oldest != nil {
+			// Its server goroutine sees the error and closes it again, which is then
+			// only the socket's.
+			_ = oldest.Conn.Close()
+			if ln.evicted != nil {
+				ln.evicted()
+			}
 		}
 		return lc, nil
 	}
@@ -94,10 +109,10 @@ func (ln *limitListener) Accept() (net.Conn, error) {
 
 type limitConn struct {
 	net.Conn
-	end       time.Time
-	left      atomic.Int64
-	closeOnce sync.Once
-	release   func()
+	ln   *limitListener
+	end  time.Time
+	left atomic.Int64
+	elem *list.Element // in ln.open while open; guarded by ln.mu
 }
 
 func (c *limitConn) Read(p []byte) (int, error) {
@@ -129,6 +144,11 @@ func (c *limitConn) SetWriteDeadline(t time.Time) error {
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.closeOnce.Do(c.release)
+	c.ln.mu.Lock()
+	if c.elem != nil {
+		c.ln.open.Remove(c.elem)
+		c.elem = nil
+	}
+	c.ln.mu.Unlock()
 	return err
 }

@@ -3,12 +3,14 @@ package httpbound
 import (
 	"bufio"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -18,23 +20,23 @@ import (
 // serveLimited serves h over TLS through l's listener with the timeouts kube-scheduler's
 // secure port sets (genericapiserver's SecureServingInfo.Serve), none of which stops a
 // slow client once its headers are in. It returns the server, the listener and a count
-// of refused connections.
+// of evicted connections.
 func serveLimited(t *testing.T, l ConnLimits, h http.Handler) (*httptest.Server, *limitListener, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var refused atomic.Int64
-	limited := l.Listener(ln, func() { refused.Add(1) })
+	var evicted atomic.Int64
+	limited := l.Listener(ln, func() { evicted.Add(1) })
 	srv := httptest.NewUnstartedServer(h)
 	srv.Listener = limited
 	srv.Config.ReadHeaderTimeout = 32 * time.Second
 	srv.Config.IdleTimeout = 90 * time.Second
-	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused connections' failed handshakes
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the evicted connections' failed handshakes
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	return srv, limited.(*limitListener), &refused
+	return srv, limited.(*limitListener), &evicted
 }
 
 // eventually polls cond until it holds or patience runs out.
@@ -49,10 +51,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestConnLimitsRefuseConnectionsPastMax(t *testing.T) {
-	srv, ln, refused := serveLimited(t, ConnLimits{MaxConns: 3, Lifetime: time.Hour, ReadBytes: 1 << 20},
+func TestConnLimitsEvictTheOldestPastMax(t *testing.T) {
+	srv, ln, evicted := serveLimited(t, ConnLimits{MaxConns: 3, Lifetime: time.Hour, ReadBytes: 1 << 20},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }))
 	addr := srv.Listener.Addr().String()
+	// Three clients that connect and send nothing, as a slow-loris does, one after the
+	// other so that their order is known.
 	var held []net.Conn
 	for i := 0; i < 3; i++ {
 		c, err := net.Dial("tcp", addr)
@@ -61,31 +65,35 @@ func TestConnLimitsRefuseConnectionsPastMax(t *testing.T) {
 		}
 		defer c.Close()
 		held = append(held, c)
+		eventually(t, fmt.Sprintf("%d connections open", i+1), func() bool { return ln.Open() == i+1 })
 	}
-	eventually(t, "3 connections open", func() bool { return ln.Open() == 3 })
 
-	extra, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer extra.Close()
-	_ = extra.SetReadDeadline(time.Now().Add(patience))
-	if n, err := extra.Read(make([]byte, 1)); err == nil {
-		t.Fatalf("a 4th connection past 3 was served: read %d bytes", n)
-	}
-	eventually(t, "the 4th connection counted as refused", func() bool { return refused.Load() == 1 })
-
-	// A slot freed is a slot served.
-	held[0].Close()
-	eventually(t, "a slot freed", func() bool { return ln.Open() == 2 })
+	// A 4th is served, and the oldest closed to make room for it.
 	resp, err := srv.Client().Get(srv.URL)
 	if err != nil {
-		t.Fatalf("GET after a slot was freed: %v", err)
+		t.Fatalf("GET with 3 idle connections holding every slot: %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if string(body) != "ok" {
-		t.Fatalf("GET after a slot was freed: %q, want ok", body)
+		t.Fatalf("GET with 3 idle connections holding every slot: %q, want ok", body)
+	}
+	_ = held[0].SetReadDeadline(time.Now().Add(patience))
+	if n, err := held[0].Read(make([]byte, 1)); err == nil {
+		t.Fatalf("the oldest connection still open after a 4th past 3: read %d bytes", n)
+	}
+	if evicted.Load() != 1 {
+		t.Fatalf("%d connections evicted, want 1 (the oldest)", evicted.Load())
+	}
+	// The others are untouched: still open, their deadline an hour away.
+	for i, c := range held[1:] {
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("connection %d after the eviction of the oldest: %v, want it open (a read deadline of ours exceeded)", i+2, err)
+		}
+	}
+	if n := ln.Open(); n > 3 {
+		t.Fatalf("%d connections open, want at most 3", n)
 	}
 }
 
@@ -147,7 +155,7 @@ func TestConnLimitsEndConnectionsPastTheirReadBytes(t *testing.T) {
 
 func TestConnLimitsServeKeepAliveRequests(t *testing.T) {
 	var served atomic.Int64
-	srv, ln, refused := serveLimited(t, ConnLimits{MaxConns: 1, Lifetime: time.Hour, ReadBytes: 1 << 20},
+	srv, ln, evicted := serveLimited(t, ConnLimits{MaxConns: 1, Lifetime: time.Hour, ReadBytes: 1 << 20},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { served.Add(1); fmt.Fprint(w, "ok") }))
 	c, err := tlsDial(srv)
 	if err != nil {
@@ -167,8 +175,8 @@ func TestConnLimitsServeKeepAliveRequests(t *testing.T) {
 			t.Fatalf("request %d on one connection: %s", i, resp.Status)
 		}
 	}
-	if served.Load() != 20 || refused.Load() != 0 || ln.Open() != 1 {
-		t.Fatalf("served %d, refused %d, open %d; want 20 served on the one connection", served.Load(), refused.Load(), ln.Open())
+	if served.Load() != 20 || evicted.Load() != 0 || ln.Open() != 1 {
+		t.Fatalf("served %d, evicted %d, open %d; want 20 served on the one connection", served.Load(), evicted.Load(), ln.Open())
 	}
 }
 

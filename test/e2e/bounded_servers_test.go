@@ -71,7 +71,9 @@ func TestSecurityBoundedServers(t *testing.T) {
 		wg.Go(func() { posts.add(kind, slowPost(addr, 8<<20, kind == "chunked", deadline)) })
 	}
 	// kube-scheduler's secure port, past its --secure-port-max-connections (128): each
-	// connection a TLS handshake and headers that never end.
+	// connection a TLS handshake and headers that never end. Past 128 a new connection
+	// closes the oldest, so the kubelet's probes are still served (the containers are
+	// checked for restarts below).
 	rankerScrapes := newTally()
 	for i := range 400 {
 		addr := net.JoinHostPort(rankerPods[i%len(rankerPods)].Status.PodIP, "10259")
@@ -87,9 +89,6 @@ func TestSecurityBoundedServers(t *testing.T) {
 	t.Logf("agent scrapes by kind and outcome: %s", scrapes)
 	t.Logf("webhook reviews of 8 MiB by kind and outcome: %s", posts)
 	t.Logf("ranker connections with endless headers by outcome: %s", rankerScrapes)
-	if n := rankerScrapes.counts["ranker, endless headers"]["refused"]; n == 0 {
-		t.Errorf("none of 400 slow connections to %d rankers was refused: their secure ports hold more than 128 each", len(rankerPods))
-	}
 
 	// What each kind of client may get: never metrics without the right, never a
 	// review of 8 MiB read, never an answer to headers that do not end, and nobody
@@ -102,7 +101,7 @@ func TestSecurityBoundedServers(t *testing.T) {
 		"endless headers": {"closed"},
 		"declared":        {"413", "429", "closed"},
 		"chunked":         {"413", "429", "400", "closed"},
-		// Past the limit the ranker closes a connection before its handshake.
+		// Evicted during its handshake: refused.
 		"ranker, endless headers": {"closed", "refused"},
 	}
 	for _, tl := range []*tally{scrapes, posts, rankerScrapes} {
@@ -134,9 +133,9 @@ func TestSecurityBoundedServers(t *testing.T) {
 		addr := net.JoinHostPort(p.Status.PodIP, "10259")
 		eventually(t, time.Minute, func() (bool, string) {
 			code, body, err := agentGet(addr, "/metrics", reader)
-			refused := metricValue(body, "sextant_ranker_secure_port_connections_refused_total")
-			t.Logf("ranker %s after the storm: HTTP %d, %v; connections refused %v", p.Name, code, err, refused)
-			return code == http.StatusOK && refused > 0, fmt.Sprintf("ranker %s's /metrics with the reader's token after the storm: HTTP %d, %v, connections refused %v", p.Name, code, err, refused)
+			evicted := metricValue(body, "sextant_ranker_secure_port_connections_evicted_total")
+			t.Logf("ranker %s after the storm: HTTP %d, %v; connections evicted %v", p.Name, code, err, evicted)
+			return code == http.StatusOK && evicted > 0, fmt.Sprintf("ranker %s's /metrics with the reader's token after the storm: HTTP %d, %v, connections evicted %v (want some: 200 connections at a secure port holding 128)", p.Name, code, err, evicted)
 		})
 	}
 }

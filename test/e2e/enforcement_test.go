@@ -32,7 +32,6 @@ import (
 type shapedNode struct {
 	node, world string
 	worldIP     string
-	rate        float64 // the uplink's, bits/s
 	pods        []shapedPod
 }
 
@@ -40,11 +39,9 @@ type shapedPod struct {
 	ns, ip string
 }
 
-// newShapedNode is a node whose uplink is shaped to rate bits/s (a whole number of
-// Mbit/s) both ways. Tests that measure rates use one far below what iperf3 reaches on a
-// busy machine, so that the uplink, the thing under test, is the bottleneck, not the
-// CPU.
-func newShapedNode(t *testing.T, pods int, rate float64) *shapedNode {
+const uplinkRate = 1e9
+
+func newShapedNode(t *testing.T, pods int) *shapedNode {
 	t.Helper()
 	requireRoot(t)
 	for _, tool := range []string{"ip", "tc", "iperf3"} {
@@ -52,7 +49,7 @@ func newShapedNode(t *testing.T, pods int, rate float64) *shapedNode {
 			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
 		}
 	}
-	s := &shapedNode{worldIP: "10.249.0.2", rate: rate}
+	s := &shapedNode{worldIP: "10.249.0.2"}
 	s.node, _ = netnstest.New(t, "e2e-enf-node-")
 	s.world, _ = netnstest.New(t, "e2e-enf-world-")
 	for _, ns := range []string{s.node, s.world} {
@@ -66,7 +63,7 @@ func newShapedNode(t *testing.T, pods int, rate float64) *shapedNode {
 	run(t, "ip", "-n", s.world, "route", "add", "10.249.1.0/24", "via", "10.249.0.1")
 	run(t, "ip", "netns", "exec", s.node, "sysctl", "-qw", "net.ipv4.ip_forward=1")
 	for _, l := range []struct{ ns, dev string }{{s.node, "up0"}, {s.world, "w0"}} {
-		run(t, "tc", "-n", l.ns, "qdisc", "add", "dev", l.dev, "root", "handle", "7:", "tbf", "rate", fmt.Sprintf("%.0fmbit", rate/1e6), "burst", "512kb", "latency", "20ms")
+		run(t, "tc", "-n", l.ns, "qdisc", "add", "dev", l.dev, "root", "handle", "7:", "tbf", "rate", "1gbit", "burst", "512kb", "latency", "20ms")
 	}
 	for i := range pods {
 		p := shapedPod{ip: fmt.Sprintf("10.249.1.%d", 10+i)}
@@ -120,7 +117,7 @@ func (s *shapedNode) ingress(t *testing.T, i, secs int) float64 {
 }
 
 // contended runs measure while pods 1 to 3 push as hard as they can in direction dir:
-// UDP at the uplink's rate each out of the node (forwarded packets have no socket to slow them
+// UDP at 1 Gbit/s each out of the node (forwarded packets have no socket to slow them
 // down), four TCP flows each into it.
 func (s *shapedNode) contended(t *testing.T, dir string, secs int, measure func() float64) float64 {
 	t.Helper()
@@ -129,7 +126,7 @@ func (s *shapedNode) contended(t *testing.T, dir string, secs int, measure func(
 		var cmd *exec.Cmd
 		if dir == "egress" {
 			cmd = exec.Command("ip", "netns", "exec", s.pods[i].ns, "iperf3", "-c", s.worldIP, "-p", fmt.Sprint(5201+i),
-				"-u", "-b", fmt.Sprintf("%.0fM", s.rate/1e6), "-l", "8900", "-t", fmt.Sprint(secs+3))
+				"-u", "-b", "1G", "-l", "8900", "-t", fmt.Sprint(secs+3))
 		} else {
 			cmd = exec.Command("ip", "netns", "exec", s.world, "iperf3", "-c", s.pods[i].ip, "-P", "4", "-t", fmt.Sprint(secs+3))
 		}
@@ -200,7 +197,7 @@ func startEnforcingAgent(t *testing.T, node *corev1.Node, s *shapedNode, stateDi
 	args := []string{"run", "--logging-format=json",
 		"--kubeconfig", agentKubeconfig(t, node.Name),
 		"--node-name", node.Name, "--metrics-addr", "", "--sidecar-terminator=false", "--numa-pinning=false", "--device-plugin=false",
-		"--netns", "/var/run/netns/" + s.node, "--interfaces", "up0", "--network", "pod=up0", "--nic-capacity", fmt.Sprintf("up0=%.0fM", s.rate/1e6),
+		"--netns", "/var/run/netns/" + s.node, "--interfaces", "up0", "--network", "pod=up0", "--nic-capacity", "up0=1G",
 		"--sample-interval", "1s", "--window", "10s", "--report-min-interval", "1s", "--report-max-interval", "5s",
 		"--state-dir", stateDir, "--enforcement-resync", "2s"}
 	if enforce {
@@ -241,22 +238,20 @@ func waitGuaranteed(t *testing.T, node string, ingress, egress int64) {
 	})
 }
 
-// TestEnforcementKeepsGuaranteesAndLimits: a pod placed for 40% of a 100 Mbit/s uplink
-// each way gets it while three neighbours push through the same uplink, and clearly less
-// without enforcement; alone it reaches the uplink's rate; a pod capped at 20 Mbit/s
-// gets that. The uplink is slow enough for a busy machine to fill it: what is measured
-// is the shaping, not the machine (`make bench-enforce` measures the machine).
+// TestEnforcementKeepsGuaranteesAndLimits: a pod placed for 400 Mbit/s each way gets it
+// while three neighbours push through the same 1 Gbit/s uplink, and clearly less without
+// enforcement; alone it reaches the uplink's rate; a pod capped at 100 Mbit/s gets that.
 func TestEnforcementKeepsGuaranteesAndLimits(t *testing.T) {
 	installCRDs(t)
 	deployChart(t)
-	const uplink, required, limit = 100e6, 40e6, 20e6
-	s := newShapedNode(t, 5, uplink)
+	s := newShapedNode(t, 5)
 	node := readyFakeNode(t, "e2e-enforce-", nil, nil)
 	ns := testNamespace(t)
+	const required = 400e6
 	enforcementPods(t, ns, node, s, []map[string]string{
-		{annotations.EgressRequired: "40M", annotations.IngressRequired: "40M"},
+		{annotations.EgressRequired: "400M", annotations.IngressRequired: "400M"},
 		nil, nil, nil,
-		{annotations.KubernetesEgressBandwidth: "20M", annotations.KubernetesIngressBandwidth: "20M"},
+		{annotations.KubernetesEgressBandwidth: "100M", annotations.KubernetesIngressBandwidth: "100M"},
 	})
 	const secs = 5
 	offEgress := s.contended(t, "egress", secs, func() float64 { return s.egress(t, 0, secs) })
@@ -266,35 +261,35 @@ func TestEnforcementKeepsGuaranteesAndLimits(t *testing.T) {
 	waitGuaranteed(t, node.Name, required, required)
 	onEgress := s.contended(t, "egress", secs, func() float64 { return s.egress(t, 0, secs) })
 	onIngress := s.contended(t, "ingress", secs, func() float64 { return s.ingress(t, 0, secs) })
-	t.Logf("pod requiring 40M of a 100M uplink, three neighbours pushing: egress %.1f Mbit/s with enforcement, %.1f without; ingress %.1f with, %.1f without",
+	t.Logf("pod requiring 400M, three neighbours pushing: egress %.0f Mbit/s with enforcement, %.0f without; ingress %.0f with, %.0f without",
 		onEgress/1e6, offEgress/1e6, onIngress/1e6, offIngress/1e6)
 	for _, c := range []struct {
 		dir     string
 		on, off float64
 	}{{"egress", onEgress, offEgress}, {"ingress", onIngress, offIngress}} {
 		if c.on < 0.95*required {
-			t.Errorf("%s with enforcement: %.1f Mbit/s, want at least 95%% of the 40M required", c.dir, c.on/1e6)
+			t.Errorf("%s with enforcement: %.0f Mbit/s, want at least 95%% of the 400M required", c.dir, c.on/1e6)
 		}
 		if c.on <= c.off {
-			t.Errorf("%s: %.1f Mbit/s with enforcement, %.1f without: enforcement made no difference", c.dir, c.on/1e6, c.off/1e6)
+			t.Errorf("%s: %.0f Mbit/s with enforcement, %.0f without: enforcement made no difference", c.dir, c.on/1e6, c.off/1e6)
 		}
 	}
 
 	// Work-conserving: alone, the reserved pod takes what nobody else uses.
 	aloneEgress, aloneIngress := s.egress(t, 0, secs), s.ingress(t, 0, secs)
-	t.Logf("the reserved pod alone: egress %.1f Mbit/s, ingress %.1f Mbit/s of a 100M uplink", aloneEgress/1e6, aloneIngress/1e6)
+	t.Logf("the reserved pod alone: egress %.0f Mbit/s, ingress %.0f Mbit/s of a 1G uplink", aloneEgress/1e6, aloneIngress/1e6)
 	for dir, got := range map[string]float64{"egress": aloneEgress, "ingress": aloneIngress} {
-		if got < 0.9*uplink {
-			t.Errorf("the reserved pod alone, %s: %.1f Mbit/s, want at least 90%% of the uplink's 100", dir, got/1e6)
+		if got < 0.9*uplinkRate {
+			t.Errorf("the reserved pod alone, %s: %.0f Mbit/s, want at least 90%% of the uplink's 1000", dir, got/1e6)
 		}
 	}
 
-	// Limits: kubernetes.io/*-bandwidth: 20M, as the CNI bandwidth plugin reads it.
+	// Limits: kubernetes.io/*-bandwidth: 100M, as the CNI bandwidth plugin reads it.
 	cappedEgress, cappedIngress := s.egress(t, 4, secs), s.ingress(t, 4, secs)
-	t.Logf("the pod capped at 20M: egress %.2f Mbit/s, ingress %.2f Mbit/s", cappedEgress/1e6, cappedIngress/1e6)
+	t.Logf("the pod capped at 100M: egress %.1f Mbit/s, ingress %.1f Mbit/s", cappedEgress/1e6, cappedIngress/1e6)
 	for dir, got := range map[string]float64{"egress": cappedEgress, "ingress": cappedIngress} {
-		if got < 0.95*limit || got > 1.05*limit {
-			t.Errorf("the pod capped at 20M, %s: %.2f Mbit/s, want 20 ± 5%%", dir, got/1e6)
+		if got < 95e6 || got > 105e6 {
+			t.Errorf("the pod capped at 100M, %s: %.1f Mbit/s, want 100 ± 5%%", dir, got/1e6)
 		}
 	}
 }
@@ -388,7 +383,7 @@ func shapingOf(t *testing.T, ns string) shaping {
 func TestEnforcementLifecycle(t *testing.T) {
 	installCRDs(t)
 	deployChart(t)
-	s := newShapedNode(t, 2, 1e9)
+	s := newShapedNode(t, 2)
 	node := readyFakeNode(t, "e2e-enforce-life-", nil, nil)
 	ns := testNamespace(t)
 	before := rootQdisc(t, s.node)
@@ -468,7 +463,7 @@ func TestEnforcementLifecycle(t *testing.T) {
 func TestEnforcementRankerPlacesOnGuarantees(t *testing.T) {
 	installCRDs(t)
 	deployChart(t)
-	s := newShapedNode(t, 2, 1e9)
+	s := newShapedNode(t, 2)
 	const prefix = "e2e-enforce-rank"
 	node := readyFakeNode(t, prefix+"-", map[string]string{"sextant.io/e2e": prefix}, corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("64Gi"), corev1.ResourcePods: resource.MustParse("110"),

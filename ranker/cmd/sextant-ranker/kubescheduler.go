@@ -32,12 +32,12 @@ import (
 // kilobytes at most), health checks, and /debug/pprof/profile (30 seconds by default).
 var defaultSecurePortLimits = httpbound.ConnLimits{MaxConns: 128, Lifetime: 2 * time.Minute, ReadBytes: 1 << 20}
 
-// secureConnsRefused counts connections closed because the secure port had its
-// --secure-port-max-connections open.
-var secureConnsRefused = metrics.NewCounter(&metrics.CounterOpts{
+// secureConnsEvicted counts connections closed to make room for a new one because
+// the secure port had its --secure-port-max-connections open.
+var secureConnsEvicted = metrics.NewCounter(&metrics.CounterOpts{
 	Subsystem:      "sextant_ranker",
-	Name:           "secure_port_connections_refused_total",
-	Help:           "Connections to the secure port closed as soon as accepted because --secure-port-max-connections were open.",
+	Name:           "secure_port_connections_evicted_total",
+	Help:           "Secure-port connections closed, the oldest first, to make room for a new one while --secure-port-max-connections were open.",
 	StabilityLevel: metrics.ALPHA,
 })
 
@@ -63,7 +63,7 @@ func newKubeSchedulerCommand(registryOptions ...app.Option) *cobra.Command {
 	nfs := opts.Flags
 	bounds := nfs.FlagSet("secure serving")
 	bounds.IntVar(&limits.MaxConns, "secure-port-max-connections", limits.MaxConns,
-		"Connections the secure port holds open at once (over HTTP/1.1, also requests in flight); one more is closed as soon as it is accepted and counted in sextant_ranker_secure_port_connections_refused_total.")
+		"Connections the secure port holds open at once (over HTTP/1.1, also requests in flight); a new one past it closes the oldest open, counted in sextant_ranker_secure_port_connections_evicted_total, so that clients holding connections cannot keep the kubelet's probes out.")
 	bounds.DurationVar(&limits.Lifetime, "secure-port-connection-lifetime", limits.Lifetime,
 		"Each secure-port connection's absolute deadline for reads and writes, from its accept: a slow client holds a connection this long at most, and keep-alive clients reconnect after it. Longer than any /debug/pprof/profile?seconds= you take.")
 	bounds.Int64Var(&limits.ReadBytes, "secure-port-connection-read-bytes", limits.ReadBytes,
@@ -108,8 +108,8 @@ func runKubeScheduler(cmd *cobra.Command, opts *options.Options, limits httpboun
 		return err
 	}
 	if cc.SecureServing != nil && cc.SecureServing.Listener != nil {
-		legacyregistry.MustRegister(secureConnsRefused)
-		cc.SecureServing.Listener = limits.Listener(cc.SecureServing.Listener, secureConnsRefused.Inc)
+		legacyregistry.MustRegister(secureConnsEvicted)
+		cc.SecureServing.Listener = limits.Listener(cc.SecureServing.Listener, secureConnsEvicted.Inc)
 	}
 	fg.(featuregate.MutableFeatureGate).AddMetrics()
 	opts.ComponentGlobalsRegistry.AddMetrics()
