@@ -718,7 +718,6 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 	}
 	if !st.confirmed {
 		st.confirmed = true
-		p.metrics.pinned.Inc()
 		if w := p.watcher.Load(); w != nil {
 			w.Unfollow(dir)
 		}
@@ -736,6 +735,8 @@ func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgr
 			p.log.Info("pinned a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "numaNodes", st.value,
 				"cpuset", st.want.String(), "path", st.path, "seconds", took.Seconds())
 		}
+		// After the pin's path is counted: whoever sees the pod pinned sees how.
+		p.metrics.pinned.Inc()
 	}
 	p.rtQueue.Add(keyOf(pod))
 	return nil
