@@ -95,10 +95,13 @@ func TestEnforcerFollowsPods(t *testing.T) {
 		ok := g != 0 && c != 0 && eg[g] == [2]uint64{600e6, 950e6} && in[c] == [2]uint64{minClassRate, 100e6} && len(eg) == 3 && len(in) == 3
 		return ok, fmt.Sprintf("egress %v, ingress %v, minors %v", eg, in, minors())
 	})
-	st := e.Status()
-	if len(st) != 1 || !st[0].Enforced || st[0].Reason != v1alpha1.ReasonShaped || st[0].Guaranteed[Egress] != 600e6 || st[0].Shortfalls[Egress] != 1 {
-		t.Fatalf("status %+v, want pod enforced with 600M guaranteed egress and one shortfall", st)
-	}
+	// The status is set after the kernel and the file (and the late pod's Event): wait
+	// for it too.
+	waitFor(t, "the status of the shaped network", func() (bool, string) {
+		st := e.Status()
+		ok := len(st) == 1 && st[0].Enforced && st[0].Reason == v1alpha1.ReasonShaped && st[0].Guaranteed[Egress] == 600e6 && st[0].Shortfalls[Egress] == 1
+		return ok, fmt.Sprintf("status %+v, want pod enforced with 600M guaranteed egress and one shortfall", st)
+	})
 	addrs, err := s.classifier.Addresses()
 	if err != nil {
 		t.Fatal(err)

@@ -313,7 +313,8 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 		t.Errorf("sextant_sidecar_stop_seconds has %d series, want 1", n)
 	}
 	hist := histogramOf(t, h.reg, "sextant_sidecar_stop_seconds")
-	if hist.GetSampleCount() != 1 || hist.GetSampleSum() < 0.02 || hist.GetSampleSum() > 2 {
+	// A lower bound only: how long the queue and the goroutines take is the machine's.
+	if hist.GetSampleCount() != 1 || hist.GetSampleSum() < 0.02 {
 		t.Errorf("stop_seconds: %d samples summing to %vs; want one of at least the 20ms the stop took", hist.GetSampleCount(), hist.GetSampleSum())
 	}
 
@@ -457,9 +458,8 @@ func TestRestartRecordsUnrecordedStop(t *testing.T) {
 	if ids, _ := rt.stopCalls(); len(ids) != 0 {
 		t.Errorf("StopContainer calls = %v, want none", ids)
 	}
-	if !strings.HasSuffix(rt.mark("proxy"), ":recorded") {
-		t.Errorf("mark = %q, want it recorded", rt.mark("proxy"))
-	}
+	// The mark is written after the Event.
+	waitFor(t, "the stop's mark recorded", func() bool { return strings.HasSuffix(rt.mark("proxy"), ":recorded") })
 	// The latency is observed after the mark is written.
 	waitFor(t, "the stop's latency observed", func() bool {
 		return histogramOf(t, h.reg, "sextant_sidecar_stop_seconds").GetSampleCount() >= 1
