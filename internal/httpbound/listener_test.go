@@ -98,57 +98,48 @@ func TestConnLimitsEvictTheOldestPastMax(t *testing.T) {
 }
 
 func TestConnLimitsEndSlowClientsAtTheirLifetime(t *testing.T) {
-	handlerErr := make(chan error, 1)
-	srv, ln, _ := serveLimited(t, ConnLimits{MaxConns: 4, Lifetime: 500 * time.Millisecond, ReadBytes: 1 << 20},
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, err := io.ReadAll(r.Body)
-			handlerErr <- err
-		}))
 	// Headers whole, then a body one byte a second: past the headers net/http clears
 	// its read deadline, and kube-scheduler sets no ReadTimeout.
-	c, err := tlsDial(srv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
 	stop := make(chan struct{})
 	defer close(stop)
-	go trickle(c, strings.Repeat("x", 1000), time.Second, stop)
-	select {
-	case err := <-handlerErr:
-		if err == nil {
-			t.Fatal("the handler read a 1000-byte body sent at a byte a second within a 500ms lifetime")
-		}
-	case <-time.After(patience):
-		t.Fatalf("the trickled body was still being read after %s", patience)
-	}
-	eventually(t, "the slow connection's slot freed", func() bool { return ln.Open() == 0 })
+	requireBodyCutOff(t, ConnLimits{MaxConns: 4, Lifetime: 500 * time.Millisecond, ReadBytes: 1 << 20},
+		"a 1000-byte body sent at a byte a second within a 500ms lifetime", func(c net.Conn) {
+			fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+			trickle(c, strings.Repeat("x", 1000), time.Second, stop)
+		})
 }
 
 func TestConnLimitsEndConnectionsPastTheirReadBytes(t *testing.T) {
+	requireBodyCutOff(t, ConnLimits{MaxConns: 4, Lifetime: time.Hour, ReadBytes: 64 << 10},
+		"a 1 MiB body on a connection limited to 64 KiB", func(c net.Conn) {
+			fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 1<<20)
+			_, _ = c.Write(make([]byte, 1<<20))
+		})
+}
+
+// requireBodyCutOff serves a handler reading the body through l's listener, has send
+// write a request on a TLS connection, and fails the test unless the handler's read
+// fails (the body, what, is not read whole) and the connection's slot is freed.
+func requireBodyCutOff(t *testing.T, l ConnLimits, what string, send func(c net.Conn)) {
+	t.Helper()
 	handlerErr := make(chan error, 1)
-	srv, ln, _ := serveLimited(t, ConnLimits{MaxConns: 4, Lifetime: time.Hour, ReadBytes: 64 << 10},
-		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, err := io.ReadAll(r.Body)
-			handlerErr <- err
-		}))
+	srv, ln, _ := serveLimited(t, l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		handlerErr <- err
+	}))
 	c, err := tlsDial(srv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	go func() {
-		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", 1<<20)
-		_, _ = c.Write(make([]byte, 1<<20))
-	}()
+	go send(c)
 	select {
 	case err := <-handlerErr:
 		if err == nil {
-			t.Fatal("the handler read a 1 MiB body whole on a connection limited to 64 KiB")
+			t.Fatalf("the handler read %s whole", what)
 		}
 	case <-time.After(patience):
-		t.Fatalf("the 1 MiB body was still being read after %s", patience)
+		t.Fatalf("%s: still being read after %s", what, patience)
 	}
 	eventually(t, "the connection's slot freed", func() bool { return ln.Open() == 0 })
 }
