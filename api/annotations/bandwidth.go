@@ -60,10 +60,10 @@ type Strategy string
 
 const (
 	// BestFit prefers the node whose remaining bandwidth is closest to the expected
-	// value, leaving roomier nodes for pods that need them (the seed's figure 8).
+	// value, leaving roomier nodes for pods that need them.
 	BestFit Strategy = "best-fit"
 	// MostHeadroom prefers the node with the most remaining bandwidth beyond the
-	// expected value (the seed's figure 9).
+	// expected value, so a pod that bursts past it has room to.
 	MostHeadroom Strategy = "most-headroom"
 )
 

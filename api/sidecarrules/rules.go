@@ -2,9 +2,8 @@
 // stopped, as pure functions shared by the node agent (agent/sidecar), the admission
 // webhook and the virtual-node controller (ranker/).
 //
-// The rules are the seed's (docs/design-contract.md, "Sidecars"). A container is a sidecar if it has
-// env SEXTANT_SIDECAR=true, or KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true for pods
-// written for OpenKruise; it may be a regular container or a native sidecar (an init
+// A container is a sidecar if it has env SEXTANT_SIDECAR=true, or
+// KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true for pods written for OpenKruise; it may be a regular container or a native sidecar (an init
 // container with restartPolicy: Always, which is what the webhook turns it into). Every
 // other regular container is a main container. With restartPolicy Never, once every
 // main container has exited the sidecars are stopped; with OnFailure, once every main
@@ -137,7 +136,7 @@ type Decision struct {
 	Why string
 }
 
-// Decide applies the seed's rules to the current state of a pod's containers. states
+// Decide applies these rules to the current state of a pod's containers. states
 // has an entry for each container the runtime knows; a missing one is Waiting. It is
 // a pure function: the same inputs give the same decision, so an agent that restarts
 // decides again from what is, not from what it remembers.

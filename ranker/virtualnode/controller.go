@@ -1,5 +1,5 @@
 // Package virtualnode stops finished sidecars on virtual nodes (virtual-kubelet), where
-// no sextant agent and no CRI are reachable. It does the seed's in-place swap: the
+// no sextant agent and no CRI are reachable. It swaps the sidecar in place: the
 // sidecar's image becomes a tiny image that exits 0, and the pod annotation that holds
 // its command (put there by the webhook, handed to the container through the downward
 // API) becomes that image's exit command. Changing a container's image is the one

@@ -13,8 +13,8 @@
 //     sidecar at once (the command is no longer PID 1) and its exit is 0.
 //
 // The command moves into the pod annotation sidecar.sextant.io/command-<container>
-// (a JSON array), which the downward API hands to the wrapper as an env variable: the
-// seed's rewrite, which lets the virtual-node controller change what the container runs
+// (a JSON array), which the downward API hands to the wrapper as an env variable, which
+// lets the virtual-node controller change what the container runs
 // by changing an annotation. A sidecar without a command in its spec runs its image's
 // entrypoint, which the webhook cannot see; the pod may put it in that same annotation
 // (the image's ENTRYPOINT followed by its CMD, or the ENTRYPOINT alone when the

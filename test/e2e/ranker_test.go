@@ -248,7 +248,7 @@ func podEvents(ns, name string) string {
 	return strings.Join(msgs, " | ")
 }
 
-// TestRankerSeedExample is the seed's worked example on the real API server: required
+// TestRankerSeedExample is the product's four-node worked example on the real API server: required
 // 400M, expected 500M; remaining 900M, 500M, 700M, 300M.
 func TestRankerSeedExample(t *testing.T) {
 	installCRDs(t)
