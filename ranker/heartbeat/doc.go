@@ -8,9 +8,9 @@
 // agent's credentials wrote: one that does not decode or that the ranker cannot use
 // (DecodeBandwidth, DecodeTopology) is held as a Rejected, its node counts as having no
 // report of that kind, it is logged and counted once per object version
-// (sextant_ranker_heartbeat_rejected_total{kind,reason}), and the watches go on. Before
-// this an informer transform's error failed the informer's whole list: the store never
-// synced, and a restarted ranker crash-looped for as long as one bad object existed.
+// (sextant_ranker_heartbeat_rejected_total{kind,reason}), and the watches go on: one
+// object any agent can write must not keep the store from syncing, nor the ranker from
+// starting.
 //
 // # Arrival
 //

@@ -9,8 +9,13 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 )
 
+// A Store fed by hand instead of by watches: tests of code that reads a Store build one
+// with NewFromObjects, and Shared hands an empty one to an Offline process. Put, PutAt
+// and Delete are for such a Store only, since a watched Store's objects come from its
+// informers alone.
+
 // NewFromObjects returns a Store holding the given objects and nothing else, for tests
-// of code that reads a Store. Put adds or replaces more.
+// of code that reads a Store and for an Offline process. Put adds or replaces more.
 func NewFromObjects(objs ...runtime.Object) *Store {
 	registerMetrics()
 	s := &Store{

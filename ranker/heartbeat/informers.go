@@ -23,7 +23,7 @@ func New(client dynamic.Interface, list RawLister, resync time.Duration) *Store 
 	informer := func(resource, kind string, transform cache.TransformFunc) cache.SharedIndexInformer {
 		gvr := v1alpha1.GroupVersion.WithResource(resource)
 		// As the dynamic informers do: a client that cannot stream a list (the fake
-		// ones of unit tests) is listed the old way.
+		// ones of unit tests) is listed page by page.
 		lw := cache.ToListWatcherWithWatchListSemantics(listWatch(client, list, gvr, kind, transform), client)
 		inf := cache.NewSharedIndexInformer(lw, &unstructured.Unstructured{}, resync, cache.Indexers{})
 		_ = inf.SetTransform(transform)

@@ -70,11 +70,10 @@ func (s *Store) put(obj any, received time.Time, initial bool) {
 			changed = !sameTopology(n.topology.Load(), o)
 			n.topology.Store(o)
 		})
-		// Agents rewrite an unchanged NodeTopology (--topology-resync, 10 minutes by
-		// default), at 5000 nodes about 8 times a second. Told of each, NUMAAware would
-		// recompute its floor over every node on the scheduling path, and NUMAAware and
-		// DeviceAware would send every pod waiting for a topology change back to the
-		// queue, to fail again.
+		// Agents rewrite an unchanged NodeTopology every --topology-resync. Told of each,
+		// NUMAAware would recompute its floor over every node on the scheduling path, and
+		// NUMAAware and DeviceAware would send every pod waiting for a topology change
+		// back to the queue, to fail again.
 		if changed {
 			s.topologyVersion.Add(1)
 			s.tellTopology(o.Name)

@@ -145,7 +145,7 @@ func TestConcurrentLookupsAndUpdates(t *testing.T) {
 	}
 }
 
-// BenchmarkNode is one lookup of a node's record among 5000, as Filter makes per node.
+// BenchmarkNodeOf is one lookup of a node's record among 5000, as Filter makes per node.
 func BenchmarkNodeOf(b *testing.B) {
 	s := NewFromObjects()
 	objs := make([]*v1.Node, 5000)

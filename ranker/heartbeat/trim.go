@@ -12,9 +12,9 @@ import (
 // Rejected, and never fail: a transform's error fails the informer's whole list or
 // watch, which then retries forever without syncing.
 //
-// Managed fields are dropped: nothing in the ranker reads their field sets, and at 5000
-// nodes they were 13.5 MB of a 112 MB heap
-// (docs/design/0006-one-heartbeat-record-per-node.md). Of a NodeBandwidth's, one entry
+// Managed fields are dropped: nothing in the ranker reads their field sets, and every
+// node's copy would stay on the heap (docs/design/0006-one-heartbeat-record-per-node.md).
+// Of a NodeBandwidth's, one entry
 // without fields is kept: the time of the latest status write, which dates the reports
 // listed at startup (see "Arrival").
 
@@ -101,7 +101,7 @@ func storeTopology(in any) (any, error) {
 // Kinds, health values and NUMA node numbers are shared between all nodes instead of
 // one copy per device: the garbage collector marks each held object in every cycle,
 // and a device's descriptive strings (class, vendor, driver, PCIe root) and the NICs
-// were never read (docs/design/0062-lean-topology-records.md).
+// are never read (docs/design/0062-lean-topology-records.md).
 func trimTopology(nt *v1alpha1.NodeTopology) *v1alpha1.NodeTopology {
 	out := &v1alpha1.NodeTopology{
 		TypeMeta: nt.TypeMeta,
