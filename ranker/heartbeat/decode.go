@@ -20,8 +20,8 @@ import (
 // sextant_ranker_heartbeat_rejected_total.
 const (
 	// ReasonUndecodable: the object does not convert to its Go type, e.g. a window of
-	// "soon" or a quantity of "1e.5", which the CRDs of charts before the tightened
-	// schema accepted and which stay in etcd across an upgrade.
+	// "soon" or a quantity of "1e.5", which a looser CRD schema (an older chart's) let
+	// into etcd, where it stays across an upgrade.
 	ReasonUndecodable = "undecodable"
 	// ReasonOutOfRange: a figure the ranker cannot use although it decodes: a rate
 	// beyond int64 bits/s or below zero, a negative window, more NUMA nodes, CPUs or

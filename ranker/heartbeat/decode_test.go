@@ -95,9 +95,9 @@ func fromJSON(t testing.TB, data []byte) *unstructured.Unstructured {
 	return obj.(*unstructured.Unstructured)
 }
 
-// poison lists objects the API server accepted under the CRDs before they were
-// tightened (measured on the local cluster), or still accepts, which the ranker cannot
-// use: each must be rejected with its reason, never an error of the informer.
+// poison lists objects the API server accepts, or accepted under a looser CRD schema,
+// which the ranker cannot use: each must be rejected with its reason, never an error of
+// the informer.
 var poison = []struct {
 	name, kind, path, value, reason string
 }{
@@ -148,7 +148,7 @@ func TestDecodeRejectsPoison(t *testing.T) {
 		t.Fatalf("an agent's NodeTopology rejected: %v", err)
 	}
 	// A device that vanished stays listed, Unhealthy, with the NUMA node it had, which
-	// may have gone too (measured: the local node's agent published such a topology).
+	// may have gone too: an agent publishes such a topology, and it must be taken.
 	vanished := withStatus(t, goodTopology, "pciDevices", `[{"address":"0000:3d:00.0","kind":"accelerator","numaNode":7,"health":"Unhealthy"}]`)
 	if _, err := DecodeTopology(fromJSON(t, vanished)); err != nil {
 		t.Errorf("a vanished device on a vanished NUMA node rejected the topology: %v", err)

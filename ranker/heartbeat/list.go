@@ -45,11 +45,10 @@ func RESTRawLister(cfg *rest.Config) (RawLister, error) {
 // listWatch lists gvr a page at a time through list, turning each item into what the
 // store holds (transform) before the next one is decoded, and watches it through client.
 //
-// Why not the dynamic client's List: it decodes a whole page into an UnstructuredList
-// (nested maps, about ten times the JSON), and the informer keeps every page until it
-// has them all. Listing 5000 NodeBandwidths and 5000 NodeTopologies that way allocated
-// 541 MB and made the ranker's startup its peak of memory: 450 MiB, against 246-277 MiB
-// for vanilla kube-scheduler in the same run (docs/design/0061-lean-heartbeat-lists.md).
+// Why not the dynamic client's List: it decodes a whole page into an UnstructuredList of
+// nested maps, many times the size of the JSON, and the informer keeps every page until
+// it has them all, which made the ranker's startup its peak of memory
+// (docs/design/0061-lean-heartbeat-lists.md).
 func listWatch(client dynamic.Interface, list RawLister, gvr schema.GroupVersionResource, kind string, transform func(any) (any, error)) *cache.ListWatch {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {

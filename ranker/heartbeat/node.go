@@ -18,12 +18,11 @@ import (
 // them, all reached with one lookup (by name, or by the Node object: Store.NodeOf) and
 // read without locks.
 //
-// Why one record rather than a lookup per informer and per plugin cache: Filter visits
+// Why one record rather than a lookup per informer and per plugin cache (two informer
+// stores, two plugin caches, the bandwidth ledger, each under a lock): Filter visits
 // hundreds of nodes per pod, a different stretch of the cluster for each pod, so every
-// map bucket, key and object it touches is a cache miss. At 5000 nodes the five lookups
-// per node this replaced (two informer stores, two plugin caches, the bandwidth ledger),
-// each under a lock, were about a tenth of the ranker's CPU in a profile (see
-// docs/design/0006-one-heartbeat-record-per-node.md).
+// map bucket, key and object it touches is a cache miss
+// (docs/design/0006-one-heartbeat-record-per-node.md).
 type Node struct {
 	topology  atomic.Pointer[v1alpha1.NodeTopology]
 	bandwidth atomic.Pointer[Bandwidth]
@@ -80,8 +79,8 @@ func (n *Node) Slot(s Slot) *atomic.Value { return &n.slots[s] }
 // and per pod.
 //
 // The fields Filter and Score read come first and the first networks are held inside
-// the struct, so that a node's check touches few cache lines: at 5000 nodes Filter's
-// cost is its cache misses (docs/design/0006-one-heartbeat-record-per-node.md).
+// the struct, so that a node's check touches few cache lines: Filter's cost per node is
+// its cache misses (docs/design/0006-one-heartbeat-record-per-node.md).
 type Bandwidth struct {
 	// Received is when the report reached the ranker, on the ranker's clock (see the
 	// package doc, "Arrival"); zero when it did not come through a Store. Staleness is
@@ -121,9 +120,9 @@ type Network struct {
 	IngressRemaining, EgressRemaining int64
 	IngressKnown, EgressKnown         bool
 	// Guarantee is set where the node keeps the guarantees of the pods placed on the
-	// network (its GuaranteesEnforced condition is True). Behind a pointer, so that a
-	// network's parsed form, which Filter reads for every node, stays as small as it was
-	// for every node that does not enforce.
+	// network (its GuaranteesEnforced condition is True). Behind a pointer, so that the
+	// parsed form of a network that does not enforce, which Filter reads for every node,
+	// stays small.
 	Guarantee *Guarantee
 }
 
@@ -208,8 +207,8 @@ func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
 			b.Networks[i].parseEnforcement(&st.Networks[i])
 		}
 	default:
-		// Without a total either, the pod network's capacity is unknown, as it was
-		// before networks.
+		// Without a total either, the report still has the pod network, its capacity
+		// unknown.
 		total := st.Total
 		if total == nil {
 			total = &v1alpha1.Bandwidth{}
@@ -229,12 +228,10 @@ func ParseBandwidth(nbw *v1alpha1.NodeBandwidth) *Bandwidth {
 //
 // New records wait in pending until enough have gathered, or a reader misses the map
 // while some wait, and are then published together: a copy per record would cost
-// O(nodes²) to list every node's heartbeats at startup (0.37-0.44 s at 5000 nodes in
-// BenchmarkCreateRecords), the batches cost O(nodes) in all (5.2-5.5 ms).
+// O(nodes²) to list every node's heartbeats at startup, the batches cost O(nodes) in all.
 //
-// Why not a sync.Map: in CPU profiles of make bench-ranker at 5000 nodes its lookups
-// (a hash trie, several dependent loads per name) were 4.9% of the ranker's CPU, and
-// BenchmarkNodeOf takes 14-23 ns per lookup here against 41-55 ns for a sync.Map
+// Why not a sync.Map: its lookup (a hash trie, several dependent loads per name) costs
+// more than a plain map's, and Filter makes one per node of every pod
 // (docs/design/0006-one-heartbeat-record-per-node.md).
 //
 // A record whose node lost both heartbeat objects stays in the map, empty, for
