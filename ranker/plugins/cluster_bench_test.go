@@ -1,5 +1,7 @@
-// Package plugins_test measures sextant's plugins inside the real scheduling framework
-// at cluster scale, beside kube-scheduler's default plugins, without an API server.
+// Package plugins_test runs sextant's plugins together: it measures them inside the
+// real scheduling framework at cluster scale, beside kube-scheduler's default plugins,
+// without an API server, and tests what NUMAAware and DeviceAware decide for each other
+// (numadevices_test.go).
 package plugins_test
 
 import (
