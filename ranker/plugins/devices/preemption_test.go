@@ -2,34 +2,13 @@ package devices
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
-	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
-	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
-	"sextant.io/sextant/ranker/heartbeat"
-	"sextant.io/sextant/ranker/plugins/numa"
-	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // heldBy publishes h as the holder of a device, as the agent does from the kubelet's
