@@ -236,10 +236,14 @@ func schedule(t *testing.T, p *v1.Pod, infos []*framework.NodeInfo, pls ...plugi
 	return r
 }
 
-// picked is the devices Reserve staged for the pod's Binding.
+// picked is the devices Reserve staged for the pod's Binding, nil when it staged none.
 func picked(t *testing.T, state fwk.CycleState) annotations.Allocation {
 	t.Helper()
-	a, err := annotations.ParseAllocation(binder.Staged(state)[annotations.DevicesAllocated])
+	staged, ok := binder.Staged(state)[annotations.DevicesAllocated]
+	if !ok {
+		return nil
+	}
+	a, err := annotations.ParseAllocation(staged)
 	if err != nil {
 		t.Fatalf("staged allocation: %v", err)
 	}
