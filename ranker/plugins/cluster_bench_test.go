@@ -1,5 +1,7 @@
-// Package plugins_test measures sextant's plugins inside the real scheduling framework
-// at cluster scale, beside kube-scheduler's default plugins, without an API server.
+// Package plugins_test runs sextant's plugins together: it measures them inside the
+// real scheduling framework at cluster scale, beside kube-scheduler's default plugins,
+// without an API server, and tests what NUMAAware and DeviceAware decide for each other
+// (numadevices_test.go).
 package plugins_test
 
 import (
@@ -69,9 +71,9 @@ const (
 //
 // The sub-benchmark "interleaved" runs every pod through all four profiles in turn
 // (rotating which goes first) and reports each profile's time per pod over vanilla's.
-// Runs of the separate sub-benchmarks one after another differ by up to 1.7 times on
-// the shared 2-core machines; interleaving pod by pod puts every profile through the
-// same slow stretches, so its ratios are the figures to compare.
+// Runs of the separate sub-benchmarks one after another drift apart on a shared machine
+// (docs/design/0018-how-bench-ranker-measures.md); interleaving pod by pod puts every
+// profile through the same slow stretches, so its ratios are the figures to compare.
 func BenchmarkSchedulingCycle(b *testing.B) {
 	if *clusterNodes < 100 {
 		b.Fatalf("-cluster-nodes %d: want at least 100 nodes", *clusterNodes)

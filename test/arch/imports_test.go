@@ -147,7 +147,17 @@ func TestNoForbiddenArrow(t *testing.T) {
 	for _, rule := range rules {
 		from, to, ok := strings.Cut(rule, " -/-> ")
 		if !ok {
-			t.Fatalf("rule %q: want the form FROM -/-> TO, where FROM is a top-level directory and TO a directory or an import path prefix", rule)
+			t.Fatalf("rule %q: want the form FROM -/-> TO, where FROM is a top-level directory or a package of this module and TO a directory, a package or an outside import path prefix", rule)
+		}
+		if strings.Contains(from, "/") { // a package of this module and the ones under it
+			why, found := packageImports(pkgs, from, to)
+			if !found {
+				t.Errorf("rule %q: go list found no package %s", rule, from)
+			}
+			if len(why) > 0 {
+				t.Errorf("forbidden import %s -> %s:\n  %s", from, to, strings.Join(why, "\n  "))
+			}
+			continue
 		}
 		if !strings.Contains(to, ".") { // a directory of this module
 			if why := got[from+" -> "+to]; len(why) > 0 {
@@ -167,6 +177,51 @@ func TestNoForbiddenArrow(t *testing.T) {
 					break
 				}
 			}
+		}
+	}
+}
+
+// under reports whether importPath is the package dir of this module or one under it.
+func under(importPath, dir string) bool {
+	return importPath == module+dir || strings.HasPrefix(importPath, module+dir+"/")
+}
+
+// packageImports lists the imports, tests' included, from a package under from to one
+// under to (both paths in this module); found is false when no package is under from.
+func packageImports(pkgs []goPackage, from, to string) (why []string, found bool) {
+	for _, p := range pkgs {
+		if !under(p.ImportPath, from) {
+			continue
+		}
+		found = true
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if under(imp, to) && !slices.Contains(why, p.ImportPath+" imports "+imp) {
+				why = append(why, p.ImportPath+" imports "+imp)
+			}
+		}
+	}
+	return why, found
+}
+
+func TestPackageImports(t *testing.T) {
+	pkgs := []goPackage{
+		{ImportPath: module + "ranker/plugins/devices", XTestImports: []string{module + "ranker/plugins/numa"}},
+		{ImportPath: module + "ranker/plugins/devicesx", Imports: []string{module + "ranker/plugins/numa"}},
+		{ImportPath: module + "ranker/plugins/numa", Imports: []string{module + "ranker/plugins/numahint"}},
+	}
+	for _, tc := range []struct {
+		from, to  string
+		wantWhy   int
+		wantFound bool
+	}{
+		{from: "ranker/plugins/devices", to: "ranker/plugins/numa", wantWhy: 1, wantFound: true},
+		{from: "ranker/plugins/numa", to: "ranker/plugins/numah", wantFound: true}, // a prefix is not a package
+		{from: "ranker/plugins/numa", to: "ranker/plugins/numahint", wantWhy: 1, wantFound: true},
+		{from: "ranker/plugins/dev", to: "ranker/plugins/numa"},
+	} {
+		why, found := packageImports(pkgs, tc.from, tc.to)
+		if len(why) != tc.wantWhy || found != tc.wantFound {
+			t.Errorf("packageImports(%s, %s) = %v, %v; want %d imports, found %v", tc.from, tc.to, why, found, tc.wantWhy, tc.wantFound)
 		}
 	}
 }

@@ -39,11 +39,12 @@ type Args struct {
 	// Set it to the agents' --window. 0 takes every report as full.
 	MinWindow metav1.Duration `json:"minWindow"`
 	// BestFitWindow is how best-fit treats a direction where the pod gives both
-	// required and expected rates (seed 001, claim 10): prefer (the default) scores
-	// nodes by |available - expected| over every node that has the required rate;
-	// strict also filters out nodes where |available - expected| > expected - required,
-	// so a pod never lands on a node far roomier than it expects while a closer one
-	// exists, and stays Pending when none is within the window.
+	// required and expected rates: prefer (the default) scores nodes by
+	// |available - expected| over every node that has the required rate; strict also
+	// filters out the nodes outside the pod's best-fit window, where
+	// |available - expected| > expected - required, so a pod never lands on a node far
+	// roomier than it expects while a closer one exists, and stays Pending when none is
+	// within the window.
 	BestFitWindow BestFitWindow `json:"bestFitWindow,omitempty"`
 	// NotStartedReduceAfter and NotStartedReleaseAfter are how long after it was bound
 	// a pod that has not started every container reserves its expected rate, and then

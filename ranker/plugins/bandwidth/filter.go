@@ -22,8 +22,9 @@ import (
 //
 // The status message is fixed per reason (see message): kube-scheduler's
 // FailedScheduling event counts nodes per distinct message, so figures in it would make
-// one line per node at 5000 nodes, and formatting them for every rejected node cost the
-// ranker hundreds of allocations per pod. The node's figures are logged at V(5).
+// one line per node, and formatting them for every rejected node would allocate in the
+// per-node path (docs/design/0009-no-allocation-in-the-per-node-path.md). The node's
+// figures are logged at V(5).
 func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := pl.podState(state, pod)
 	if !ok || !s.req.Filtered() {
@@ -163,7 +164,7 @@ func (pl *BandwidthAware) check(req annotations.BandwidthRequest, report *heartb
 		}
 		return reasonNoNetwork, fmt.Sprintf("node has no network %q", networkOf(req))
 	}
-	// The strict best-fit window (seed 001, claim 10) applies to best-fit pods only.
+	// The strict best-fit window (see Args.BestFitWindow) applies to best-fit pods only.
 	window := pl.args.BestFitWindow == WindowStrict && pl.strategy(req) == annotations.BestFit
 	dirs := [...]struct {
 		name     string

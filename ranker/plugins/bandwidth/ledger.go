@@ -18,15 +18,8 @@ import (
 	"sextant.io/sextant/api/bandwidthquota"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/nodelookup"
 )
-
-// Nodes gives a node's heartbeat record, nil when it has none: what the plugin reads
-// reports from. *heartbeat.Store implements it.
-type Nodes interface {
-	Node(name string) *heartbeat.Node
-	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
-	NodeOf(node *v1.Node) *heartbeat.Node
-}
 
 // defaultWindow is the peak window assumed when a report does not say (DESIGN: 60s),
 // for a ledger that takes every report as full (minWindow 0).
@@ -77,7 +70,7 @@ const defaultWindow = 60 * time.Second
 // (source=observed). On a leader change the new leader's informers list all pods, which
 // rebuilds the ledger; pods bound by another scheduler are counted the same way.
 type Ledger struct {
-	reports Nodes
+	reports nodelookup.Nodes
 	// minWindow is the plugin's MinWindow: reports over a shorter window are partial
 	// and cover no pod.
 	minWindow time.Duration
@@ -249,7 +242,7 @@ func (n *nodeReservations) addLocked(network string, ingress, egress int64) {
 }
 
 // NewLedger returns an empty ledger that checks coverage against reports.
-func NewLedger(reports Nodes) *Ledger {
+func NewLedger(reports nodelookup.Nodes) *Ledger {
 	l := &Ledger{
 		reports:     reports,
 		byPod:       map[types.UID]*reservation{},

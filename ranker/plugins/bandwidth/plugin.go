@@ -15,6 +15,7 @@ import (
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/nodelookup"
 	"sextant.io/sextant/ranker/plugins/requeue"
 )
 
@@ -24,7 +25,7 @@ const Name = "BandwidthAware"
 // BandwidthAware is the plugin.
 type BandwidthAware struct {
 	args    Args
-	reports Nodes
+	reports nodelookup.Nodes
 	ledger  *Ledger
 	now     func() time.Time
 	// msgStale and msgPartial are Filter's messages for a stale and a partial report;
@@ -135,7 +136,7 @@ func (pl *BandwidthAware) activateWhenSynced(ctx context.Context) {
 var sharedStore = heartbeat.Shared
 
 // newPlugin builds the plugin without a framework handle, for New and for tests.
-func newPlugin(args Args, reports Nodes, now func() time.Time) *BandwidthAware {
+func newPlugin(args Args, reports nodelookup.Nodes, now func() time.Time) *BandwidthAware {
 	ledger := NewLedger(reports)
 	ledger.minWindow = args.MinWindow.Duration
 	ledger.SetDeadlines(args.Deadlines())
@@ -149,7 +150,7 @@ func newPlugin(args Args, reports Nodes, now func() time.Time) *BandwidthAware {
 // NewWith builds the plugin from its parts, without a framework Handle (benchmarks,
 // embedding): args (validated here), the heartbeat records, and the clock. Its ledger
 // is not fed from the cluster's pods: only Reserve and Unreserve change it.
-func NewWith(args Args, nodes Nodes, now func() time.Time) (*BandwidthAware, error) {
+func NewWith(args Args, nodes nodelookup.Nodes, now func() time.Time) (*BandwidthAware, error) {
 	if err := args.Validate(); err != nil {
 		return nil, err
 	}

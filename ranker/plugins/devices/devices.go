@@ -41,6 +41,7 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/nodecache"
+	"sextant.io/sextant/ranker/plugins/nodelookup"
 	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/pluginargs"
 	"sextant.io/sextant/ranker/plugins/podledger"
@@ -51,23 +52,10 @@ import (
 // Name is the plugin's name in the scheduler configuration.
 const Name = "DeviceAware"
 
-// Nodes gives a node's heartbeat record, nil when it has none. *heartbeat.Store
-// implements it.
-type Nodes interface {
-	Node(name string) *heartbeat.Node
-	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
-	NodeOf(node *v1.Node) *heartbeat.Node
-	// TopologyVersion changes whenever a node's NodeTopology changes.
-	TopologyVersion() uint64
-}
-
-// NodeInfos looks up the scheduler's snapshot of a node, for Reserve.
-type NodeInfos func(node string) (fwk.NodeInfo, error)
-
 // DeviceAware is the plugin.
 type DeviceAware struct {
-	nodes     Nodes
-	nodeInfos NodeInfos
+	nodes     nodelookup.Nodes
+	nodeInfos nodelookup.NodeInfos
 	// ledger holds the devices Reserve took for pods whose devices.sextant.io/allocated
 	// is not visible yet; FreeDevices consults it only for pods without the annotation.
 	ledger *podledger.Ledger[annotations.Allocation]
@@ -109,9 +97,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("device plugin: %w", err)
 	}
-	pl := NewWith(store, func(node string) (fwk.NodeInfo, error) {
-		return h.SnapshotSharedLister().NodeInfos().Get(node)
-	})
+	pl := NewWith(store, nodelookup.Snapshot(h))
 	numahint.Default.Register(h, pl)
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
@@ -137,7 +123,7 @@ func (pl *DeviceAware) listener() heartbeat.Listener {
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
-func NewWith(nodes Nodes, nodeInfos NodeInfos) *DeviceAware {
+func NewWith(nodes nodelookup.Nodes, nodeInfos nodelookup.NodeInfos) *DeviceAware {
 	registerMetrics()
 	return &DeviceAware{nodes: nodes, nodeInfos: nodeInfos,
 		ledger:    podledger.New[annotations.Allocation](func(n int) { reservations.Set(float64(n)) }),

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -25,7 +24,6 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
-	"sextant.io/sextant/ranker/plugins/numa"
 	"sextant.io/sextant/ranker/plugins/silence"
 )
 
@@ -111,8 +109,8 @@ func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
 	return ni
 }
 
-// plugins builds NUMAAware and DeviceAware over the same topologies and node snapshot.
-func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) (*numa.NUMAAware, *DeviceAware, *fake.Clientset) {
+// plugins builds DeviceAware over the topologies and node snapshot.
+func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) *DeviceAware {
 	t.Helper()
 	objs := make([]runtime.Object, 0, 2*len(topos))
 	for _, nt := range topos {
@@ -130,9 +128,7 @@ func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeT
 		}
 		return nil, fmt.Errorf("node %q not found", node)
 	}
-	client := fake.NewClientset()
-	dp := NewWith(store, lookup)
-	return numa.NewWith(store, lookup).WithDevices(dp), dp, client
+	return NewWith(store, lookup)
 }
 
 type plugin interface {
@@ -235,41 +231,6 @@ func picked(t *testing.T, state fwk.CycleState, node string) annotations.Allocat
 	return a
 }
 
-// The device case: 2 GPUs asked on a node with 4 GPUs, 2 per NUMA node. NUMA node 0's
-// CPUs are mostly taken, so NUMAAware gives the pod NUMA node 1; both GPU IDs must come
-// from NUMA node 1 too, although NUMA node 0's GPUs have the lower addresses.
-func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
-	topo := topology("node-1", 2, 4,
-		gpu("0000:3b:00.0", 0), gpu("0000:3c:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1))
-	busy := on("node-1", pod("busy", "3", nil, map[string]string{annotations.NUMANodes: "0"}))
-	ni := nodeInfo("node-1", busy)
-	np, dp, client := plugins(t, []*framework.NodeInfo{ni}, topo)
-	p := pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil)
-	ctx := context.Background()
-	if _, err := client.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	r := schedule(t, p, []*framework.NodeInfo{ni}, np, dp)
-	if r.selected != "node-1" {
-		t.Fatalf("not scheduled: %v", r.filter)
-	}
-	cpus, ok := numa.ReservedNUMANodes(r.state, "node-1")
-	if !ok || annotations.FormatNUMANodes(cpus) != "1" {
-		t.Fatalf("NUMAAware chose %v, want NUMA node 1", cpus)
-	}
-	want := annotations.Allocation{"sextant.io/gpu": {"0000:af:00.0", "0000:b0:00.0"}}
-	if got := picked(t, r.state, "node-1"); got.String() != want.String() {
-		t.Fatalf("picked %s, want %s (both on NUMA node 1)", got, want)
-	}
-	if r.scores[Name]["node-1"] != fwk.MaxNodeScore {
-		t.Errorf("DeviceAware score = %d, want %d", r.scores[Name]["node-1"], fwk.MaxNodeScore)
-	}
-	// What SextantBinder's Binding will carry onto the pod.
-	if got := binder.Staged(r.state); got[annotations.NUMANodes] != "1" || got[annotations.DevicesAllocated] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
-		t.Errorf("staged annotations = %v", got)
-	}
-}
-
 func TestPodRequest(t *testing.T) {
 	p := pod("p", "1", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2, v1alpha1.KindNIC: 1}, nil)
 	p.Spec.Containers[0].Resources.Limits["sextant.io/bandwidth"] = resource.MustParse("1") // not a device kind
@@ -344,7 +305,7 @@ func TestFilter(t *testing.T) {
 			if tc.topo != nil {
 				topos = append(topos, tc.topo)
 			}
-			_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topos...)
+			dp := plugins(t, []*framework.NodeInfo{ni}, topos...)
 			ctx := context.Background()
 			state := newState()
 			p := pod("p", "", tc.req, nil)
@@ -365,7 +326,7 @@ func TestFilter(t *testing.T) {
 
 func TestFilterRejectionMetric(t *testing.T) {
 	ni := nodeInfo("n")
-	_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topology("n", 1, 1))
+	dp := plugins(t, []*framework.NodeInfo{ni}, topology("n", 1, 1))
 	before, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
 	state := newState()
 	p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
@@ -374,33 +335,6 @@ func TestFilterRejectionMetric(t *testing.T) {
 	after, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
 	if after != before+1 {
 		t.Errorf("sextant_ranker_device_filter_rejections_total{reason=insufficient_gpu} went %v -> %v, want +1", before, after)
-	}
-}
-
-// TestScore: the NUMA set counts the devices (see TestOneNUMASet), so the node that
-// holds the pod's GPUs in one NUMA node wins on NUMAAware's score, whether or not the pod
-// asks for CPU; DeviceAware's own score is full on both, every device being inside the
-// chosen set.
-func TestScore(t *testing.T) {
-	twoGPUs := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}
-	// split: one GPU per NUMA node, together: both GPUs on NUMA node 1.
-	split := topology("split", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
-	together := topology("together", 2, 4, gpu("0000:81:00.0", 1), gpu("0000:82:00.0", 1))
-	for _, cpu := range []string{"", "1"} {
-		t.Run("cpu="+cpu, func(t *testing.T) {
-			infos := []*framework.NodeInfo{nodeInfo("split"), nodeInfo("together")}
-			np, dp, _ := plugins(t, infos, split, together)
-			r := schedule(t, pod("p", cpu, twoGPUs, nil), infos, np, dp)
-			if r.selected != "together" {
-				t.Errorf("selected %q, want together", r.selected)
-			}
-			if n := r.scores[numa.Name]; n["together"] <= n["split"] {
-				t.Errorf("NUMAAware scores = %v, want together above split", n)
-			}
-			if d := r.scores[Name]; d["split"] != fwk.MaxNodeScore || d["together"] != fwk.MaxNodeScore {
-				t.Errorf("DeviceAware scores = %v, want %d on both", d, fwk.MaxNodeScore)
-			}
-		})
 	}
 }
 
@@ -480,7 +414,7 @@ func TestShortfallAndFromPreferred(t *testing.T) {
 func TestReserveUnreserve(t *testing.T) {
 	topo := topology("n", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
 	ni := nodeInfo("n")
-	_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topo)
+	dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 	ctx := context.Background()
 	one := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}
 
@@ -545,7 +479,7 @@ func TestReserveStagesForTheBinding(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			topo := topology("n", 1, 4, gpu("0000:01:00.0", 0), dev{"0000:03:00.0", v1alpha1.KindNIC, 0, true})
 			ni := nodeInfo("n")
-			_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topo)
+			dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 			ctx := context.Background()
 			p := pod("p", "", tc.req, nil)
 			state := newState()

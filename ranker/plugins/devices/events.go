@@ -6,7 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"sextant.io/sextant/ranker/plugins/numa"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // EventsToRegister lists what can make a pod DeviceAware rejected schedulable: a pod
@@ -17,7 +17,7 @@ import (
 func (pl *DeviceAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: numa.PodUpdateHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: numahint.PodUpdateHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}},
 	}, nil
 }

@@ -2,34 +2,13 @@ package devices
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"testing"
 
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
-	internalqueue "k8s.io/kubernetes/pkg/scheduler/backend/queue"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultbinder"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
-	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/queuesort"
-	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
-	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
-	tf "k8s.io/kubernetes/pkg/scheduler/testing/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
-	"sextant.io/sextant/ranker/heartbeat"
-	"sextant.io/sextant/ranker/plugins/numa"
-	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // heldBy publishes h as the holder of a device, as the agent does from the kubelet's
@@ -80,7 +59,7 @@ func TestPreemptionFreesHeldDevices(t *testing.T) {
 			victim := on("n", pod("victim", "", twoGPUs, ann))
 			topo := withDevice(withDevice(topology("n", 1, 4, gpu(a, 0), gpu(b, 0)), a, heldBy(tc.holder)), b, heldBy(tc.holder))
 			ni := nodeInfo("n", victim)
-			_, dp, _ := plugins(t, []*framework.NodeInfo{ni}, topo)
+			dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 			ctx := context.Background()
 			p := pod("p", "", twoGPUs, nil)
 			state := newState()
@@ -140,126 +119,6 @@ func TestPreemptionFreesHeldDevices(t *testing.T) {
 			}
 			if st := dp.Filter(ctx, state, p, ni); st.Code() != fwk.Unschedulable {
 				t.Errorf("Filter of the node on the cycle's own state = %v, want Unschedulable: the simulation leaked", st)
-			}
-		})
-	}
-}
-
-// TestPreemptionThroughFramework runs kube-scheduler's own victim selection
-// (DefaultPreemption.SelectVictimsOnNode) with NUMAAware and DeviceAware as the
-// "sextant" profile wires them (DeviceAware is NUMAAware's device provider), on a node
-// whose GPUs the agent publishes holders for: the victims must be found, and as few as
-// needed.
-func TestPreemptionThroughFramework(t *testing.T) {
-	const a, b = "0000:01:00.0", "0000:02:00.0"
-	gpus := func(n int64) map[v1alpha1.DeviceKind]int64 { return map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: n} }
-	holder := func(name string) v1alpha1.DeviceHolder {
-		return v1alpha1.DeviceHolder{Namespace: "default", Name: name, UID: types.UID("uid-" + name)}
-	}
-	withPriority := func(p *v1.Pod, prio int32) *v1.Pod {
-		p.Spec.Priority = &prio
-		p.UID = "uid-" + p.UID
-		return p
-	}
-	for _, tc := range []struct {
-		name        string
-		pods        []*v1.Pod
-		holders     map[string]v1alpha1.DeviceHolder // by device address
-		preemptor   *v1.Pod
-		wantVictims []string
-	}{
-		{
-			name:        "the victim holding both GPUs",
-			pods:        []*v1.Pod{withPriority(on("n", pod("victim", "1", gpus(2), allocated(v1alpha1.KindGPU, a, b))), 0)},
-			holders:     map[string]v1alpha1.DeviceHolder{a: holder("victim"), b: holder("victim")},
-			preemptor:   withPriority(pod("p", "1", gpus(2), nil), 100),
-			wantVictims: []string{"victim"},
-		},
-		{
-			// Both go in the dry run; the more important one is added back and fits.
-			name: "one GPU asked: the less important holder only",
-			pods: []*v1.Pod{
-				withPriority(on("n", pod("low", "", gpus(1), allocated(v1alpha1.KindGPU, a))), 0),
-				withPriority(on("n", pod("mid", "", gpus(1), allocated(v1alpha1.KindGPU, b))), 10),
-			},
-			holders:     map[string]v1alpha1.DeviceHolder{a: holder("low"), b: holder("mid")},
-			preemptor:   withPriority(pod("p", "1", gpus(1), nil), 100),
-			wantVictims: []string{"low"},
-		},
-		{
-			name:        "a pod of another scheduler, known by its holder alone",
-			pods:        []*v1.Pod{withPriority(on("n", pod("other", "", gpus(2), nil)), 0)},
-			holders:     map[string]v1alpha1.DeviceHolder{a: {Namespace: "default", Name: "other"}, b: {Namespace: "default", Name: "other"}},
-			preemptor:   withPriority(pod("p", "1", gpus(2), nil), 100),
-			wantVictims: []string{"other"},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			schedmetrics.Register()
-			topo := topology("n", 1, 4, gpu(a, 0), gpu(b, 0))
-			for addr, h := range tc.holders {
-				withDevice(topo, addr, heldBy(h))
-			}
-			nodes := []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n"}}}
-			snapshot := cache.NewSnapshot(tc.pods, nodes)
-			store := heartbeat.NewFromObjects(topo, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
-			lookup := func(h fwk.Handle) func(string) (fwk.NodeInfo, error) {
-				return func(node string) (fwk.NodeInfo, error) { return h.SnapshotSharedLister().NodeInfos().Get(node) }
-			}
-			newNUMA := func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-				return numa.NewWith(store, lookup(h)).WithProfile(h), nil
-			}
-			newDevices := func(_ context.Context, _ runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
-				pl := NewWith(store, lookup(h))
-				numahint.Default.Register(h, pl)
-				return pl, nil
-			}
-			client := fake.NewClientset()
-			informerFactory := informers.NewSharedInformerFactory(client, 0)
-			f, err := tf.NewFramework(ctx, []tf.RegisterPluginFunc{
-				tf.RegisterQueueSortPlugin(queuesort.Name, queuesort.New),
-				tf.RegisterBindPlugin(defaultbinder.Name, defaultbinder.New),
-				tf.RegisterPluginAsExtensions(numa.Name, newNUMA, "PreFilter", "Filter"),
-				tf.RegisterPluginAsExtensions(Name, newDevices, "PreFilter", "Filter"),
-			}, "sextant",
-				frameworkruntime.WithSnapshotSharedLister(snapshot),
-				frameworkruntime.WithClientSet(client),
-				frameworkruntime.WithInformerFactory(informerFactory),
-				frameworkruntime.WithPodNominator(internalqueue.NewSchedulingQueue(nil, informerFactory)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			pre, err := defaultpreemption.New(ctx, &config.DefaultPreemptionArgs{MinCandidateNodesPercentage: 10, MinCandidateNodesAbsolute: 100}, f, feature.Features{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			state := framework.NewCycleState()
-			if _, st, _ := f.RunPreFilterPlugins(ctx, state, tc.preemptor); !st.IsSuccess() {
-				t.Fatalf("PreFilter: %v", st)
-			}
-			ni, err := snapshot.NodeInfos().Get("n")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st := f.RunFilterPluginsWithNominatedPods(ctx, state, tc.preemptor, ni); st.IsSuccess() {
-				t.Fatal("setup: the preemptor fits without preemption")
-			}
-			// As DryRunPreemption calls it: on copies of the state and the NodeInfo.
-			victims, _, st := pre.SelectVictimsOnNode(ctx, state.Clone(), tc.preemptor, ni.Snapshot(), nil)
-			if !st.IsSuccess() {
-				t.Fatalf("SelectVictimsOnNode: %v; want victims %v", st, tc.wantVictims)
-			}
-			var got []string
-			for _, v := range victims {
-				got = append(got, v.Name)
-			}
-			if !slices.Equal(got, tc.wantVictims) {
-				t.Errorf("victims %v, want %v", got, tc.wantVictims)
-			}
-			// The dry run changed nothing the next cycle reads.
-			if st := f.RunFilterPluginsWithNominatedPods(ctx, state, tc.preemptor, ni); st.IsSuccess() {
-				t.Errorf("after the dry run the preemptor fits the unchanged node: %s", fmt.Sprint(st))
 			}
 		})
 	}

@@ -8,7 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
-	"sextant.io/sextant/ranker/plugins/numa"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // PreScore skips scoring for pods that ask for no devices.
@@ -53,7 +53,7 @@ func (pl *DeviceAware) ScoreExtensions() fwk.ScoreExtensions { return nil }
 // is the NUMA node holding the most of the requested devices (none if no free device
 // has a known NUMA node).
 func preferredNUMA(state fwk.CycleState, nodeInfo fwk.NodeInfo, topo *v1alpha1.NodeTopology, free *Free, want Want) (nodes []int32, pinned bool) {
-	if chosen, ok := numa.ChosenNUMANodes(state, nodeInfo); ok {
+	if chosen, ok := numahint.Chosen(state, nodeInfo); ok {
 		return withCPUsFirst(topo, chosen), true
 	}
 	if best, ok := BestNUMANode(free, want); ok {

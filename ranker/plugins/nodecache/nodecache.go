@@ -3,19 +3,18 @@
 // the next.
 //
 // NUMAAware and DeviceAware need each node's free NUMA capacity and free devices in
-// every cycle: the heartbeat's capacity minus what the node's pods take. Computing that
-// for every node of every cycle was about 13% of sextant-ranker's CPU at 5000 nodes in
-// a profile of make bench-ranker (docs/design/0005-cache-free-capacity-per-node.md).
-// Between cycles a node's value only changes when its pods change, which the scheduler
+// every cycle: the heartbeat's capacity minus what the node's pods take, which is too
+// costly to recompute for every node of every cycle
+// (docs/design/0005-cache-free-capacity-per-node.md). Between cycles a node's value only changes when its pods change, which the scheduler
 // marks by a new NodeInfo generation (assigning, binding, deleting a pod; also every
 // transient clone preemption and nominated pods make), or when its heartbeat object is
-// replaced (the informer swaps in a new object on every update). Those two are the key; a hit returns
-// the value computed for them.
+// replaced (the informer swaps in a new object on every update). Those two are the key;
+// a hit returns the value computed for them.
 //
 // The value lives in the node's heartbeat record (a heartbeat.Slot), not in a map of its
-// own: Filter reaches the record anyway, and one more map lookup per node and plugin,
-// all cache misses at 5000 nodes, was what made the plugins slow. A node loses its
-// value with its record, when its heartbeat objects go.
+// own: Filter reaches the record anyway, and a map of its own would cost one more
+// lookup per node and plugin (docs/design/0006-one-heartbeat-record-per-node.md). A node
+// loses its value with its record, when its heartbeat objects go.
 package nodecache
 
 import (

@@ -10,6 +10,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // The framework runs Filter and Score for many nodes at once while earlier pods'
@@ -53,7 +54,7 @@ func TestConcurrentFilterAndReserve(t *testing.T) {
 	}
 	wg.Wait()
 	for _, ni := range infos {
-		if nodes, ok := ChosenNUMANodes(state, ni); !ok || len(nodes) != 2 {
+		if nodes, ok := numahint.Chosen(state, ni); !ok || len(nodes) != 2 {
 			t.Errorf("%s: chosen %v, want two NUMA nodes", ni.Node().Name, nodes)
 		}
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // EventsToRegister lists what can make a pod NUMAAware rejected schedulable: a pod
@@ -17,31 +17,9 @@ import (
 func (pl *NUMAAware) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}},
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: PodUpdateHint},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: numahint.PodUpdateHint},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}},
 	}, nil
-}
-
-// PodUpdateHint requeues a rejected pod when it was itself updated (a fixed annotation)
-// or when a pod on a node finished (its NUMA capacity and devices are free again), and
-// not for the stream of other pod status updates.
-func PodUpdateHint(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
-	updated, ok := newObj.(*v1.Pod)
-	if !ok {
-		return fwk.Queue, nil
-	}
-	if updated.UID == pod.UID {
-		return fwk.Queue, nil
-	}
-	old, _ := oldObj.(*v1.Pod)
-	if updated.Spec.NodeName != "" && terminal(updated) && (old == nil || !terminal(old)) {
-		return fwk.Queue, nil
-	}
-	return fwk.QueueSkip, nil
-}
-
-func terminal(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 }
 
 // signature is what Filter and Score read from the pod: pods with equal signatures get

@@ -26,9 +26,8 @@ import (
 // Filter passes a pod without a policy on any node whose NUMA nodes together hold it, so
 // such a pod within that floor skips Filter too; Score still runs for it unless it is
 // within the one-NUMA-node floor, as some nodes may fit it in one NUMA node and others
-// not. These are the pods larger than what the fullest node has left in a NUMA node:
-// in make bench-ranker at 5000 nodes, about a quarter of the pods that ran Filter
-// before.
+// not. These are the pods larger than what the fullest node has left in a NUMA node
+// (docs/design/0013-numa-together-floor.md).
 //
 // Why: most pods are small next to a NUMA node, and Filter otherwise reads each node's
 // record and free capacity for them, two or three cache misses per node, to find what

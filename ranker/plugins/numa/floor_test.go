@@ -15,6 +15,7 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // list is the snapshot's node list as PreFilter is given it.
@@ -170,7 +171,7 @@ func TestFloorLoweredByReserve(t *testing.T) {
 	if st := pl.Reserve(ctx, state, wide, "b"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if nodes, _ := ReservedNUMANodes(state, "b"); annotations.FormatNUMANodes(nodes) != "0,1" {
+	if nodes, _ := numahint.Reserved(state, "b"); annotations.FormatNUMANodes(nodes) != "0,1" {
 		t.Fatalf("wide pod got NUMA nodes %v, want 0,1", nodes)
 	}
 	infos[1].AddPod(on("b", wide.DeepCopy()))

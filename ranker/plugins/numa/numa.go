@@ -59,6 +59,7 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/nodecache"
+	"sextant.io/sextant/ranker/plugins/nodelookup"
 	"sextant.io/sextant/ranker/plugins/numahint"
 	"sextant.io/sextant/ranker/plugins/pluginargs"
 	"sextant.io/sextant/ranker/plugins/podledger"
@@ -69,25 +70,10 @@ import (
 // Name is the plugin's name in the scheduler configuration.
 const Name = "NUMAAware"
 
-// Nodes gives a node's heartbeat record, nil when it has none. *heartbeat.Store
-// implements it.
-type Nodes interface {
-	Node(name string) *heartbeat.Node
-	// NodeOf is Node(node.Name), cheaper for the Node objects of a scheduling cycle.
-	NodeOf(node *v1.Node) *heartbeat.Node
-	// TopologyVersion changes whenever a node's NodeTopology changes.
-	TopologyVersion() uint64
-}
-
-// NodeInfos looks up the scheduler's snapshot of a node; Reserve uses it when Filter and
-// Score did not run for the selected node in this cycle (a single feasible node, or a
-// node hint from opportunistic batching).
-type NodeInfos func(node string) (fwk.NodeInfo, error)
-
 // NUMAAware is the plugin.
 type NUMAAware struct {
-	nodes     Nodes
-	nodeInfos NodeInfos
+	nodes     nodelookup.Nodes
+	nodeInfos nodelookup.NodeInfos
 	// ledger holds the NUMA nodes Reserve took for pods whose numa.sextant.io/nodes is
 	// not visible yet; FreeCapacity consults it only for pods without the annotation.
 	ledger *podledger.Ledger[reservation]
@@ -163,9 +149,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("numa plugin: %w", err)
 	}
-	pl := NewWith(store, func(node string) (fwk.NodeInfo, error) {
-		return h.SnapshotSharedLister().NodeInfos().Get(node)
-	}).WithProfile(h)
+	pl := NewWith(store, nodelookup.Snapshot(h)).WithProfile(h)
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
 	store.AddListener(pl.listener())
@@ -193,7 +177,7 @@ func (pl *NUMAAware) listener() heartbeat.Listener {
 }
 
 // NewWith builds the plugin from its parts, without a framework Handle (tests, embedding).
-func NewWith(nodes Nodes, nodeInfos NodeInfos) *NUMAAware {
+func NewWith(nodes nodelookup.Nodes, nodeInfos nodelookup.NodeInfos) *NUMAAware {
 	registerMetrics()
 	return &NUMAAware{nodes: nodes, nodeInfos: nodeInfos,
 		ledger:    podledger.New[reservation](func(n int) { reservations.Set(float64(n)) }),
@@ -209,8 +193,9 @@ func isAnnotated(pod *v1.Pod) bool {
 	return ok && pod.Spec.NodeName != ""
 }
 
-// stateKey is where the plugin keeps the pod's request, policy and reserved choice.
-const stateKey fwk.StateKey = Name
+// stateKey is where the plugin keeps the pod's request, policy and reserved choice:
+// numahint's key, since DeviceAware reads the choice there.
+const stateKey = numahint.StateKey
 
 // cycleState is the plugin's CycleState entry for one pod. Clones share it: nothing in
 // it depends on which clone reads it, and reserved is written once, by Reserve.
@@ -219,7 +204,7 @@ type cycleState struct {
 	topologyVersion uint64
 	req             Request
 	policy          annotations.NUMAPolicyValue
-	// pl lets ChosenNUMANodes, called by DeviceAware, compute the choice.
+	// pl lets Chosen, called by DeviceAware, compute the choice.
 	pl       *NUMAAware
 	reserved atomic.Pointer[reservedChoice]
 	// uneven is set by Filter when a node it passes would not score as "one NUMA node,
@@ -232,6 +217,8 @@ type cycleState struct {
 	// (see floor): PreScore's question is then whether one of them is feasible.
 	bare []fwk.NodeInfo
 }
+
+var _ numahint.Choice = (*cycleState)(nil)
 
 func (s *cycleState) Clone() fwk.StateData { return s }
 
@@ -253,14 +240,10 @@ func readState(state fwk.CycleState) (*cycleState, bool) {
 	return s, ok
 }
 
-// ChosenNUMANodes returns the NUMA node IDs NUMAAware chooses for the pod on the node in
-// this scheduling cycle, if it chooses any (the pod asks for CPU or memory and the node
-// has a NodeTopology the request fits): what Reserve took once it ran, else the choice
-// Filter and Score make from nodeInfo. DeviceAware uses it to prefer devices on those
-// NUMA nodes. The result is shared: do not modify it.
-func ChosenNUMANodes(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool) {
-	s, ok := readState(state)
-	if !ok || s.req.IsZero() {
+// Chosen implements numahint.Choice: NUMAAware's choice for the pod on the node, what
+// DeviceAware prefers devices from.
+func (s *cycleState) Chosen(nodeInfo fwk.NodeInfo) ([]int32, bool) {
+	if s.req.IsZero() {
 		return nil, false
 	}
 	node := nodeInfo.Node()
@@ -281,13 +264,8 @@ func ChosenNUMANodes(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool
 	return ch.Nodes, true
 }
 
-// ReservedNUMANodes returns the NUMA node IDs Reserve took for the pod on node, if it
-// took any.
-func ReservedNUMANodes(state fwk.CycleState, node string) ([]int32, bool) {
-	s, ok := readState(state)
-	if !ok {
-		return nil, false
-	}
+// Reserved implements numahint.Choice.
+func (s *cycleState) Reserved(node string) ([]int32, bool) {
 	if r := s.reserved.Load(); r != nil && r.node == node {
 		return r.choice.Nodes, true
 	}

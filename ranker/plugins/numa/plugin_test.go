@@ -15,6 +15,7 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
 // The seed's example: a pod asking 2 CPUs and 4 GiB; node-1 has NUMA nodes of 2 CPUs and
@@ -37,11 +38,11 @@ func TestSeedExample(t *testing.T) {
 	if r.scores["node-1"] != fwk.MaxNodeScore {
 		t.Errorf("node-1 score = %d, want %d", r.scores["node-1"], fwk.MaxNodeScore)
 	}
-	nodes, ok := ChosenNUMANodes(r.state, infos[0])
+	nodes, ok := numahint.Chosen(r.state, infos[0])
 	if !ok || len(nodes) != 1 {
 		t.Fatalf("chosen NUMA nodes on node-1 = %v, %v; want exactly one", nodes, ok)
 	}
-	if n2, _ := ChosenNUMANodes(r.state, infos[1]); len(n2) != 2 {
+	if n2, _ := numahint.Chosen(r.state, infos[1]); len(n2) != 2 {
 		t.Errorf("node-2 would need %v, want two NUMA nodes", n2)
 	}
 	ctx := context.Background()
@@ -131,7 +132,7 @@ func TestFilter(t *testing.T) {
 			if tc.wantReason != "" && !strings.Contains(st.Message(), tc.wantReason) {
 				t.Errorf("Filter message %q, want it to mention %q", st.Message(), tc.wantReason)
 			}
-			nodes, ok := ChosenNUMANodes(state, ni)
+			nodes, ok := numahint.Chosen(state, ni)
 			if got := annotations.FormatNUMANodes(nodes); ok && got != tc.wantNodes || !ok && tc.wantNodes != "" {
 				t.Errorf("chosen = %q (%v), want %q", got, ok, tc.wantNodes)
 			}
@@ -216,7 +217,7 @@ func TestReserveUnreserve(t *testing.T) {
 
 	second := pod("second", "2", 4*gi, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
 	r2 := schedule(t, pl, second, []*framework.NodeInfo{ni})
-	if nodes, _ := ChosenNUMANodes(r2.state, ni); annotations.FormatNUMANodes(nodes) != "1" {
+	if nodes, _ := numahint.Chosen(r2.state, ni); annotations.FormatNUMANodes(nodes) != "1" {
 		t.Fatalf("second pod got NUMA nodes %v, want 1 (0 is reserved)", nodes)
 	}
 	if st := pl.Reserve(ctx, r2.state, second, "n"); !st.IsSuccess() {
@@ -259,7 +260,7 @@ func TestReserveWithoutFilter(t *testing.T) {
 	if st := pl.Reserve(ctx, state, p, "n"); !st.IsSuccess() {
 		t.Fatalf("Reserve: %v", st)
 	}
-	if nodes, _ := ReservedNUMANodes(state, "n"); annotations.FormatNUMANodes(nodes) != "1" {
+	if nodes, _ := numahint.Reserved(state, "n"); annotations.FormatNUMANodes(nodes) != "1" {
 		t.Errorf("chosen %v, want 1", nodes)
 	}
 	// No topology for "missing": nothing to reserve, which is success.
@@ -344,7 +345,7 @@ func TestChoiceMemoIsPerRequest(t *testing.T) {
 		if st := pl.Filter(ctx, state, tc.pod, ni); !st.IsSuccess() {
 			t.Fatalf("%s: Filter: %v", tc.pod.Name, st)
 		}
-		if nodes, _ := ChosenNUMANodes(state, ni); annotations.FormatNUMANodes(nodes) != tc.want {
+		if nodes, _ := numahint.Chosen(state, ni); annotations.FormatNUMANodes(nodes) != tc.want {
 			t.Errorf("%s: chosen %v, want %s", tc.pod.Name, nodes, tc.want)
 		}
 	}
@@ -447,7 +448,7 @@ func TestNodesThatDoNotPin(t *testing.T) {
 			if _, held := pl.ledger.Get(p.UID, "n"); held != (tc.wantStaged != "") {
 				t.Errorf("reservation held: %v, want %v", held, tc.wantStaged != "")
 			}
-			if nodes, ok := ChosenNUMANodes(r.state, ni); !ok || annotations.FormatNUMANodes(nodes) != "0" {
+			if nodes, ok := numahint.Chosen(r.state, ni); !ok || annotations.FormatNUMANodes(nodes) != "0" {
 				t.Errorf("chosen %v (%v), want NUMA node 0 still chosen for the pod's devices", nodes, ok)
 			}
 		})

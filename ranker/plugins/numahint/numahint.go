@@ -7,13 +7,17 @@
 //
 // Providers and NUMAAware meet through a Registry keyed by the scheduling profile's
 // framework handle, because the framework builds plugins one by one and gives none of
-// them a reference to another.
+// them a reference to another. Within a cycle, a provider reads NUMAAware's choice for
+// the pod from the CycleState (Chosen, Reserved), where NUMAAware keeps a Choice under
+// StateKey. This package is the only place the two plugins meet: neither imports the
+// other.
 package numahint
 
 import (
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
@@ -65,4 +69,74 @@ func (r *Registry) Lookup(h fwk.Handle) Provider {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.providers[h]
+}
+
+// StateKey is where NUMAAware keeps its CycleState entry for the pod, which implements
+// Choice.
+const StateKey fwk.StateKey = "sextant.io/numa-choice"
+
+// Choice is NUMAAware's decision for the pod in one scheduling cycle.
+type Choice interface {
+	fwk.StateData
+	// Chosen is the NUMA node IDs NUMAAware chooses for the pod on the node, if it
+	// chooses any (the pod asks for CPU or memory and the node has a NodeTopology the
+	// request fits): what Reserve took once it ran, else the choice Filter and Score make
+	// from nodeInfo. The result is shared: do not modify it.
+	Chosen(nodeInfo fwk.NodeInfo) ([]int32, bool)
+	// Reserved is the NUMA node IDs Reserve took for the pod on node, if it took any.
+	Reserved(node string) ([]int32, bool)
+}
+
+// readChoice returns NUMAAware's entry in state, nil when NUMAAware has not run for the
+// pod (it is not in the profile, or the pod asks for nothing it decides).
+func readChoice(state fwk.CycleState) Choice {
+	if state == nil {
+		return nil
+	}
+	d, err := state.Read(StateKey)
+	if err != nil {
+		return nil
+	}
+	c, _ := d.(Choice)
+	return c
+}
+
+// Chosen is Choice.Chosen of NUMAAware's entry in state; false without one. DeviceAware
+// uses it to prefer devices on those NUMA nodes.
+func Chosen(state fwk.CycleState, nodeInfo fwk.NodeInfo) ([]int32, bool) {
+	if c := readChoice(state); c != nil {
+		return c.Chosen(nodeInfo)
+	}
+	return nil, false
+}
+
+// Reserved is Choice.Reserved of NUMAAware's entry in state; false without one.
+func Reserved(state fwk.CycleState, node string) ([]int32, bool) {
+	if c := readChoice(state); c != nil {
+		return c.Reserved(node)
+	}
+	return nil, false
+}
+
+// PodUpdateHint is the queueing hint both NUMAAware and DeviceAware give pod updates: it
+// requeues a rejected pod when it was itself updated (a fixed annotation) or when a pod
+// on a node finished (its NUMA capacity and devices are free again), and not for the
+// stream of other pod status updates.
+func PodUpdateHint(_ klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	updated, ok := newObj.(*v1.Pod)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if updated.UID == pod.UID {
+		return fwk.Queue, nil
+	}
+	old, _ := oldObj.(*v1.Pod)
+	if updated.Spec.NodeName != "" && terminal(updated) && (old == nil || !terminal(old)) {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}
+
+func terminal(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed
 }
