@@ -13,7 +13,6 @@ import (
 	"runtime"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,23 +287,24 @@ func checkWithin(t testing.TB, what string, got, want, tolerance float64) {
 // shaped with tbf, and removes them (with the veth and qdiscs) at cleanup.
 func twoNamespaces(t testing.TB) (string, string) {
 	t.Helper()
-	a, b := namespace(t, "sextant-a"), namespace(t, "sextant-b")
-	sh(t, "ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b)
+	a, _ := netnstest.New(t, "sextant-a-")
+	b, _ := netnstest.New(t, "sextant-b-")
+	netnstest.Run(t, "ip", "-n", a, "link", "add", "va", "type", "veth", "peer", "name", "vb", "netns", b)
 	for _, c := range []struct{ ns, dev, addr string }{{a, "va", "10.231.0.1/30"}, {b, "vb", "10.231.0.2/30"}} {
 		// IPv6 off: its autoconfiguration chatter would make "quiet" less quiet.
-		sh(t, "ip", "netns", "exec", c.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+		netnstest.Run(t, "ip", "netns", "exec", c.ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
 		// No GSO: tbf charges a GSO packet as the segments it becomes on the
-		// wire (headers repeated, ~4.5% more for TCP at 1500 MTU) while a
-		// veth's rx/tx_bytes and the meter count skb->len once. With
-		// segments only, the shaped rate and skb->len describe the same bytes.
-		sh(t, "ip", "-n", c.ns, "link", "set", c.dev, "gso_max_segs", "1")
-		sh(t, "ip", "-n", c.ns, "addr", "add", c.addr, "dev", c.dev)
-		sh(t, "ip", "-n", c.ns, "link", "set", c.dev, "up")
-		sh(t, "ip", "-n", c.ns, "link", "set", "lo", "up")
+		// wire (headers repeated; design/0015) while a veth's rx/tx_bytes and
+		// the meter count skb->len once. With segments only, the shaped rate
+		// and skb->len describe the same bytes.
+		netnstest.Run(t, "ip", "-n", c.ns, "link", "set", c.dev, "gso_max_segs", "1")
+		netnstest.Run(t, "ip", "-n", c.ns, "addr", "add", c.addr, "dev", c.dev)
+		netnstest.Run(t, "ip", "-n", c.ns, "link", "set", c.dev, "up")
+		netnstest.Run(t, "ip", "-n", c.ns, "link", "set", "lo", "up")
 		// A queue far above iperf3's 1M window, so tbf never drops: the
 		// meter counts at tc egress, before the qdisc, the kernel's tx_bytes
 		// after it.
-		sh(t, "ip", "netns", "exec", c.ns, "tc", "qdisc", "add", "dev", c.dev, "root", "tbf", "rate", "200mbit", "burst", "128kb", "limit", "4mb")
+		netnstest.Run(t, "ip", "netns", "exec", c.ns, "tc", "qdisc", "add", "dev", c.dev, "root", "tbf", "rate", "200mbit", "burst", "128kb", "limit", "4mb")
 	}
 	// The meter leaves out a link that is not operationally up yet, which the kernel
 	// settles asynchronously: wait, or the first rescan may find vb still down.
@@ -326,13 +326,6 @@ func twoNamespaces(t testing.TB) (string, string) {
 		}
 	}
 	return a, b
-}
-
-func sh(t testing.TB, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
 }
 
 func kernelStats(t testing.TB, h *netlink.Handle) netlink.LinkStatistics {
@@ -382,26 +375,16 @@ func needRootAnd(t *testing.T, tools ...string) {
 	}
 }
 
-// namespace adds a network namespace named after prefix and this process, deleted when
-// the test ends, and returns its name.
-func namespace(t testing.TB, prefix string) string {
-	t.Helper()
-	name := fmt.Sprintf("%s-%d", prefix, os.Getpid())
-	sh(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	return name
-}
-
 // TestSystemLinksUpIsOperational: a link counts as up by its operational state, not by
 // IFF_UP alone. A veth set up while its peer is down has no carrier, and carries nothing.
 func TestSystemLinksUpIsOperational(t *testing.T) {
 	needRootAnd(t, "ip")
-	name := namespace(t, "sextant-up")
-	sh(t, "ip", "-n", name, "link", "add", "u0", "type", "veth", "peer", "name", "u1")
-	sh(t, "ip", "-n", name, "link", "set", "u0", "up")
+	name, _ := netnstest.New(t, "sextant-up-")
+	netnstest.Run(t, "ip", "-n", name, "link", "add", "u0", "type", "veth", "peer", "name", "u1")
+	netnstest.Run(t, "ip", "-n", name, "link", "set", "u0", "up")
 	// lo reports the operational state UNKNOWN, as drivers that do not track their
 	// carrier do: up when administratively up.
-	sh(t, "ip", "-n", name, "link", "set", "lo", "up")
+	netnstest.Run(t, "ip", "-n", name, "link", "set", "lo", "up")
 	sl := SystemLinks{SysfsRoot: t.TempDir(), NetnsPath: "/var/run/netns/" + name}
 	want := func(when string, want map[string]bool) {
 		t.Helper()
@@ -428,9 +411,9 @@ func TestSystemLinksUpIsOperational(t *testing.T) {
 		}
 	}
 	want("u0 set up, its peer down", map[string]bool{"u0": false, "u1": false, "lo": true})
-	sh(t, "ip", "-n", name, "link", "set", "u1", "up")
+	netnstest.Run(t, "ip", "-n", name, "link", "set", "u1", "up")
 	want("both ends up", map[string]bool{"u0": true, "u1": true})
-	sh(t, "ip", "-n", name, "link", "set", "u1", "down")
+	netnstest.Run(t, "ip", "-n", name, "link", "set", "u1", "down")
 	want("the peer down again", map[string]bool{"u0": false, "u1": false})
 }
 
@@ -438,8 +421,8 @@ func TestSystemLinksUpIsOperational(t *testing.T) {
 // with a physfn link under it.
 func TestSystemLinksVirtualFunction(t *testing.T) {
 	needRootAnd(t, "ip")
-	name := namespace(t, "sextant-vf")
-	sh(t, "ip", "-n", name, "link", "add", "pf0", "type", "veth", "peer", "name", "vf0")
+	name, _ := netnstest.New(t, "sextant-vf-")
+	netnstest.Run(t, "ip", "-n", name, "link", "add", "pf0", "type", "veth", "peer", "name", "vf0")
 	root := t.TempDir()
 	for dir, link := range map[string]string{"pf0": "", "vf0": "physfn"} {
 		dev := filepath.Join(root, "sys", "devices", dir)
@@ -517,7 +500,7 @@ func testReattach(t *testing.T, mode tc.Mode) {
 		// cannot fail the next. Delivery over a veth is near-immediate, but a busy
 		// machine may take its time: allow 5 s (where nothing may be counted, that is
 		// 5 s of waiting for nothing, which can only pass).
-		sh(t, "ip", "netns", "exec", nsA, "bash", "-c", "for i in 1 2 3; do echo x 2>/dev/null >/dev/udp/10.231.0.2/9; done; true")
+		netnstest.Run(t, "ip", "netns", "exec", nsA, "bash", "-c", "for i in 1 2 3; do echo x 2>/dev/null >/dev/udp/10.231.0.2/9; done; true")
 		for range 200 {
 			if packets() > before {
 				return true
@@ -559,7 +542,7 @@ func testReattach(t *testing.T, mode tc.Mode) {
 			}
 		})
 	case tc.ModeClsact:
-		sh(t, "ip", "netns", "exec", nsB, "tc", "qdisc", "del", "dev", "vb", "clsact")
+		netnstest.Run(t, "ip", "netns", "exec", nsB, "tc", "qdisc", "del", "dev", "vb", "clsact")
 	}
 	if counts() {
 		t.Fatal("the meter still counts after its removal: the test removed the wrong thing")

@@ -1,7 +1,6 @@
 package devicefilter
 
 import (
-	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -9,6 +8,7 @@ import (
 	"testing"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/fixture"
 )
 
 // The devices of testdata/host, by what the tree makes of them.
@@ -115,7 +115,7 @@ func TestSelector(t *testing.T) {
 			reason: [2]string{"0000:03:00.1", "no route table"}},
 	}
 	noProc := filepath.Join(t.TempDir(), "no-proc")
-	copyDir(t, "testdata/host/sys", filepath.Join(noProc, "sys"))
+	fixture.CopyTree(t, "testdata/host/sys", filepath.Join(noProc, "sys"))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			root := tt.root
@@ -139,7 +139,7 @@ func TestSelector(t *testing.T) {
 
 func TestScanHostMalformed(t *testing.T) {
 	root := t.TempDir()
-	copyDir(t, "testdata/host", root)
+	fixture.CopyTree(t, "testdata/host", root)
 	write := func(rel, s string) {
 		if err := os.WriteFile(filepath.Join(root, rel), []byte(s), 0o644); err != nil {
 			t.Fatal(err)
@@ -168,7 +168,7 @@ func TestScanHostMalformed(t *testing.T) {
 // A loop of lower_ links in a copied tree must end.
 func TestScanHostInterfaceLoop(t *testing.T) {
 	root := t.TempDir()
-	copyDir(t, "testdata/host", root)
+	fixture.CopyTree(t, "testdata/host", root)
 	if err := os.Symlink("../ens4.100", filepath.Join(root, "sys/devices/virtual/net/br0/lower_br0")); err != nil {
 		t.Fatal(err)
 	}
@@ -238,35 +238,5 @@ func TestUnescapeOctal(t *testing.T) {
 		if got := unescapeOctal(in); got != want {
 			t.Errorf("unescapeOctal(%q) = %q, want %q", in, got, want)
 		}
-	}
-}
-
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		to := filepath.Join(dst, rel)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(target, to)
-		case d.IsDir():
-			return os.MkdirAll(to, 0o755)
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(to, b, 0o644)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 }

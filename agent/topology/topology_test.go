@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/fixture"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -409,36 +409,11 @@ func noDevice(t *testing.T, s *Snapshot, addr string) {
 	}
 }
 
-// copyTree copies a testdata tree, symlinks as symlinks, so a test can change it.
+// copyTree copies a testdata tree into a new directory, so a test can change it.
 func copyTree(t *testing.T, src string) string {
 	t.Helper()
 	dst := t.TempDir()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		to := filepath.Join(dst, rel)
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(l, to)
-		case d.IsDir():
-			return os.MkdirAll(to, 0o755)
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			return os.WriteFile(to, b, 0o644)
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fixture.CopyTree(t, src, dst)
 	return dst
 }
 

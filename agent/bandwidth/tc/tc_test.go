@@ -4,9 +4,7 @@ package tc
 
 import (
 	"errors"
-	"fmt"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -24,31 +22,15 @@ import (
 // sent) and removes it when the test ends, whatever happens.
 func testNetns(t *testing.T) (path string, ifindex int) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipping: needs root to create network namespaces and attach tc programs")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("skipping: needs iproute2's ip")
-	}
-	name := fmt.Sprintf("sextant-tc-%d", os.Getpid())
-	run(t, "ip", "netns", "add", name)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
-	run(t, "ip", "-n", name, "link", "add", "m0", "type", "veth", "peer", "name", "m1")
-	run(t, "ip", "-n", name, "link", "set", "m0", "up")
-	path = "/var/run/netns/" + name
+	name, path := netnstest.New(t, "sextant-tc-")
+	netnstest.Run(t, "ip", "-n", name, "link", "add", "m0", "type", "veth", "peer", "name", "m1")
+	netnstest.Run(t, "ip", "-n", name, "link", "set", "m0", "up")
 	h := netnstest.Handle(t, path)
 	l, err := h.LinkByName("m0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return path, l.Attrs().Index
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
 }
 
 func loadPrograms(t *testing.T) Programs {
@@ -105,7 +87,7 @@ func TestClsactReplacesOwnFiltersAndKeepsOthers(t *testing.T) {
 	h := netnstest.Handle(t, path)
 
 	// Someone else's filter, which must survive everything we do.
-	run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
 	foreign := filterFor(MeterFilter, ifindex, netlink.HANDLE_MIN_INGRESS, "foreign", loadPrograms(t).Ingress.FD())
 	foreign.Priority, foreign.Handle = 7, 1
 	if err := h.FilterAdd(foreign); err != nil {
@@ -201,7 +183,7 @@ func TestDetachAfterInterfaceVanished(t *testing.T) {
 			if err := a.Attach(ifindex, loadPrograms(t)); err != nil {
 				t.Fatal(err)
 			}
-			run(t, "ip", "-n", strings.TrimPrefix(path, "/var/run/netns/"), "link", "del", "m0")
+			netnstest.Run(t, "ip", "-n", strings.TrimPrefix(path, "/var/run/netns/"), "link", "del", "m0")
 			if err := a.Detach(ifindex); err != nil {
 				t.Fatalf("detach from a deleted interface: %v", err)
 			}
@@ -243,7 +225,7 @@ func TestClsactRemovesOnlyTheQdiscItAdded(t *testing.T) {
 	}
 
 	// A clsact that was there before sextant stays.
-	run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", strings.TrimPrefix(path, "/var/run/netns/"), "tc", "qdisc", "add", "dev", "m0", "clsact")
 	b, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
 	if err := b.Attach(ifindex, loadPrograms(t)); err != nil {
 		t.Fatal(err)
@@ -303,11 +285,11 @@ func TestClsactVerifyAndReattach(t *testing.T) {
 
 	// The qdisc deleted, and another tool adds its own before the meter attaches again:
 	// that one is not the meter's to remove.
-	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
 	if err := a.Verify(ifindex); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "clsact qdisc was deleted") {
 		t.Fatalf("verify without the qdisc: %v, want ErrNotAttached naming the qdisc", err)
 	}
-	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "m0", "clsact")
 	if err := a.Reattach(ifindex, progs); err != nil {
 		t.Fatal(err)
 	}
@@ -323,13 +305,13 @@ func TestClsactVerifyAndReattach(t *testing.T) {
 
 	// The qdisc deleted and added again by another tool between two checks: the meter
 	// sees only its filters gone, and the qdisc is still not its to remove.
-	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
 	c, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
 	if err := c.Attach(ifindex, progs); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
-	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "m0", "clsact")
 	if err := c.Verify(ifindex); !errors.Is(err, ErrNotAttached) || !strings.Contains(err.Error(), "filter was deleted") {
 		t.Fatalf("verify with another clsact qdisc: %v, want ErrNotAttached naming a filter", err)
 	}
@@ -344,12 +326,12 @@ func TestClsactVerifyAndReattach(t *testing.T) {
 	}
 
 	// The qdisc deleted, and the meter adds it again: that one is the meter's.
-	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
 	b, _ := New(Options{Mode: ModeClsact, NetnsPath: path})
 	if err := b.Attach(ifindex, progs); err != nil {
 		t.Fatal(err)
 	}
-	run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
+	netnstest.Run(t, "ip", "netns", "exec", ns, "tc", "qdisc", "del", "dev", "m0", "clsact")
 	if err := b.Verify(ifindex); !errors.Is(err, ErrNotAttached) {
 		t.Fatalf("verify without the qdisc: %v, want ErrNotAttached", err)
 	}

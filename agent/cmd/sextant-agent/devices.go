@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -26,32 +25,38 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 )
 
-// startDevices starts the node side of the device handshake: with --device-plugin, the
-// kubelet device plugin that hands each container exactly its pod's
-// devices.sextant.io/allocated, and the audit that checks what the kubelet did against
-// it and tells setHolders which pod holds each device. It returns what the topology
-// reporter gives the node's devices to on every read, which answers with the devices
-// kept from pods and why (the host-device filter runs with or without the plugin: the
-// ranker never picks an excluded device).
-func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
-	kubelet *podresources.Client, nodeIPs []net.IP, published map[string]v1alpha1.DeviceHolder, setHolders func(map[string]v1alpha1.DeviceHolder),
-	reg prometheus.Registerer, fail func(error), log logr.Logger) (func([]v1alpha1.PCIDevice) map[string]string, error) {
-	listPods := func() ([]*corev1.Pod, error) {
-		var out []*corev1.Pod
-		for _, obj := range pods.GetStore().List() {
-			if p, ok := obj.(*corev1.Pod); ok {
-				out = append(out, p)
-			}
-		}
-		return out, nil
-	}
-	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) { return listNodePods(ctx, kube, o.nodeName) }
-	var plugin *deviceplugin.Manager
-	if o.devicePlugin {
-		var err error
-		if plugin, err = startPlugin(ctx, wg, o, kube, pods, listPods, freshPods, kubelet, published, setHolders, reg, fail, log); err != nil {
-			return nil, err
-		}
+// devices is the node side of the device handshake. The host-device filter runs with or
+// without the plugin: the ranker never picks an excluded device. With --device-plugin, the
+// kubelet device plugin hands each container exactly its pod's
+// devices.sextant.io/allocated, and the audit checks what the kubelet did against it and
+// says which pod holds each device.
+type devices struct {
+	nodeName   string
+	auditEvery time.Duration
+	kube       kubernetes.Interface
+	pods       cache.SharedIndexInformer
+	kubelet    *podresources.Client
+	reg        prometheus.Registerer
+	log        logr.Logger
+
+	selector *devicefilter.Selector
+	plugin   *deviceplugin.Manager // nil without --device-plugin
+	// afterSettle pokes the audit a settle after an Allocate or a pod leaving.
+	afterSettle *coalescer
+	// audit is made by start, seeded with the holders the node published before.
+	audit *deviceaudit.Auditor
+	// published are the holders the node published before, set by start.
+	published    map[string]v1alpha1.DeviceHolder
+	lastWarnings []string
+}
+
+// newDevices makes the host-device filter, which counts nodeIPs' interfaces as the
+// node's own, and with --device-plugin the device plugin.
+func (a *agent) newDevices(nodeIPs []net.IP) (*devices, error) {
+	o := a.o
+	d := &devices{
+		nodeName: o.nodeName, auditEvery: o.deviceAuditInterval,
+		kube: a.kube, pods: a.pods, kubelet: a.kubelet, reg: a.reg, log: a.log.WithName("devices"),
 	}
 	addrs := make([]netip.Addr, 0, len(nodeIPs))
 	for _, ip := range nodeIPs {
@@ -59,26 +64,76 @@ func startDevices(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube ku
 			addrs = append(addrs, a.Unmap())
 		}
 	}
-	selector := &devicefilter.Selector{Root: o.sysfsRoot, Rules: o.deviceFilter, NodeAddresses: func() []netip.Addr { return addrs }}
-	var lastWarnings []string
-	return func(devs []v1alpha1.PCIDevice) map[string]string {
-		excluded, warnings := selector.Excluded(devs)
-		msgs := make([]string, len(warnings))
-		for i, w := range warnings {
-			msgs[i] = w.Error()
+	d.selector = &devicefilter.Selector{Root: o.sysfsRoot, Rules: o.deviceFilter, NodeAddresses: func() []netip.Addr { return addrs }}
+	if !o.devicePlugin {
+		return d, nil
+	}
+	// The kubelet lists a pod's devices in PodResources once it admitted the pod, long
+	// before a container runs (an image pull may take minutes): a pass soon after every
+	// Allocate publishes the holder of a device another scheduler's pod took before the
+	// ranker can choose it again.
+	// A pod that leaves the node gets the same delayed pass (see start's pod handlers).
+	d.afterSettle = newCoalescer(clock.RealClock{}, allocSettle)
+	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) { return listNodePods(ctx, d.kube, d.nodeName) }
+	var err error
+	d.plugin, err = deviceplugin.New(deviceplugin.Config{
+		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
+		CDISpecDirs: o.cdiSpecDirs, Pods: d.listPods, FreshPods: freshPods, KubeletPods: d.kubelet.List,
+		OnAllocated: func(string) { d.afterSettle.poke() }, InUse: d.inUse,
+	}, deviceplugin.NewMetrics(d.reg), d.log)
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// listPods lists the node's pods from the shared informer.
+func (d *devices) listPods() ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, obj := range d.pods.GetStore().List() {
+		if p, ok := obj.(*corev1.Pod); ok {
+			out = append(out, p)
 		}
-		// The host is scanned on every topology read; say what it could not see once.
-		if !slices.Equal(msgs, lastWarnings) {
-			for _, m := range msgs {
-				log.Info("host device scan", "warning", m)
-			}
-			lastWarnings = msgs
+	}
+	return out, nil
+}
+
+// inUse are the addresses of the devices some pod holds: the audit's, or before its
+// first pass, what the node published before. The plugin asks only once it runs, after
+// start.
+func (d *devices) inUse() []string {
+	var out []string
+	if hs := d.audit.Holders(); hs != nil {
+		for addr := range hs {
+			out = append(out, addr)
 		}
-		if plugin != nil {
-			plugin.Update(devs, excluded)
+		return out
+	}
+	for addr := range d.published {
+		out = append(out, addr)
+	}
+	return out
+}
+
+// onDevices is what the topology reporter gives the node's devices to on every read: it
+// answers with the devices kept from pods and why, and hands the rest to the plugin.
+func (d *devices) onDevices(devs []v1alpha1.PCIDevice) map[string]string {
+	excluded, warnings := d.selector.Excluded(devs)
+	msgs := make([]string, len(warnings))
+	for i, w := range warnings {
+		msgs[i] = w.Error()
+	}
+	// The host is scanned on every topology read; say what it could not see once.
+	if !slices.Equal(msgs, d.lastWarnings) {
+		for _, m := range msgs {
+			d.log.Info("host device scan", "warning", m)
 		}
-		return excluded
-	}, nil
+		d.lastWarnings = msgs
+	}
+	if d.plugin != nil {
+		d.plugin.Update(devs, excluded)
+	}
+	return excluded
 }
 
 // listNodePods lists the pods bound to nodeName from the API server.
@@ -94,42 +149,16 @@ func listNodePods(ctx context.Context, kube kubernetes.Interface, nodeName strin
 	return out, nil
 }
 
-// startPlugin starts the device plugin, the audit and the removal of stale capacity. A
-// plugin that stops is fatal (fail): without it the kubelet hands out none of the node's
-// devices, while the node's heartbeats would still say the agent is alive.
-func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
-	listPods func() ([]*corev1.Pod, error), freshPods func(context.Context) ([]*corev1.Pod, error), kubelet *podresources.Client,
-	published map[string]v1alpha1.DeviceHolder, setHolders func(map[string]v1alpha1.DeviceHolder), reg prometheus.Registerer,
-	fail func(error), log logr.Logger) (*deviceplugin.Manager, error) {
-	// The kubelet lists a pod's devices in PodResources once it admitted the pod, long
-	// before a container runs (an image pull may take minutes): a pass soon after every
-	// Allocate publishes the holder of a device another scheduler's pod took before the
-	// ranker can choose it again.
-	// A pod that leaves the node gets the same delayed pass (see the pod handlers below).
-	afterSettle := newCoalescer(clock.RealClock{}, allocSettle)
-	var audit *deviceaudit.Auditor // made below; the plugin serves nothing before Run
-	inUse := func() []string {
-		var out []string
-		if hs := audit.Holders(); hs != nil {
-			for addr := range hs {
-				out = append(out, addr)
-			}
-			return out
-		}
-		// Before the audit's first pass: what the node published before.
-		for addr := range published {
-			out = append(out, addr)
-		}
-		return out
+// start starts the device plugin, the audit, seeded with the holders published before,
+// and the removal of stale capacity; setHolders is told which pod holds each device. A
+// plugin that stops is fatal: without it the kubelet hands out none of the node's
+// devices, while the node's heartbeats would still say the agent is alive. Without
+// --device-plugin it starts nothing.
+func (d *devices) start(ctx context.Context, g *group, published map[string]v1alpha1.DeviceHolder, setHolders func(map[string]v1alpha1.DeviceHolder)) error {
+	if d.plugin == nil {
+		return nil
 	}
-	plugin, err := deviceplugin.New(deviceplugin.Config{
-		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
-		CDISpecDirs: o.cdiSpecDirs, Pods: listPods, FreshPods: freshPods, KubeletPods: kubelet.List,
-		OnAllocated: func(string) { afterSettle.poke() }, InUse: inUse,
-	}, deviceplugin.NewMetrics(reg), log)
-	if err != nil {
-		return nil, err
-	}
+	d.published = published
 	onHolders := func(hs map[string]deviceaudit.Holder) {
 		out := make(map[string]v1alpha1.DeviceHolder, len(hs))
 		for addr, h := range hs {
@@ -141,14 +170,16 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 	for addr, h := range published {
 		seed[addr] = deviceaudit.Holder{Namespace: h.Namespace, Name: h.Name, UID: h.UID}
 	}
-	audit = deviceaudit.New(deviceaudit.Config{NodeName: o.nodeName, Every: o.deviceAuditInterval, OnHolders: onHolders, Published: seed},
-		kube, kubelet.List, listPods, deviceaudit.NewMetrics(reg), log)
+	audit := deviceaudit.New(deviceaudit.Config{NodeName: d.nodeName, Every: d.auditEvery, OnHolders: onHolders, Published: seed},
+		d.kube, d.kubelet.List, d.listPods, deviceaudit.NewMetrics(d.reg), d.log)
+	d.audit = audit
+	afterSettle := d.afterSettle
 	// A container that starts is audited at once, not at the next --device-audit-interval:
 	// a short-lived pod with the wrong devices would otherwise never be seen. A pod that
 	// leaves (deleted, terminal or being deleted) is audited a settle later, as the kubelet
 	// may still list its devices for a moment: until a pass, the ranker sees them held
 	// and may preempt other pods for devices that are free.
-	if _, err := pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := d.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if pod, ok := obj.(*corev1.Pod); ok && runningContainers(pod) > 0 {
 				audit.Trigger()
@@ -170,23 +201,19 @@ func startPlugin(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kub
 		// The informer holds only this node's pods; a tombstone counts as a deletion too.
 		DeleteFunc: func(any) { afterSettle.poke() },
 	}); err != nil {
-		return nil, fmt.Errorf("watch the node's pods for the device audit: %w", err)
+		return fmt.Errorf("watch the node's pods for the device audit: %w", err)
 	}
-	wg.Go(func() {
-		if err := plugin.Run(ctx); err != nil && ctx.Err() == nil {
-			fail(fmt.Errorf("device plugin: %w", err))
-		}
-	})
-	wg.Go(func() {
+	g.goFatal(ctx, "device plugin", d.plugin.Run)
+	g.Go(func() {
 		// A pass before the pod cache is filled would find no pod running, and drop the
 		// holders it is to keep.
-		if cache.WaitForCacheSync(ctx.Done(), pods.HasSynced) {
+		if cache.WaitForCacheSync(ctx.Done(), d.pods.HasSynced) {
 			audit.Run(ctx)
 		}
 	})
-	wg.Go(func() { afterSettle.run(ctx, audit.Trigger) })
-	wg.Go(func() { removeStaleCapacity(ctx, kube, o.nodeName, kubelet, log) })
-	return plugin, nil
+	g.Go(func() { afterSettle.run(ctx, audit.Trigger) })
+	g.Go(func() { removeStaleCapacity(ctx, d.kube, d.nodeName, d.kubelet, d.log) })
+	return nil
 }
 
 // allocSettle is how long after an Allocate (or a pod leaving) the audit looks. The

@@ -144,7 +144,7 @@ func (f *podResources) GetAllocatableResources(context.Context, *podresourcesapi
 	return &podresourcesapi.AllocatableResourcesResponse{}, nil
 }
 
-// auditTest is startPlugin's device plugin and audit against a fake PodResources API
+// auditTest is the devices' plugin and audit against a fake PodResources API
 // and API server, with the pod informer running.
 type auditTest struct {
 	t      *testing.T
@@ -207,31 +207,31 @@ func startAuditTest(t *testing.T, kubelet func(*auditTest)) *auditTest {
 	t.Cleanup(func() { client.Close() })
 
 	a.pods = informers.NewSharedInformerFactory(a.kube, 0).Core().V1().Pods().Informer()
-	listPods := func() ([]*corev1.Pod, error) {
-		var out []*corev1.Pod
-		for _, obj := range a.pods.GetStore().List() {
-			out = append(out, obj.(*corev1.Pod))
-		}
-		return out, nil
-	}
-	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) { return listNodePods(ctx, a.kube, "node-1") }
 	setHolders := func(hs map[string]v1alpha1.DeviceHolder) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.holders = append(a.holders, hs)
 	}
-	o := runOptions{nodeName: "node-1", devicePluginDir: dir, sysfsRoot: t.TempDir(), devRoot: t.TempDir(), deviceAuditInterval: time.Hour}
+	o := runOptions{nodeName: "node-1", devicePlugin: true, devicePluginDir: dir, sysfsRoot: t.TempDir(), devRoot: t.TempDir(), deviceAuditInterval: time.Hour}
 	ctx, cancel := context.WithCancel(context.Background())
 	a.ctx = ctx
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	fail := func(err error) { t.Errorf("the device plugin stopped: %v", err) }
-	plugin, err := startPlugin(ctx, &wg, o, a.kube, a.pods, listPods, freshPods, client, a.published, setHolders, prometheus.NewRegistry(), fail, logr.Discard())
+	g := newGroup(cancel)
+	t.Cleanup(func() {
+		cancel()
+		if err := g.wait(); err != nil {
+			t.Errorf("the device plugin stopped: %v", err)
+		}
+	})
+	ag := &agent{o: o, kube: a.kube, pods: a.pods, kubelet: client, reg: prometheus.NewRegistry(), log: logr.Discard()}
+	d, err := ag.newDevices(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.plugin = plugin
-	wg.Go(func() { a.pods.Run(ctx.Done()) })
+	if err := d.start(ctx, g, a.published, setHolders); err != nil {
+		t.Fatal(err)
+	}
+	a.plugin = d.plugin
+	g.Go(func() { a.pods.Run(ctx.Done()) })
 	waitUntil(t, "the pod informer's first list", a.pods.HasSynced)
 	waitUntil(t, "the audit's first pass", func() bool { n, _ := a.lastHolders(); return n > 0 })
 	return a

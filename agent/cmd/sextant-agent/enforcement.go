@@ -7,18 +7,15 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/enforce"
@@ -85,23 +82,26 @@ func (e enforcementOptions) validate(networks []bandwidth.NetworkSpec, heartbeat
 	return nil
 }
 
-// enforcement is the running enforcer, or the cleanup of an earlier run's shaping.
+// enforcement is the enforcer of the enforced networks and its shaper.
 type enforcement struct {
 	enforcer *enforce.Enforcer
 	shaper   *enforce.Shaper
+	networks []string
+	stateDir string
 	onExit   string
 	kube     kubernetes.Interface
 	log      logr.Logger
 }
 
-// startEnforcement starts keeping the guarantees of the enforced networks. Without any,
-// it gives back every interface an earlier run shaped (enforcement was turned off).
-func startEnforcement(ctx context.Context, wg *sync.WaitGroup, o runOptions, kube kubernetes.Interface, pods cache.SharedIndexInformer,
-	meter *bandwidth.Meter, reg prometheus.Registerer, loops *liveness.Checker, fail func(error), log logr.Logger) (*enforcement, error) {
-	e := o.enforcement
+// newEnforcement makes the enforcer that keeps the guarantees of the enforced networks,
+// reading meter's snapshots; nil without any (restoreEarlierShaping then gives back
+// what an earlier run shaped).
+func (a *agent) newEnforcement(meter *bandwidth.Meter) (*enforcement, error) {
+	o, e := a.o, a.o.enforcement
 	if len(e.networks) == 0 {
-		return nil, restoreEarlierShaping(o, log)
+		return nil, nil
 	}
+	log := a.log.WithName("enforcement")
 	shaper, err := enforce.NewShaper(o.netns, e.stateDir, log)
 	if err != nil {
 		return nil, fmt.Errorf("bandwidth enforcement: %w", err)
@@ -111,20 +111,23 @@ func startEnforcement(ctx context.Context, wg *sync.WaitGroup, o runOptions, kub
 		Shares:     enforce.Shares{Shaped: e.shapedShare, Unreserved: e.unreservedShare},
 		Cgroup:     enforce.HostNetworkCgroups(o.cgroupRoot, o.kubepodsCgroup),
 		NotStarted: bandwidthclaim.Deadlines{ReleaseAfter: e.releaseAfter},
-	}, kube, pods, meter.Snapshot, shaper, reg, log)
+	}, a.kube, a.pods, meter.Snapshot, shaper, a.reg, log)
 	if err != nil {
 		shaper.Close()
 		return nil, err
 	}
-	loops.Add("bandwidth-enforcement", liveness.Bound(enforcer.LivenessInterval()), enforcer.LastAlive)
-	wg.Go(func() {
-		if err := enforcer.Run(ctx); err != nil && ctx.Err() == nil {
-			fail(fmt.Errorf("bandwidth enforcement: %w", err))
-		}
-	})
-	log.Info("keeping bandwidth guarantees", "networks", e.networks, "stateDir", e.stateDir)
-	return &enforcement{enforcer: enforcer, shaper: shaper, onExit: e.onExit, kube: kube, log: log}, nil
+	return &enforcement{enforcer: enforcer, shaper: shaper, networks: e.networks, stateDir: e.stateDir, onExit: e.onExit, kube: a.kube, log: log}, nil
 }
+
+// start starts keeping the guarantees; the enforcer failing fails the agent.
+func (e *enforcement) start(ctx context.Context, g *group, loops *liveness.Checker) {
+	loops.Add("bandwidth-enforcement", liveness.Bound(e.enforcer.LivenessInterval()), e.enforcer.LastAlive)
+	g.goFatal(ctx, "bandwidth enforcement", e.enforcer.Run)
+	e.log.Info("keeping bandwidth guarantees", "networks", e.networks, "stateDir", e.stateDir)
+}
+
+// close releases the shaper; stop, if the enforcer ran, has decided what stays.
+func (e *enforcement) close() { e.shaper.Close() }
 
 // restoreEarlierShaping gives back the interfaces an earlier run shaped, if its state
 // says there are any.
@@ -148,10 +151,6 @@ func restoreEarlierShaping(o runOptions, log logr.Logger) error {
 // stop ends enforcement as the agent stops: the shaping stays for the next agent, or
 // goes when the agent is being removed from the node (see --enforcement-on-exit).
 func (e *enforcement) stop() {
-	if e == nil {
-		return
-	}
-	defer e.shaper.Close()
 	restore := e.onExit == onExitRestore
 	if e.onExit == onExitAuto {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -8,47 +8,30 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	"k8s.io/klog/v2"
-	"k8s.io/utils/clock"
 
-	"sextant.io/sextant/agent/bandwidth"
-	"sextant.io/sextant/agent/bandwidth/tc"
 	"sextant.io/sextant/agent/devicefilter"
-	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/agent/numapin"
 	"sextant.io/sextant/agent/podresources"
-	"sextant.io/sextant/agent/report"
-	"sextant.io/sextant/agent/sidecar"
-	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/delegatedauth"
 	"sextant.io/sextant/internal/httpbound"
-	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/liveness"
 	"sextant.io/sextant/internal/selfsigned"
-	"sextant.io/sextant/internal/version"
 )
 
 type runOptions struct {
@@ -155,13 +138,13 @@ NodeTopology says which (status.numaPinning).`,
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address serving /metrics (HTTPS, a bearer token allowed to get /metrics), /healthz and /readyz (HTTPS, anyone); empty disables it")
 	o.metricsLimits = httpbound.Limits{
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
-		// A scrape's answer is tens of kilobytes: 30 s is a Prometheus scrape timeout
-		// with room to spare.
+		// A Prometheus scrape timeout, which a scrape's small answer meets with room to
+		// spare (design/0071).
 		WriteTimeout: 30 * time.Second,
 		// As Go's and client-go's transports keep idle connections.
 		IdleTimeout: 90 * time.Second,
-		// Prometheus (a pair, in HA) and a person or two; each gzip answer being built
-		// takes about a megabyte.
+		// Prometheus (a pair, in HA) and a person or two; each answer being built holds
+		// memory until it is sent (design/0071).
 		MaxInFlight: 8,
 	}
 	o.metricsLimits.AddFlags(f, "metrics", "the metrics server (--metrics-addr)")
@@ -282,272 +265,6 @@ func (o runOptions) validate() error {
 func isSocket(endpoint string) bool {
 	_, ok := cri.SocketPath(endpoint)
 	return ok
-}
-
-func runAgent(ctx context.Context, o runOptions) error {
-	if err := o.validate(); err != nil {
-		return err
-	}
-	capacities, err := bandwidth.ParseCapacities(o.nicCapacities)
-	if err != nil {
-		return err
-	}
-	networks, err := bandwidth.ParseNetworks(o.networks)
-	if err != nil {
-		return err
-	}
-	if err := o.enforcement.validate(networks, o.heartbeats); err != nil {
-		return err
-	}
-	mode, _ := parseAttachMode(o.attachMode) // checked by validate
-	// Bound before any part starts, so that an address that cannot be served fails
-	// the start, naming the flag.
-	var metricsListener net.Listener
-	if o.metricsAddr != "" {
-		if metricsListener, err = net.Listen("tcp", o.metricsAddr); err != nil {
-			return fmt.Errorf("--metrics-addr %q: %w", o.metricsAddr, err)
-		}
-		defer metricsListener.Close()
-	}
-	if err := logsapi.ValidateAndApply(o.logging, nil); err != nil {
-		return fmt.Errorf("logging flags: %w", err)
-	}
-	defer klog.Flush()
-	log := klog.Background().WithValues("node", o.nodeName)
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	// The first part to fail stops the others, and its error is the agent's exit
-	// status: a DaemonSet's pod that stops on a failure must not look like one that was
-	// asked to stop.
-	failed := make(chan error, 1)
-	fail := func(err error) {
-		select {
-		case failed <- err:
-		default:
-		}
-		stop()
-	}
-
-	cfg, err := kubeclient.Config(o.kubeconfig)
-	if err != nil {
-		return err
-	}
-	cfg.UserAgent = "sextant-agent/" + version.Version
-	kube, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("kubernetes client: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var (
-		wg sync.WaitGroup
-		// Ready once the first NodeBandwidth write went through (the API server is
-		// reachable and the agent may write what it must) and the sidecar terminator has
-		// its pods and its exit events.
-		heartbeatsReady atomic.Bool
-		terminator      *sidecar.Terminator
-		pinner          *numapin.Pinner
-	)
-	ready := func() bool {
-		return (!o.heartbeats || heartbeatsReady.Load()) && (terminator == nil || terminator.Ready()) &&
-			(pinner == nil || pinner.Ready())
-	}
-	// Each long-running loop shows it still comes round; /healthz fails naming the one
-	// that has not for longer than three of its intervals and a minute.
-	loops := liveness.NewChecker(nil)
-
-	// One watch on the node's pods, shared by the parts that act on them; one
-	// connection to the runtime.
-	pods := nodepods.NewInformer(kube, o.nodeName)
-	topo := topology.NewCache(o.sysfsRoot, o.topologyInterval)
-	var rt *cri.Client
-	if o.sidecarTerminator || o.numaPinning {
-		if rt, err = cri.Dial(o.criEndpoint, o.containerdNamespace, cri.WithTimeout(o.criTimeout)); err != nil {
-			return err
-		}
-		defer rt.Close()
-		// Asked aside: a runtime that is missing or hung must not hold up the heartbeats.
-		go logRuntime(ctx, rt, o.criEndpoint, log)
-		if o.criLivenessDeadline > 0 {
-			// The gRPC connection finds containerd again by itself after a restart, and
-			// the exit stream is opened again; what it cannot do is reach a socket file
-			// its mount no longer shows. Then only a restart of the container helps.
-			prober := cri.NewProber(rt, cri.ProbeInterval(o.criLivenessDeadline), reg, log.WithName("cri"))
-			loops.Add("container-runtime", o.criLivenessDeadline, prober.LastAnswered)
-			wg.Go(func() { prober.Run(ctx) })
-		}
-	}
-
-	// Every part is made before any starts, so a bad flag or socket fails the start
-	// with nothing running.
-	if o.sidecarTerminator {
-		terminator, err = sidecar.New(sidecar.Config{
-			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync,
-		}, kube, pods, rt, sidecar.NewMetrics(reg), log.WithName("sidecar"))
-		if err != nil {
-			return err
-		}
-	}
-	var kubelet *podresources.Client
-	if o.numaPinning || o.heartbeats && o.devicePlugin {
-		if kubelet, err = podresources.Dial(o.podResourcesSocket); err != nil {
-			return err
-		}
-		defer kubelet.Close()
-	}
-	if o.numaPinning {
-		pinner, err = numapin.New(numapin.Config{
-			NodeName: o.nodeName, CgroupRoot: o.cgroupRoot, KubepodsCgroup: o.kubepodsCgroup, Resync: o.numaResync,
-		}, kube, pods, rt, numapin.FromCache(topo), kubeletPolicies(kubelet), numapin.NewMetrics(reg), log.WithName("numa"))
-		if err != nil {
-			return err
-		}
-	}
-	if terminator != nil {
-		loops.Add("sidecar-terminator", liveness.Bound(terminator.LivenessInterval()), terminator.LastAlive)
-		wg.Go(func() {
-			if err := terminator.Run(ctx); err != nil && ctx.Err() == nil {
-				fail(fmt.Errorf("sidecar terminator: %w", err))
-			}
-		})
-	}
-	if pinner != nil {
-		loops.Add("numa-pinning", liveness.Bound(pinner.LivenessInterval()), pinner.LastAlive)
-		wg.Go(func() {
-			if err := pinner.Run(ctx); err != nil && ctx.Err() == nil {
-				fail(fmt.Errorf("NUMA pinning: %w", err))
-			}
-		})
-	}
-	if o.actsOnPods() {
-		go pods.Run(ctx.Done())
-	}
-
-	if o.heartbeats {
-		nodeIPs := nodeInternalIPs(ctx, kube, o.nodeName, log)
-		bpf, err := bandwidth.LoadBPF(tc.Options{Mode: mode, NetnsPath: o.netns})
-		if err != nil {
-			stop()
-			wg.Wait()
-			return err
-		}
-		defer bpf.Close()
-		meter := bandwidth.New(bandwidth.Config{
-			SampleInterval: o.sampleInterval,
-			Window:         o.window,
-			Interfaces:     o.interfaces,
-			Capacities:     capacities,
-			Networks:       networks,
-			NodeIPs:        nodeIPs,
-			Logger:         log,
-		}, bandwidth.SystemLinks{SysfsRoot: o.sysfsRoot, NetnsPath: o.netns}, bpf, bpf, nil)
-		reg.MustRegister(bandwidth.NewCollector(meter))
-		metrics := report.NewMetrics(reg)
-		enf, err := startEnforcement(ctx, &wg, o, kube, pods, meter, reg, loops, fail, log.WithName("enforcement"))
-		if err != nil {
-			stop()
-			wg.Wait()
-			return err
-		}
-		// After every part has stopped: the enforcer must not shape again behind it.
-		defer enf.stop()
-		bwCfg := report.BandwidthConfig{
-			Threshold: o.threshold, MinInterval: o.minInterval, MaxInterval: o.maxInterval,
-			AgentVersion: version.Version,
-		}
-		if enf != nil {
-			bwCfg.Enforcement = reportEnforcement(enf.enforcer)
-		}
-		bw := report.NewBandwidthReporter(bwCfg, dyn, kube, o.nodeName, metrics, clock.RealClock{})
-		topoCfg := report.TopologyConfig{Resync: o.topologyResync, AgentVersion: version.Version}
-		if pinner != nil {
-			topoCfg.NUMAPinning = pinner.State
-		}
-		topoReporter := report.NewTopologyReporter(topoCfg, dyn, kube, o.nodeName, metrics, clock.RealClock{})
-
-		// Start waits for the API server; it gives up only on an error that will not pass
-		// by itself, or when the agent stops.
-		if err := topoReporter.Start(klog.NewContext(ctx, log)); err != nil {
-			// Without the published list, a device that vanished while the agent was down
-			// would be forgotten; carry on, it is still reported Unhealthy if it goes now.
-			log.Error(err, "could not read the previous NodeTopology to seed device health")
-		}
-		if o.devicePlugin {
-			// Until the device audit's first pass, the holders published before stand: a
-			// first write without them would show the ranker held devices as free.
-			topoReporter.SetHolders(topoReporter.PublishedHolders())
-		}
-		log.Info("sextant-agent metering", "attach", bpf.Mode(), "sysfsRoot", o.sysfsRoot)
-
-		// The meter's own loop shows in its samples' times. A meter that cannot read its
-		// counters takes no samples and counts as stuck too: a new agent loads the
-		// programs again.
-		loops.Add("bandwidth-meter", liveness.Bound(o.sampleInterval), func() time.Time { return meter.Snapshot().Time })
-		wg.Go(func() {
-			if err := meter.Run(ctx); err != nil {
-				log.Error(err, "detaching the meter")
-			}
-		})
-		onDevices, err := startDevices(ctx, &wg, o, kube, pods, kubelet, nodeIPs, topoReporter.PublishedHolders(), topoReporter.SetHolders, reg, fail, log.WithName("devices"))
-		if err != nil {
-			stop()
-			wg.Wait()
-			return err
-		}
-		topoReporter.OnDevices = onDevices
-		topoLoop := loop{every: o.topologyInterval, beat: &liveness.Beat{}, now: time.Now, timeout: apiCallTimeout, log: log}
-		loops.Add("topology-reporter", liveness.Bound(o.topologyInterval), topoLoop.beat.Last)
-		wg.Go(func() { topoLoop.publishTopology(ctx, topo.Fresh, topoReporter.Offer, topo.Root()) })
-		bwLoop := loop{every: o.sampleInterval, beat: &liveness.Beat{}, now: time.Now, timeout: apiCallTimeout, log: log}
-		loops.Add("bandwidth-reporter", liveness.Bound(o.sampleInterval), bwLoop.beat.Last)
-		wg.Go(func() { bwLoop.publishBandwidth(ctx, meter.Snapshot, bw.Offer, &heartbeatsReady) })
-	}
-
-	if metricsListener != nil {
-		// The reviews of scrapers' tokens go through a client of their own, whose rate
-		// limiter a flood of made-up tokens fills instead of the heartbeats'.
-		authCfg := rest.CopyConfig(cfg)
-		authCfg.UserAgent += " metrics-auth"
-		authClient, err := kubernetes.NewForConfig(authCfg)
-		if err != nil {
-			stop()
-			wg.Wait()
-			return fmt.Errorf("kubernetes client for the metrics server's reviews: %w", err)
-		}
-		srv, err := o.metricsServer(authClient, reg, loops, ready, log.WithName("metrics"))
-		if err != nil {
-			stop()
-			wg.Wait()
-			return err
-		}
-		go func() {
-			if err := srv.ServeTLS(metricsListener, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				fail(fmt.Errorf("metrics server on %s: %w", o.metricsAddr, err))
-			}
-		}()
-		// The bound address, not the flag's: with port 0 the kernel picks it.
-		log.Info("serving metrics", "addr", metricsListener.Addr().String())
-		defer func() {
-			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(shutdown)
-		}()
-	}
-	log.Info("sextant-agent running", "version", version.Version, "heartbeats", o.heartbeats, "sidecarTerminator", o.sidecarTerminator, "numaPinning", o.numaPinning)
-	wg.Wait()
-	select {
-	case err := <-failed:
-		log.Error(err, "sextant-agent stopped on a failure")
-		return err
-	default:
-	}
-	log.Info("sextant-agent stopped")
-	return nil
 }
 
 // kubeletPolicies asks the kubelet's PodResources which of its managers set cpusets.
