@@ -37,9 +37,10 @@ deps: ## Install the Debian packages the build, tests and cluster need (root; id
 	scripts/deps.sh
 
 .PHONY: build
-build: ## Build bin/sextant-agent, bin/sextant-ranker and bin/sextant-sidecar-wrapper (static).
+build: ## Build bin/sextant-agent, bin/sextant-ranker, bin/sextant-sidecars and bin/sextant-sidecar-wrapper (static).
 	$(GO_BUILD) -o bin/sextant-agent ./agent/cmd/sextant-agent
 	$(GO_BUILD) -o bin/sextant-ranker ./ranker/cmd/sextant-ranker
+	$(GO_BUILD) -o bin/sextant-sidecars ./sidecars/cmd/sextant-sidecars
 	$(GO_BUILD) -o bin/sextant-sidecar-wrapper ./agent/cmd/sextant-sidecar-wrapper
 	@bin/sextant-ranker --version | grep -qF ' (kube-scheduler $(KUBE_VERSION)+sextant.' || \
 	  { echo "build: sextant-ranker's kube-scheduler version was not stamped: $$(bin/sextant-ranker --version)" >&2; exit 1; }
@@ -106,9 +107,9 @@ IMAGE_ARCHES = $(subst linux/,,$(subst $(comma), ,$(IMAGE_PLATFORMS)))
 comma := ,
 
 .PHONY: images-oci
-images-oci: ## Build the exit0, sextant-agent, sextant-ranker and sextant-sidecar-wrapper images for IMAGE_PLATFORMS as OCI layouts in bin/images/.
+images-oci: ## Build the exit0, sextant-agent, sextant-ranker, sextant-sidecars and sextant-sidecar-wrapper images for IMAGE_PLATFORMS as OCI layouts in bin/images/.
 	for arch in $(IMAGE_ARCHES); do \
-	  GOOS=linux GOARCH=$$arch $(GO_BUILD) -o bin/linux_$$arch/ ./agent/cmd/sextant-agent ./ranker/cmd/sextant-ranker ./agent/cmd/sextant-sidecar-wrapper; \
+	  GOOS=linux GOARCH=$$arch $(GO_BUILD) -o bin/linux_$$arch/ ./agent/cmd/sextant-agent ./ranker/cmd/sextant-ranker ./sidecars/cmd/sextant-sidecars ./agent/cmd/sextant-sidecar-wrapper; \
 	  GOOS=linux GOARCH=$$arch go build -trimpath -ldflags "-s -w" -o bin/linux_$$arch/exit0 ./scripts/images/exit0; \
 	done
 	IMAGE_PLATFORMS=$(IMAGE_PLATFORMS) scripts/images.sh oci >/dev/null

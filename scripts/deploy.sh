@@ -61,5 +61,5 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   `# A rebuilt image under the same tag must still roll the pods.` \
   --set-string "agent.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-agent.tar" | cut -c1-16)" \
   --set-string "ranker.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-ranker.tar" | cut -c1-16)" \
-  --set-string "webhook.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-ranker.tar" | cut -c1-16)" \
+  --set-string "webhook.podAnnotations.sextant\.io/image-digest=$(sha256sum "$SEXTANT_CACHE/images/sextant-sidecars.tar" | cut -c1-16)" \
   --wait --timeout "${SEXTANT_DEPLOY_TIMEOUT:-5m}") || { diagnose; die "deploy: helm upgrade --install failed"; }

@@ -4,10 +4,11 @@
 # the local cluster's containerd.
 #
 #   scripts/images.sh base      the sandbox (pause), busybox test and exit0 images
-#   scripts/images.sh project   sextant-agent, sextant-ranker and sextant-sidecar-wrapper,
-#                               from fresh static builds
+#   scripts/images.sh project   sextant-agent, sextant-ranker, sextant-sidecars and
+#                               sextant-sidecar-wrapper, from fresh static builds
 #   scripts/images.sh import    both sets, imported into the running local cluster
-#   scripts/images.sh oci       exit0, sextant-agent, sextant-ranker and sextant-sidecar-wrapper
+#   scripts/images.sh oci       exit0, sextant-agent, sextant-ranker, sextant-sidecars and
+#                               sextant-sidecar-wrapper
 #                               as OCI image layouts under bin/images/, each an image index
 #                               of $IMAGE_PLATFORMS (default linux/amd64,linux/arm64), from
 #                               bin/linux_ARCH/ (`make images` builds those)
@@ -62,7 +63,7 @@ project() {
   mkdir -p "$out"
   make -s -C "$repo" build >&2 || die "images: make build failed"
   local bin
-  for bin in sextant-agent sextant-ranker; do
+  for bin in sextant-agent sextant-ranker sextant-sidecars; do
     mkimage --ref "sextant.local/$bin:$TAG" --out "$out/$bin.tar" \
       --file "/usr/local/bin/$bin=$repo/bin/$bin" --entrypoint "/usr/local/bin/$bin"
   done
@@ -70,7 +71,7 @@ project() {
   # with sidecars: a tiny image of its own, not the agent's.
   mkimage --ref "sextant.local/sextant-sidecar-wrapper:$TAG" --out "$out/sextant-sidecar-wrapper.tar" \
     --file "/sextant-sidecar-wrapper=$repo/bin/sextant-sidecar-wrapper" --entrypoint /sextant-sidecar-wrapper
-  echo "$out/sextant-agent.tar $out/sextant-ranker.tar $out/sextant-sidecar-wrapper.tar"
+  echo "$out/sextant-agent.tar $out/sextant-ranker.tar $out/sextant-sidecars.tar $out/sextant-sidecar-wrapper.tar"
 }
 
 # oci and push: the platforms, the binaries' directory (one linux_ARCH/ per platform),
@@ -78,7 +79,7 @@ project() {
 PLATFORMS=${IMAGE_PLATFORMS:-linux/amd64,linux/arm64}
 bins=${IMAGE_BIN_DIR:-$repo/bin}
 layouts=${IMAGE_LAYOUT_DIR:-$repo/bin/images}
-read -r -a names <<<"${IMAGE_NAMES:-exit0 sextant-agent sextant-ranker sextant-sidecar-wrapper}"
+read -r -a names <<<"${IMAGE_NAMES:-exit0 sextant-agent sextant-ranker sextant-sidecars sextant-sidecar-wrapper}"
 
 oci() {
   local name entry

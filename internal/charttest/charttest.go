@@ -129,3 +129,23 @@ func moduleRoot(t testing.TB) string {
 		dir = parent
 	}
 }
+
+// Values builds nested overrides from dotted paths and values:
+// Values("agent.window", "30s", "ranker.replicas", 1).
+func Values(kv ...any) map[string]any {
+	out := map[string]any{}
+	for i := 0; i < len(kv); i += 2 {
+		keys := strings.Split(kv[i].(string), ".")
+		m := out
+		for _, k := range keys[:len(keys)-1] {
+			next, ok := m[k].(map[string]any)
+			if !ok {
+				next = map[string]any{}
+				m[k] = next
+			}
+			m = next
+		}
+		m[keys[len(keys)-1]] = kv[i+1]
+	}
+	return out
+}

@@ -235,7 +235,7 @@ func TestGraphSeesTheParts(t *testing.T) {
 			seen[dir] = true
 		}
 	}
-	for _, dir := range []string{"agent", "ranker", "api", "cri", "bpf", "internal"} {
+	for _, dir := range []string{"agent", "ranker", "sidecars", "api", "cri", "bpf", "internal"} {
 		if !seen[dir] {
 			t.Errorf("go list found no package under %s/", dir)
 		}

@@ -27,7 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
-	"sextant.io/sextant/ranker/webhook"
+	"sextant.io/sextant/sidecars/webhook"
 )
 
 // TestSecurityBoundedServers: from the test process, as any pod could (the agent is in

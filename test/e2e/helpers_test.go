@@ -82,6 +82,8 @@ func goBinary(t *testing.T, pkg string) string {
 
 func agentBinary(t *testing.T) string { return goBinary(t, "./agent/cmd/sextant-agent") }
 
+func sidecarsBinary(t *testing.T) string { return goBinary(t, "./sidecars/cmd/sextant-sidecars") }
+
 // nodeInternalIP is the InternalIP of the named node.
 func nodeInternalIP(t *testing.T, name string) string {
 	t.Helper()

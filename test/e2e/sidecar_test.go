@@ -43,8 +43,8 @@ import (
 	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/charttest"
-	"sextant.io/sextant/ranker/virtualnode"
-	"sextant.io/sextant/ranker/webhook"
+	"sextant.io/sextant/sidecars/virtualnode"
+	"sextant.io/sextant/sidecars/webhook"
 )
 
 // The sidecar tests run their own agent (sidecar terminator only) and their own webhook
@@ -282,7 +282,7 @@ func (h *sidecarHarness) startWebhook() {
 	deployChart(t)
 	kubeconfig := serviceAccountKubeconfig(t, releaseNamespace, "sextant-virtual-node-controller")
 	leaseRole(t, h.ns, releaseNamespace, "sextant-virtual-node-controller")
-	h.webhook = startProcess(t, rankerBinary(t), "sidecar-webhook", "--logging-format=json", "--kubeconfig", kubeconfig,
+	h.webhook = startProcess(t, sidecarsBinary(t), "webhook", "--logging-format=json", "--kubeconfig", kubeconfig,
 		"--listen-addr", net.JoinHostPort(ip, "0"), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", chartExitImage(t),
 		"--pod-selector", sidecarLabel+"="+h.id, "--leader-elect-namespace", h.ns)
@@ -1128,7 +1128,7 @@ func TestVirtualNodeControllerReleasesLease(t *testing.T) {
 	lease := "sextant-sidecar-controller-" + strings.TrimPrefix(testNamespace(t), "e2e-")
 	allowLease(t, "sextant-virtual-node-controller", lease)
 	// A selector no pod has keeps it from swapping the sidecars of tests running beside it.
-	p := startProcess(t, rankerBinary(t), "virtual-node-controller",
+	p := startProcess(t, sidecarsBinary(t), "virtual-node-controller",
 		"--kubeconfig", serviceAccountKubeconfig(t, releaseNamespace, "sextant-virtual-node-controller"),
 		"--exit-image", chartExitImage(t), "--pod-selector", "e2e.sextant.io/no-pod=true",
 		"--leader-elect-name", lease, "--leader-elect-namespace", releaseNamespace)

@@ -8,7 +8,7 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
 {{- end -}}
 
 {{/*
-The image of a sextant component, by its key under image (agent, ranker, sidecarWrapper,
+The image of a sextant component, by its key under image (agent, ranker, sidecars, sidecarWrapper,
 exit0): include "sextant.image" (list . "agent"). registry/repository:tag, or
 registry/repository@digest when the image has a digest; the image's registry and tag
 default to image.registry and image.tag, the tag to the chart's appVersion.

@@ -261,6 +261,7 @@ func TestChartImagesPullSecretsAndPriority(t *testing.T) {
 			"registry": "r.example/team/",
 			"tag":      "v9",
 			"ranker":   map[string]any{"digest": digest},
+			"sidecars": map[string]any{"tag": "v7"},
 			"agent":    map[string]any{"registry": "mirror.example", "tag": "v8"},
 		},
 		"imagePullSecrets": []any{map[string]any{"name": "regcred"}, map[string]any{"name": "mirror"}},
@@ -269,8 +270,8 @@ func TestChartImagesPullSecretsAndPriority(t *testing.T) {
 	wantImage := map[string]string{
 		"agent":      "mirror.example/sextant-agent:v8",
 		"ranker":     "r.example/team/sextant-ranker@" + digest,
-		"webhook":    "r.example/team/sextant-ranker@" + digest,
-		"controller": "r.example/team/sextant-ranker@" + digest,
+		"webhook":    "r.example/team/sextant-sidecars:v7",
+		"controller": "r.example/team/sextant-sidecars:v7",
 	}
 	wantPriority := map[string]string{"agent": "sextant-node-critical", "ranker": "mine", "webhook": "sextant-cluster-critical", "controller": "sextant-cluster-critical"}
 	seen := 0

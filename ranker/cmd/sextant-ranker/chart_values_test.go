@@ -16,26 +16,6 @@ import (
 	"sextant.io/sextant/internal/charttest"
 )
 
-// chartValues builds nested overrides from dotted paths and values:
-// chartValues("agent.window", "30s", "ranker.replicas", 1).
-func chartValues(kv ...any) map[string]any {
-	out := map[string]any{}
-	for i := 0; i < len(kv); i += 2 {
-		keys := strings.Split(kv[i].(string), ".")
-		m := out
-		for _, k := range keys[:len(keys)-1] {
-			next, ok := m[k].(map[string]any)
-			if !ok {
-				next = map[string]any{}
-				m[k] = next
-			}
-			m = next
-		}
-		m[keys[len(keys)-1]] = kv[i+1]
-	}
-	return out
-}
-
 // schemaErr is helm's check of the values against values.schema.json (nil: accepted).
 func schemaErr(t *testing.T, overrides map[string]any) error {
 	t.Helper()
@@ -67,9 +47,9 @@ func wantRenderError(t *testing.T, overrides map[string]any, want ...string) {
 // reserving bandwidth, NUMA nodes and devices without seeing the other's reservations.
 // Without leader election the ranker needs no lease, so no role on leases.
 func TestChartRankerLeaderElection(t *testing.T) {
-	wantRenderError(t, chartValues("ranker.leaderElection.enabled", false, "ranker.replicas", 2),
+	wantRenderError(t, charttest.Values("ranker.leaderElection.enabled", false, "ranker.replicas", 2),
 		"ranker.replicas", "ranker.leaderElection.enabled")
-	one := charttest.Objects(t, charttest.Render(t, chartValues("ranker.leaderElection.enabled", false, "ranker.replicas", 1)))
+	one := charttest.Objects(t, charttest.Render(t, charttest.Values("ranker.leaderElection.enabled", false, "ranker.replicas", 1)))
 	for _, key := range []string{"Role/sextant-ranker-leader-election", "RoleBinding/sextant-ranker-leader-election"} {
 		if one[key] != nil {
 			t.Errorf("ranker.leaderElection.enabled=false: %s rendered", key)
@@ -131,7 +111,7 @@ func TestChartNICCapacitiesSchema(t *testing.T) {
 		{"eth0=ingress:", false},
 		{"eth0=10G=1G", false},
 	} {
-		err := schemaErr(t, chartValues("agent.nicCapacities", []any{tc.value}))
+		err := schemaErr(t, charttest.Values("agent.nicCapacities", []any{tc.value}))
 		if tc.ok && err != nil {
 			t.Errorf("agent.nicCapacities %q refused: %v", tc.value, err)
 		}
@@ -146,21 +126,21 @@ func TestChartNICCapacitiesSchema(t *testing.T) {
 func TestChartValuesSchemaRanges(t *testing.T) {
 	// NUMA pinning writes cpusets under the kubepods cgroup: it stays inside the hierarchy.
 	for _, v := range []string{"..", "../../etc", "kubepods/../x"} {
-		if err := schemaErr(t, chartValues("agent.numaPinning.kubepodsCgroup", v)); err == nil || !strings.Contains(err.Error(), "/agent/numaPinning/kubepodsCgroup") {
+		if err := schemaErr(t, charttest.Values("agent.numaPinning.kubepodsCgroup", v)); err == nil || !strings.Contains(err.Error(), "/agent/numaPinning/kubepodsCgroup") {
 			t.Errorf("agent.numaPinning.kubepodsCgroup %q: got %v, want it refused", v, err)
 		}
 	}
 	for _, v := range []string{"kubepods.slice", "custom/kubepods", "a..b"} {
-		if err := schemaErr(t, chartValues("agent.numaPinning.kubepodsCgroup", v)); err != nil {
+		if err := schemaErr(t, charttest.Values("agent.numaPinning.kubepodsCgroup", v)); err != nil {
 			t.Errorf("agent.numaPinning.kubepodsCgroup %q refused: %v", v, err)
 		}
 	}
 	for _, v := range []any{0, 1, 1.5, -0.1} {
-		if err := schemaErr(t, chartValues("agent.reportThreshold", v)); err == nil || !strings.Contains(err.Error(), "/agent/reportThreshold") {
+		if err := schemaErr(t, charttest.Values("agent.reportThreshold", v)); err == nil || !strings.Contains(err.Error(), "/agent/reportThreshold") {
 			t.Errorf("agent.reportThreshold %v: got %v, want it refused", v, err)
 		}
 	}
-	if err := schemaErr(t, chartValues("agent.reportThreshold", 0.5)); err != nil {
+	if err := schemaErr(t, charttest.Values("agent.reportThreshold", 0.5)); err != nil {
 		t.Errorf("agent.reportThreshold 0.5 refused: %v", err)
 	}
 	positive := []string{
@@ -172,13 +152,13 @@ func TestChartValuesSchemaRanges(t *testing.T) {
 	}
 	for _, path := range positive {
 		for _, zero := range []string{"0s", "0m0s", "0.0s", "00ms", "0h0m0.000s"} {
-			err := schemaErr(t, chartValues(path, zero))
+			err := schemaErr(t, charttest.Values(path, zero))
 			if want := "/" + strings.ReplaceAll(path, ".", "/"); err == nil || !strings.Contains(err.Error(), want) {
 				t.Errorf("%s %q: got %v, want it refused", path, zero, err)
 			}
 		}
 		for _, ok := range []string{"1s", "0.5s", "1m0s", "0h0m1s", "10ms", "1h30m"} {
-			if err := schemaErr(t, chartValues(path, ok)); err != nil {
+			if err := schemaErr(t, charttest.Values(path, ok)); err != nil {
 				t.Errorf("%s %q refused: %v", path, ok, err)
 			}
 		}
@@ -229,76 +209,30 @@ func TestChartDurationSeconds(t *testing.T) {
 
 // Durations the binaries refuse only together are refused at install, naming both.
 func TestChartDurationPairs(t *testing.T) {
-	wantRenderError(t, chartValues("agent.window", "500ms", "agent.sampleInterval", "1s"), "agent.window", "agent.sampleInterval")
-	wantRenderError(t, chartValues("agent.reportMaxInterval", "1s", "agent.reportMinInterval", "2s"), "agent.reportMaxInterval", "agent.reportMinInterval")
-	wantRenderError(t, chartValues("ranker.leaderElection.leaseDuration", "10s", "ranker.leaderElection.renewDeadline", "10s"),
+	wantRenderError(t, charttest.Values("agent.window", "500ms", "agent.sampleInterval", "1s"), "agent.window", "agent.sampleInterval")
+	wantRenderError(t, charttest.Values("agent.reportMaxInterval", "1s", "agent.reportMinInterval", "2s"), "agent.reportMaxInterval", "agent.reportMinInterval")
+	wantRenderError(t, charttest.Values("ranker.leaderElection.leaseDuration", "10s", "ranker.leaderElection.renewDeadline", "10s"),
 		"ranker.leaderElection.leaseDuration", "ranker.leaderElection.renewDeadline")
-	wantRenderError(t, chartValues("ranker.leaderElection.leaseDuration", "1m", "ranker.leaderElection.renewDeadline", "1m0.5s"),
+	wantRenderError(t, charttest.Values("ranker.leaderElection.leaseDuration", "1m", "ranker.leaderElection.renewDeadline", "1m0.5s"),
 		"ranker.leaderElection.leaseDuration", "ranker.leaderElection.renewDeadline")
-	wantRenderError(t, chartValues("ranker.leaderElection.renewDeadline", "2s", "ranker.leaderElection.retryPeriod", "2s"),
+	wantRenderError(t, charttest.Values("ranker.leaderElection.renewDeadline", "2s", "ranker.leaderElection.retryPeriod", "2s"),
 		"ranker.leaderElection.renewDeadline", "ranker.leaderElection.retryPeriod")
 	// A NodeBandwidth is rewritten at least every reportMaxInterval: a staleAfter not
 	// above it lets quiet nodes go stale between two writes.
-	wantRenderError(t, chartValues("ranker.bandwidth.staleAfter", "30s"), "ranker.bandwidth.staleAfter", "agent.reportMaxInterval")
-	wantRenderError(t, chartValues("ranker.bandwidth.staleAfter", "1m", "agent.reportMaxInterval", "90s"), "ranker.bandwidth.staleAfter", "agent.reportMaxInterval")
+	wantRenderError(t, charttest.Values("ranker.bandwidth.staleAfter", "30s"), "ranker.bandwidth.staleAfter", "agent.reportMaxInterval")
+	wantRenderError(t, charttest.Values("ranker.bandwidth.staleAfter", "1m", "agent.reportMaxInterval", "90s"), "ranker.bandwidth.staleAfter", "agent.reportMaxInterval")
 	for _, ok := range []map[string]any{
-		chartValues("agent.window", "1s", "agent.sampleInterval", "1000ms"),
-		chartValues("agent.reportMaxInterval", "2s", "agent.reportMinInterval", "2s", "ranker.bandwidth.staleAfter", "3s"),
-		chartValues("ranker.leaderElection.leaseDuration", "1m", "ranker.leaderElection.renewDeadline", "59.5s"),
-		chartValues("ranker.bandwidth.staleAfter", "31s"),
-		chartValues("ranker.bandwidth.staleAfter", "10s", "agent.enabled", false),
-		chartValues("ranker.bandwidth.staleAfter", "10s", "ranker.enabled", false),
-		chartValues("ranker.leaderElection.enabled", false, "ranker.replicas", 1, "ranker.leaderElection.leaseDuration", "1s"),
+		charttest.Values("agent.window", "1s", "agent.sampleInterval", "1000ms"),
+		charttest.Values("agent.reportMaxInterval", "2s", "agent.reportMinInterval", "2s", "ranker.bandwidth.staleAfter", "3s"),
+		charttest.Values("ranker.leaderElection.leaseDuration", "1m", "ranker.leaderElection.renewDeadline", "59.5s"),
+		charttest.Values("ranker.bandwidth.staleAfter", "31s"),
+		charttest.Values("ranker.bandwidth.staleAfter", "10s", "agent.enabled", false),
+		charttest.Values("ranker.bandwidth.staleAfter", "10s", "ranker.enabled", false),
+		charttest.Values("ranker.leaderElection.enabled", false, "ranker.replicas", 1, "ranker.leaderElection.leaseDuration", "1s"),
 	} {
 		if _, err := charttest.TryRender(t, ok); err != nil {
 			t.Errorf("values %v refused: %v", ok, err)
 		}
-	}
-}
-
-// pflag reads --exit-command as CSV: elements with commas or quotes are rendered quoted,
-// so the controller gets the list back as it was, and the pod policy compares with the
-// list itself.
-func TestChartExitCommandWithCommas(t *testing.T) {
-	want := []string{"/bin/sh", "-c", `echo a,b "c" ""`}
-	objs := charttest.Objects(t, charttest.Render(t, chartValues("webhook.exitCommand", []any{want[0], want[1], want[2]})))
-	dep := objs["Deployment/sextant-virtual-node-controller"]
-	if dep == nil {
-		t.Fatal("no Deployment sextant-virtual-node-controller")
-	}
-	args := charttest.Strings(charttest.Containers(dep)[0]["args"])
-	cmd, o := virtualNodeControllerCommand()
-	if err := cmd.ParseFlags(args[1:]); err != nil {
-		t.Fatalf("args %q: %v", args, err)
-	}
-	if !slices.Equal(o.exitCommand, want) {
-		t.Errorf("args %q: --exit-command parses to %q, want %q", args, o.exitCommand, want)
-	}
-	var vap struct {
-		Spec struct {
-			Variables []struct{ Name, Expression string }
-		}
-	}
-	if err := json.Unmarshal([]byte(mustJSON(t, objs["ValidatingAdmissionPolicy/sextant-pod-annotations"])), &vap); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, v := range vap.Spec.Variables {
-		if v.Name != "exitCommand" {
-			continue
-		}
-		found = true
-		// A CEL string literal holding the list's JSON, as the controller writes it.
-		var lit string
-		if err := json.Unmarshal([]byte(v.Expression), &lit); err != nil {
-			t.Fatalf("exitCommand expression %s: %v", v.Expression, err)
-		}
-		if list := mustJSON(t, want); lit != list {
-			t.Errorf("the pod policy's exitCommand is %s, want %s", lit, list)
-		}
-	}
-	if !found {
-		t.Error("no variable exitCommand in the pod policy")
 	}
 }
 
@@ -317,7 +251,7 @@ func TestChartWebhookNetworkPolicyEgress(t *testing.T) {
 		{"fd00::1", 8443, []string{"TCP/443", "TCP/6443", "TCP/8443"}, false},
 		{"api.example.com", 443, []string{"TCP/443", "TCP/6443"}, true},
 	} {
-		objs := charttest.Objects(t, charttest.Render(t, chartValues("apiServer.host", tc.host, "apiServer.port", tc.port)))
+		objs := charttest.Objects(t, charttest.Render(t, charttest.Values("apiServer.host", tc.host, "apiServer.port", tc.port)))
 		var np struct {
 			Spec struct {
 				Egress []struct {
@@ -362,11 +296,11 @@ func TestChartDashboardsAndNotesFollowComponents(t *testing.T) {
 		test   bool
 	}{
 		{nil, []string{"agent", "ranker", "sidecars"}, true},
-		{chartValues("agent.enabled", false), []string{"ranker", "sidecars"}, false},
-		{chartValues("ranker.enabled", false), []string{"agent", "sidecars"}, false},
-		{chartValues("webhook.enabled", false), []string{"agent", "ranker", "sidecars"}, true},
-		{chartValues("webhook.enabled", false, "sidecar.terminator", false), []string{"agent", "ranker"}, true},
-		{chartValues("webhook.enabled", false, "agent.enabled", false), []string{"ranker"}, false},
+		{charttest.Values("agent.enabled", false), []string{"ranker", "sidecars"}, false},
+		{charttest.Values("ranker.enabled", false), []string{"agent", "sidecars"}, false},
+		{charttest.Values("webhook.enabled", false), []string{"agent", "ranker", "sidecars"}, true},
+		{charttest.Values("webhook.enabled", false, "sidecar.terminator", false), []string{"agent", "ranker"}, true},
+		{charttest.Values("webhook.enabled", false, "agent.enabled", false), []string{"ranker"}, false},
 	} {
 		rendered := charttest.Render(t, tc.values)
 		var got []string
@@ -390,8 +324,8 @@ func TestChartDashboardsAndNotesFollowComponents(t *testing.T) {
 // No webhook replica with failurePolicy Fail would refuse every pod; no controller
 // replica means no controller, nor its account's rights on pods.
 func TestChartWebhookReplicas(t *testing.T) {
-	wantRenderError(t, chartValues("webhook.replicas", 0, "webhook.failurePolicy", "Fail"), "webhook.replicas", "webhook.failurePolicy")
-	if _, err := charttest.TryRender(t, chartValues("webhook.replicas", 0)); err != nil {
+	wantRenderError(t, charttest.Values("webhook.replicas", 0, "webhook.failurePolicy", "Fail"), "webhook.replicas", "webhook.failurePolicy")
+	if _, err := charttest.TryRender(t, charttest.Values("webhook.replicas", 0)); err != nil {
 		t.Errorf("webhook.replicas=0 with failurePolicy Ignore refused: %v", err)
 	}
 	controller := []string{
@@ -402,7 +336,7 @@ func TestChartWebhookReplicas(t *testing.T) {
 		"Service/sextant-virtual-node-controller-metrics",
 	}
 	on := charttest.Objects(t, charttest.Render(t, nil))
-	off := charttest.Objects(t, charttest.Render(t, chartValues("webhook.virtualNodeReplicas", 0)))
+	off := charttest.Objects(t, charttest.Render(t, charttest.Values("webhook.virtualNodeReplicas", 0)))
 	for _, key := range controller {
 		if on[key] == nil {
 			t.Errorf("default values: no %s", key)

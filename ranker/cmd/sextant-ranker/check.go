@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	sextantv1 "sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/internal/flagcheck"
 	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/version"
 )
@@ -94,36 +95,36 @@ func (o checkOptions) validate() error {
 	if o.namespace == "" {
 		return errors.New("--namespace (or $POD_NAMESPACE) is required: the release's namespace")
 	}
-	if err := checkName("--namespace", o.namespace, "a namespace", validation.IsDNS1123Label); err != nil {
+	if err := flagcheck.Name("--namespace", o.namespace, "a namespace", validation.IsDNS1123Label); err != nil {
 		return err
 	}
 	if o.probeNamespace != "" {
-		if err := checkName("--probe-namespace", o.probeNamespace, "a namespace", validation.IsDNS1123Label); err != nil {
+		if err := flagcheck.Name("--probe-namespace", o.probeNamespace, "a namespace", validation.IsDNS1123Label); err != nil {
 			return err
 		}
 	}
 	if o.image == "" {
 		return errors.New("--image is required: the image of the test pod, such as the ranker's")
 	}
-	if err := checkImage("--image", o.image); err != nil {
+	if err := flagcheck.Image("--image", o.image); err != nil {
 		return err
 	}
 	if o.agentSelector == "" {
 		return errors.New("--agent-selector is empty: want a label selector of the agent pods such as app.kubernetes.io/component=agent")
 	}
-	if err := checkSelector("--agent-selector", o.agentSelector); err != nil {
+	if err := flagcheck.Selector("--agent-selector", o.agentSelector); err != nil {
 		return err
 	}
-	if err := checkName("--scheduler-name", o.schedulerName, "a scheduler name", validation.IsDNS1123Subdomain); err != nil {
+	if err := flagcheck.Name("--scheduler-name", o.schedulerName, "a scheduler name", validation.IsDNS1123Subdomain); err != nil {
 		return err
 	}
 	if len(o.command) == 0 || o.command[0] == "" {
 		return fmt.Errorf("--command %q: want a command of --image that exits 0, such as /usr/local/bin/sextant-ranker,--version", strings.Join(o.command, ","))
 	}
-	if err := checkPositive("--fresh-within", o.freshWithin, "90s"); err != nil {
+	if err := flagcheck.Positive("--fresh-within", o.freshWithin, "90s"); err != nil {
 		return err
 	}
-	return checkPositive("--timeout", o.timeout, "3m")
+	return flagcheck.Positive("--timeout", o.timeout, "3m")
 }
 
 var nodeBandwidths = sextantv1.GroupVersion.WithResource("nodebandwidths")

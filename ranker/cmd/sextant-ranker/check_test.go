@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sextant.io/sextant/internal/flagcheck/flagchecktest"
 	"slices"
 	"strings"
 	"testing"
@@ -100,13 +101,13 @@ func TestCheck(t *testing.T) {
 func TestCheckFlags(t *testing.T) {
 	t.Setenv("POD_NAMESPACE", "")
 	base := []string{"--namespace", "sextant-system", "--image", "ghcr.io/sextant/sextant-ranker:v1"}
-	runFlagCases(t, []flagCase{
+	flagchecktest.Run(t, []flagchecktest.Case{
 		{"defaults", base, ""},
 		{"no namespace", []string{"--image", "i"}, "--namespace (or $POD_NAMESPACE) is required: the release's namespace"},
 		{"bad namespace", []string{"--namespace", "Sextant", "--image", "i"}, `--namespace "Sextant": want a namespace: `},
 		{"no image", []string{"--namespace", "ns"}, "--image is required: the image of the test pod, such as the ranker's"},
 		{"bad probe namespace", append(base, "--probe-namespace", "Probe_NS"), `--probe-namespace "Probe_NS": want a namespace: `},
-		{"bad image", []string{"--namespace", "ns", "--image", "not a valid image ref!!"}, `--image "not a valid image ref!!"` + imageForm},
+		{"bad image", []string{"--namespace", "ns", "--image", "not a valid image ref!!"}, `--image "not a valid image ref!!"` + flagchecktest.ImageForm},
 		{"timeout 0", append(base, "--timeout", "0s"), "--timeout 0s: want a positive duration such as 3m"},
 		{"timeout -1s", append(base, "--timeout", "-1s"), "--timeout -1s: want a positive duration such as 3m"},
 		{"fresh within -5s", append(base, "--fresh-within", "-5s"), "--fresh-within -5s: want a positive duration such as 90s"},
@@ -161,5 +162,48 @@ func TestChartCheckCreatesPodsOnlyInItsProbeNamespace(t *testing.T) {
 	args := strings.Join(charttest.Strings(charttest.Containers(objs["Pod/sextant-check"])[0]["args"]), " ")
 	if !strings.Contains(args, "--probe-namespace="+probe) {
 		t.Errorf("the check's args %s: want --probe-namespace=%s", args, probe)
+	}
+}
+
+// --version, a global flag every subcommand lists, prints the version and exits 0 there
+// too, before any flag of the subcommand is checked.
+func TestSubcommandVersionFlag(t *testing.T) {
+	for _, sub := range []string{"check"} {
+		for _, tc := range []struct{ flag, want string }{
+			{"--version", "sextant-ranker dev (kube-scheduler v0.0.0-master+$Format:%H$)\n"},
+			{"--version=raw", "version.Info{"},
+		} {
+			root := newSchedulerCommand()
+			root.AddCommand(newCheckCommand())
+			var out strings.Builder
+			root.SetOut(&out)
+			root.SetArgs([]string{sub, tc.flag})
+			err := root.Execute()
+			// The flag is kube-scheduler's global one: put it back for the other tests.
+			_ = root.Flags().Set("version", "false")
+			if err != nil {
+				t.Errorf("%s %s: %v", sub, tc.flag, err)
+			} else if !strings.HasPrefix(out.String(), tc.want) {
+				t.Errorf("%s %s printed %q, want %q", sub, tc.flag, out.String(), tc.want)
+			}
+		}
+	}
+}
+
+// check validates in RunE, before it loads a kubeconfig: the error is the flag's, not the
+// missing file's.
+func TestCheckValidatesBeforeClients(t *testing.T) {
+	cmd := newCheckCommand()
+	cmd.SetArgs([]string{"--namespace", "ns", "--image", "i", "--timeout", "0s", "--kubeconfig", "/nonexistent/kubeconfig"})
+	cmd.SetOut(new(strings.Builder))
+	cmd.SetErr(new(strings.Builder))
+	if want := "--timeout 0s: want a positive duration such as 3m"; func() string {
+		err := cmd.Execute()
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}() != want {
+		t.Errorf("check with --timeout 0s: want the error %q", want)
 	}
 }

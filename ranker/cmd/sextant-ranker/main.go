@@ -7,9 +7,8 @@
 // BandwidthAware's defaults; args in the configuration override them. Go's garbage
 // collector takes GOGC and GOMEMLIMIT from the environment (the chart's ranker.gc).
 //
-// `sextant-ranker sidecar-webhook` serves sextant's admission webhook for pods instead
-// (sidecar preparation, annotation validation) and the virtual-node sidecar controller;
-// `sextant-ranker virtual-node-controller` runs that controller alone.
+// The admission webhook and the virtual-node sidecar controller are not the ranker's:
+// they are sextant-sidecars (sidecars/cmd/sextant-sidecars).
 package main
 
 import (
@@ -37,11 +36,6 @@ func main() {
 		app.WithPlugin(devices.Name, devices.New),
 		app.WithPlugin(binder.Name, binder.New),
 	)
-	// The admission webhook and the virtual-node sidecar controller run from the same
-	// image as Deployments of their own: `sextant-ranker sidecar-webhook` and
-	// `sextant-ranker virtual-node-controller`.
-	command.AddCommand(newSidecarWebhookCommand())
-	command.AddCommand(newVirtualNodeControllerCommand())
 	command.AddCommand(newCheckCommand())
 	sextantFlags := pflag.NewFlagSet("sextant", pflag.ExitOnError)
 	bandwidth.RegisterFlags(sextantFlags)

@@ -1,5 +1,5 @@
 // Package webhook is sextant's admission webhook for pods, served by
-// `sextant-ranker sidecar-webhook`.
+// `sextant-sidecars webhook`.
 //
 // Mutation (CREATE): a pod with restartPolicy Never or OnFailure whose containers carry
 // a sidecar marker (env SEXTANT_SIDECAR=true or KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true)

@@ -12,12 +12,12 @@ import (
 
 	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/version"
-	"sextant.io/sextant/ranker/virtualnode"
+	"sextant.io/sextant/sidecars/virtualnode"
 )
 
 // newVirtualNodeControllerCommand runs the virtual-node sidecar controller alone, so it
 // can have a service account of its own: the controller may update pods, which the
-// admission webhook serving beside it in sidecar-webhook never needs, and the chart's
+// admission webhook serving beside it in the webhook command never needs, and the chart's
 // pod policy lets only this account rewrite a sidecar's command annotation.
 func newVirtualNodeControllerCommand() *cobra.Command {
 	cmd, _ := virtualNodeControllerCommand()
@@ -34,7 +34,7 @@ func virtualNodeControllerCommand() (*cobra.Command, *webhookOptions) {
 		Long: `virtual-node-controller runs, on the replica that holds the lease --leader-elect-name,
 the controller that stops finished sidecars on virtual-kubelet nodes (label
 type=virtual-kubelet or taint virtual-kubelet.io/provider) by swapping them in place to
---exit-image. It is what sidecar-webhook runs with --virtual-nodes, as a process of its
+--exit-image. It is what webhook runs with --virtual-nodes, as a process of its
 own.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -52,9 +52,6 @@ own.`,
 			return runVirtualNodeController(cmd.Context(), *o)
 		},
 	}
-	plain := &cobra.Command{}
-	cmd.SetUsageFunc(plain.UsageFunc())
-	cmd.SetHelpFunc(plain.HelpFunc())
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required)")

@@ -23,8 +23,8 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/sidecarrules"
-	"sextant.io/sextant/ranker/virtualnode"
-	"sextant.io/sextant/ranker/webhook"
+	"sextant.io/sextant/sidecars/virtualnode"
+	"sextant.io/sextant/sidecars/webhook"
 )
 
 type syncBuffer struct {

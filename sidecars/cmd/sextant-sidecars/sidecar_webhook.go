@@ -13,13 +13,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/distribution/reference"
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -29,11 +27,12 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
+	"sextant.io/sextant/internal/flagcheck"
 	"sextant.io/sextant/internal/httpbound"
 	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/version"
-	"sextant.io/sextant/ranker/virtualnode"
-	"sextant.io/sextant/ranker/webhook"
+	"sextant.io/sextant/sidecars/virtualnode"
+	"sextant.io/sextant/sidecars/webhook"
 )
 
 type webhookOptions struct {
@@ -66,7 +65,7 @@ type webhookOptions struct {
 }
 
 // addLoggingFlags adds kube-scheduler's logging flags (-v, --logging-format, …): every
-// sextant-ranker command logs through klog.
+// sextant-sidecars command logs through klog, as the ranker does.
 func (o *webhookOptions) addLoggingFlags(f *pflag.FlagSet) {
 	o.logging = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logging, f)
@@ -99,9 +98,10 @@ func newSidecarWebhookCommand() *cobra.Command {
 func sidecarWebhookCommand() (*cobra.Command, *webhookOptions) {
 	o := &webhookOptions{}
 	cmd := &cobra.Command{
-		Use:   "sidecar-webhook",
-		Short: "Serve sextant's admission webhook for pods and run the virtual-node sidecar controller",
-		Long: `sidecar-webhook serves, over TLS on --listen-addr:
+		Use:     "webhook",
+		Aliases: []string{"sidecar-webhook"},
+		Short:   "Serve sextant's admission webhook for pods and run the virtual-node sidecar controller",
+		Long: `webhook serves, over TLS on --listen-addr:
 
   ` + webhook.PathMutate + `    prepares the sidecars of Job-like pods (restartPolicy Never or OnFailure;
                  containers with env SEXTANT_SIDECAR=true or
@@ -130,10 +130,6 @@ them in place to --exit-image.`,
 			return runSidecarWebhook(cmd.Context(), *o)
 		},
 	}
-	// cobra's own help, not the kube-scheduler sections the root command prints.
-	plain := &cobra.Command{}
-	cmd.SetUsageFunc(plain.UsageFunc())
-	cmd.SetHelpFunc(plain.HelpFunc())
 	f := cmd.Flags()
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
 	f.StringVar(&o.listenAddr, "listen-addr", ":9443", "address the webhook serves HTTPS on")
@@ -175,7 +171,7 @@ func envOr(name, def string) string {
 	return def
 }
 
-// validateWebhook checks the flags of sidecar-webhook before anything starts.
+// validateWebhook checks the flags of the webhook command before anything starts.
 func (o webhookOptions) validateWebhook() error {
 	// net.Listen takes "" (and a host without a port) as any port on every address.
 	if _, port, err := net.SplitHostPort(o.listenAddr); err != nil || port == "" {
@@ -201,11 +197,11 @@ func (o webhookOptions) validateWebhook() error {
 	if o.wrapperImage == "" {
 		return errors.New("--wrapper-image is required")
 	}
-	if err := checkImage("--wrapper-image", o.wrapperImage); err != nil {
+	if err := flagcheck.Image("--wrapper-image", o.wrapperImage); err != nil {
 		return err
 	}
 	for _, s := range o.imagePullSecrets {
-		if err := checkName("--image-pull-secrets", s, "a Secret name", validation.IsDNS1123Subdomain); err != nil {
+		if err := flagcheck.Name("--image-pull-secrets", s, "a Secret name", validation.IsDNS1123Subdomain); err != nil {
 			return err
 		}
 	}
@@ -221,33 +217,33 @@ func (o webhookOptions) validateWebhook() error {
 }
 
 // validateController checks the flags of the virtual-node controller (in
-// virtual-node-controller, or in sidecar-webhook with --virtual-nodes) before anything
+// virtual-node-controller, or in the webhook command with --virtual-nodes) before anything
 // starts.
 func (o webhookOptions) validateController() error {
 	if o.exitImage == "" {
 		return errors.New("--exit-image is required")
 	}
-	if err := checkImage("--exit-image", o.exitImage); err != nil {
+	if err := flagcheck.Image("--exit-image", o.exitImage); err != nil {
 		return err
 	}
 	if len(o.exitCommand) == 0 || o.exitCommand[0] == "" {
 		return fmt.Errorf("--exit-command %q: want the command of --exit-image that exits 0, such as /exit0", strings.Join(o.exitCommand, ","))
 	}
 	if o.podSelector != "" {
-		if err := checkSelector("--pod-selector", o.podSelector); err != nil {
+		if err := flagcheck.Selector("--pod-selector", o.podSelector); err != nil {
 			return err
 		}
 	}
 	if !o.leaderElect {
 		return nil
 	}
-	if err := checkName("--leader-elect-namespace", o.leaseNamespace, "a namespace", validation.IsDNS1123Label); err != nil {
+	if err := flagcheck.Name("--leader-elect-namespace", o.leaseNamespace, "a namespace", validation.IsDNS1123Label); err != nil {
 		return err
 	}
-	if err := checkName("--leader-elect-name", o.leaseName, "a Lease name", validation.IsDNS1123Subdomain); err != nil {
+	if err := flagcheck.Name("--leader-elect-name", o.leaseName, "a Lease name", validation.IsDNS1123Subdomain); err != nil {
 		return err
 	}
-	if err := checkPositive("--leader-elect-retry-period", o.retryPeriod, "2s"); err != nil {
+	if err := flagcheck.Positive("--leader-elect-retry-period", o.retryPeriod, "2s"); err != nil {
 		return err
 	}
 	if float64(o.renewDeadline) <= leaderelection.JitterFactor*float64(o.retryPeriod) {
@@ -255,42 +251,6 @@ func (o webhookOptions) validateController() error {
 	}
 	if o.leaseDuration <= o.renewDeadline {
 		return fmt.Errorf("--leader-elect-lease-duration %v: want more than --leader-elect-renew-deadline (%v)", o.leaseDuration, o.renewDeadline)
-	}
-	return nil
-}
-
-// checkImage refuses what a container's image cannot be: flag names the flag.
-func checkImage(flag, ref string) error {
-	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
-		return fmt.Errorf("%s %q: want an image reference [registry/]repository[:tag][@sha256:digest], such as ghcr.io/org/image:v1 (%v)", flag, ref, err)
-	}
-	return nil
-}
-
-// checkName refuses a name that is not valid (a validation.IsDNS1123Label or
-// IsDNS1123Subdomain) for what it names.
-func checkName(flag, name, what string, valid func(string) []string) error {
-	if name == "" {
-		return fmt.Errorf("%s is empty: want %s", flag, what)
-	}
-	if errs := valid(name); len(errs) > 0 {
-		return fmt.Errorf("%s %q: want %s: %s", flag, name, what, strings.Join(errs, "; "))
-	}
-	return nil
-}
-
-// checkPositive refuses a duration that is not positive; example is one that is.
-func checkPositive(flag string, d time.Duration, example string) error {
-	if d <= 0 {
-		return fmt.Errorf("%s %v: want a positive duration such as %s", flag, d, example)
-	}
-	return nil
-}
-
-// checkSelector refuses what is not a label selector.
-func checkSelector(flag, s string) error {
-	if _, err := labels.Parse(s); err != nil {
-		return fmt.Errorf("%s %q: want a label selector such as app=x,tier in (a,b): %v", flag, s, err)
 	}
 	return nil
 }
@@ -407,7 +367,7 @@ func (o webhookOptions) election(kube kubernetes.Interface) (*leaderelection.Lea
 // without an election (elect nil), always.
 //
 // A replica that loses its lease stops the controller and campaigns again, in this
-// process. It does not exit for the kubelet to restart it: in sidecar-webhook the same
+// process. It does not exit for the kubelet to restart it: in the webhook command the same
 // process serves the admission webhook, which must not go down with a lease, and a
 // process that exits on every lost lease ends in CrashLoopBackOff on a flapping API
 // server, minutes with no replica campaigning. Each term runs the controller afresh

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sextant.io/sextant/internal/flagcheck/flagchecktest"
 	"strings"
 	"sync"
 	"testing"
@@ -13,38 +14,7 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// flagCase is one command line of a flag validation table: want is the whole error,
-// "" for none.
-type flagCase struct {
-	name string
-	args []string
-	want string
-}
-
-// runFlagCases parses each case's flags on a new command and checks what validate says.
-func runFlagCases[O any](t *testing.T, cases []flagCase, newCmd func() (*cobra.Command, *O), validate func(O) error) {
-	t.Helper()
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			cmd, o := newCmd()
-			if err := cmd.ParseFlags(tc.args); err != nil {
-				t.Fatalf("parse %q: %v", tc.args, err)
-			}
-			err := validate(*o)
-			got := ""
-			if err != nil {
-				got = err.Error()
-			}
-			if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) {
-				t.Errorf("%q: error %q, want %q", tc.args, got, tc.want)
-			}
-		})
-	}
-}
-
-const imageForm = `: want an image reference [registry/]repository[:tag][@sha256:digest], such as ghcr.io/org/image:v1 (`
-
-// sidecar-webhook refuses, before anything starts, flags that would write invalid values
+// The webhook command refuses, before anything starts, flags that would write invalid values
 // into the pods it mutates or that its certificate manager or lease cannot use, naming
 // the flag, its value and the accepted form.
 func TestSidecarWebhookFlags(t *testing.T) {
@@ -58,21 +28,21 @@ func TestSidecarWebhookFlags(t *testing.T) {
 		}
 		return all
 	}
-	runFlagCases(t, []flagCase{
+	flagchecktest.Run(t, []flagchecktest.Case{
 		{"defaults", base, ""},
 		{"a digest and registry port", with(base, []string{"--wrapper-image", "registry.local:5000/w:dev@sha256:" + strings.Repeat("0", 64)}), ""},
 		{"pull secrets", with(base, []string{"--image-pull-secrets", "regcred,other.cred"}), ""},
 		{"no virtual nodes, no exit image", []string{"--wrapper-image", "w", "--virtual-nodes=false"}, ""},
 		{"self-managed certificate", with(base, cert), ""},
 		{"no wrapper image", []string{"--exit-image", "e"}, "--wrapper-image is required"},
-		{"bad wrapper image", with(base, []string{"--wrapper-image", "not a valid image ref!!"}), `--wrapper-image "not a valid image ref!!"` + imageForm},
-		{"uppercase wrapper image", with(base, []string{"--wrapper-image", "Sextant/Wrapper"}), `--wrapper-image "Sextant/Wrapper"` + imageForm},
-		{"wrapper image with a space", with(base, []string{"--wrapper-image", " w"}), `--wrapper-image " w"` + imageForm},
+		{"bad wrapper image", with(base, []string{"--wrapper-image", "not a valid image ref!!"}), `--wrapper-image "not a valid image ref!!"` + flagchecktest.ImageForm},
+		{"uppercase wrapper image", with(base, []string{"--wrapper-image", "Sextant/Wrapper"}), `--wrapper-image "Sextant/Wrapper"` + flagchecktest.ImageForm},
+		{"wrapper image with a space", with(base, []string{"--wrapper-image", " w"}), `--wrapper-image " w"` + flagchecktest.ImageForm},
 		{"bad pull policy", with(base, []string{"--wrapper-pull-policy", "always"}), `--wrapper-pull-policy "always": want Always, IfNotPresent or Never`},
 		{"bad pull secret", with(base, []string{"--image-pull-secrets", "Bad Name!"}), `--image-pull-secrets "Bad Name!": want a Secret name: a lowercase RFC 1123 subdomain`},
 		{"empty pull secret", with(base, []string{"--image-pull-secrets", "a,,b"}), `--image-pull-secrets is empty: want a Secret name`},
 		{"no exit image", []string{"--wrapper-image", "w"}, "--exit-image is required with --virtual-nodes"},
-		{"bad exit image", with(base, []string{"--exit-image", "e e"}), `--exit-image "e e"` + imageForm},
+		{"bad exit image", with(base, []string{"--exit-image", "e e"}), `--exit-image "e e"` + flagchecktest.ImageForm},
 		{"bad pod selector", with(base, []string{"--pod-selector", "a=(b"}), `--pod-selector "a=(b": want a label selector such as app=x,tier in (a,b): `},
 		{"empty lease name", with(base, []string{"--leader-elect-name", ""}), "--leader-elect-name is empty: want a Lease name"},
 		{"cert validity 0", with(base, cert, []string{"--cert-validity", "0"}), "--cert-validity 0s: want a positive duration such as 8760h"},
@@ -100,11 +70,11 @@ func TestSidecarWebhookFlags(t *testing.T) {
 // and lease durations leader election refuses.
 func TestVirtualNodeControllerFlags(t *testing.T) {
 	base := []string{"--exit-image", "ghcr.io/sextant/exit:v1", "--leader-elect-namespace", "sextant-system"}
-	runFlagCases(t, []flagCase{
+	flagchecktest.Run(t, []flagchecktest.Case{
 		{"defaults", base, ""},
 		{"no leader election ignores the lease flags", []string{"--exit-image", "e", "--leader-elect=false", "--leader-elect-name", "", "--leader-elect-retry-period", "0"}, ""},
 		{"no exit image", nil, "--exit-image is required"},
-		{"bad exit image", []string{"--exit-image", "not a valid image ref!!"}, `--exit-image "not a valid image ref!!"` + imageForm},
+		{"bad exit image", []string{"--exit-image", "not a valid image ref!!"}, `--exit-image "not a valid image ref!!"` + flagchecktest.ImageForm},
 		{"empty exit command", append(base, "--exit-command", ""), `--exit-command "": want the command of --exit-image that exits 0, such as /exit0`},
 		{"bad pod selector", append(base, "--pod-selector", "a in"), `--pod-selector "a in": want a label selector`},
 		{"empty lease name", append(base, "--leader-elect-name", ""), "--leader-elect-name is empty: want a Lease name"},
@@ -128,7 +98,6 @@ func TestSubcommandsValidateBeforeClients(t *testing.T) {
 		{newSidecarWebhookCommand(), []string{"--wrapper-image", "w", "--exit-image", "e", "--cert-secret", "s", "--cert-namespace", "ns", "--cert-validity", "0"}, "--cert-validity 0s: want a positive duration such as 8760h"},
 		{newVirtualNodeControllerCommand(), []string{"--exit-image", "e", "--leader-elect-namespace", "ns", "--leader-elect-name", ""}, "--leader-elect-name is empty: want a Lease name"},
 		{newVirtualNodeControllerCommand(), []string{"--exit-image", "e", "--leader-elect-namespace", "ns", "--metrics-addr", ":0", "--metrics-max-inflight", "0"}, "--metrics-max-inflight 0: want at least 1"},
-		{newCheckCommand(), []string{"--namespace", "ns", "--image", "i", "--timeout", "0s"}, "--timeout 0s: want a positive duration such as 3m"},
 	} {
 		tc.cmd.SetArgs(append(tc.args, "--kubeconfig", "/nonexistent/kubeconfig"))
 		tc.cmd.SetOut(new(strings.Builder))
@@ -139,7 +108,7 @@ func TestSubcommandsValidateBeforeClients(t *testing.T) {
 	}
 }
 
-// An address sidecar-webhook cannot serve on fails the start at once, naming the flag,
+// An address the webhook command cannot serve on fails the start at once, naming the flag,
 // before it makes a certificate or starts a server.
 func TestSidecarWebhookListenAddr(t *testing.T) {
 	// "" and a host alone would have net.Listen pick any port on every address.
@@ -171,27 +140,18 @@ func TestSidecarWebhookCertificateFiles(t *testing.T) {
 	}
 }
 
-// --version, a global flag every subcommand lists, prints the version and exits 0 there
-// too, before any flag of the subcommand is checked.
+// --version, a flag of the root command every command takes, prints the version and
+// exits 0 there too, before any flag of the command is checked.
 func TestSubcommandVersionFlag(t *testing.T) {
-	for _, sub := range []string{"sidecar-webhook", "virtual-node-controller", "check"} {
-		for _, tc := range []struct{ flag, want string }{
-			{"--version", "sextant-ranker dev (kube-scheduler v0.0.0-master+$Format:%H$)\n"},
-			{"--version=raw", "version.Info{"},
-		} {
-			root := newSchedulerCommand()
-			root.AddCommand(newSidecarWebhookCommand(), newVirtualNodeControllerCommand(), newCheckCommand())
-			var out strings.Builder
-			root.SetOut(&out)
-			root.SetArgs([]string{sub, tc.flag})
-			err := root.Execute()
-			// The flag is kube-scheduler's global one: put it back for the other tests.
-			_ = root.Flags().Set("version", "false")
-			if err != nil {
-				t.Errorf("%s %s: %v", sub, tc.flag, err)
-			} else if !strings.HasPrefix(out.String(), tc.want) {
-				t.Errorf("%s %s printed %q, want %q", sub, tc.flag, out.String(), tc.want)
-			}
+	for _, sub := range []string{"webhook", "sidecar-webhook", "virtual-node-controller"} {
+		root := newRootCommand()
+		var out strings.Builder
+		root.SetOut(&out)
+		root.SetArgs([]string{sub, "--version"})
+		if err := root.Execute(); err != nil {
+			t.Errorf("%s --version: %v", sub, err)
+		} else if want := "sextant-sidecars dev\n"; out.String() != want {
+			t.Errorf("%s --version printed %q, want %q", sub, out.String(), want)
 		}
 	}
 }

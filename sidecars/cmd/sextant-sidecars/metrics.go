@@ -17,7 +17,7 @@ import (
 	"sextant.io/sextant/internal/httpbound"
 )
 
-// newMetricsRegistry is the registry of sidecar-webhook and virtual-node-controller,
+// newMetricsRegistry is the registry of the webhook and virtual-node-controller commands,
 // which do not run kube-scheduler and so do not serve its legacy registry.
 func newMetricsRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
@@ -25,7 +25,7 @@ func newMetricsRegistry() *prometheus.Registry {
 	return reg
 }
 
-// defaultMetricsLimits bound the plain metrics server of sidecar-webhook and
+// defaultMetricsLimits bound the plain metrics server of the webhook and
 // virtual-node-controller, as the agent's: its answers are tens of kilobytes, its
 // clients Prometheus and a person or two.
 var defaultMetricsLimits = httpbound.Limits{

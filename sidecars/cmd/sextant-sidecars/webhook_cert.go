@@ -12,10 +12,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
+	"sextant.io/sextant/internal/flagcheck"
 	"sextant.io/sextant/internal/kubeclient"
 	"sextant.io/sextant/internal/version"
-	"sextant.io/sextant/ranker/webhook"
-	"sextant.io/sextant/ranker/webhook/selfcert"
+	"sextant.io/sextant/sidecars/webhook"
+	"sextant.io/sextant/sidecars/webhook/selfcert"
 )
 
 // selfCertOptions are the flags of the webhook's own certificate management
@@ -45,32 +46,32 @@ func (o selfCertOptions) validate() error {
 	if o.secret == "" {
 		return nil
 	}
-	if err := checkName("--cert-secret", o.secret, "a Secret name", validation.IsDNS1123Subdomain); err != nil {
+	if err := flagcheck.Name("--cert-secret", o.secret, "a Secret name", validation.IsDNS1123Subdomain); err != nil {
 		return err
 	}
 	if o.namespace == "" {
 		return fmt.Errorf("--cert-secret %s: --cert-namespace (or $POD_NAMESPACE) is required", o.secret)
 	}
-	if err := checkName("--cert-namespace", o.namespace, "a namespace", validation.IsDNS1123Label); err != nil {
+	if err := flagcheck.Name("--cert-namespace", o.namespace, "a namespace", validation.IsDNS1123Label); err != nil {
 		return err
 	}
-	if err := checkName("--cert-service", o.service, "a Service name", validation.IsDNS1035Label); err != nil {
+	if err := flagcheck.Name("--cert-service", o.service, "a Service name", validation.IsDNS1035Label); err != nil {
 		return err
 	}
 	for _, c := range o.mutating {
-		if err := checkName("--cert-mutating-webhook-configurations", c, "a MutatingWebhookConfiguration name", validation.IsDNS1123Subdomain); err != nil {
+		if err := flagcheck.Name("--cert-mutating-webhook-configurations", c, "a MutatingWebhookConfiguration name", validation.IsDNS1123Subdomain); err != nil {
 			return err
 		}
 	}
 	for _, c := range o.validating {
-		if err := checkName("--cert-validating-webhook-configurations", c, "a ValidatingWebhookConfiguration name", validation.IsDNS1123Subdomain); err != nil {
+		if err := flagcheck.Name("--cert-validating-webhook-configurations", c, "a ValidatingWebhookConfiguration name", validation.IsDNS1123Subdomain); err != nil {
 			return err
 		}
 	}
-	if err := checkPositive("--cert-resync", o.resync, "1m"); err != nil {
+	if err := flagcheck.Positive("--cert-resync", o.resync, "1m"); err != nil {
 		return err
 	}
-	if err := checkPositive("--cert-validity", o.validity, "8760h"); err != nil {
+	if err := flagcheck.Positive("--cert-validity", o.validity, "8760h"); err != nil {
 		return err
 	}
 	// Renewed when a third of it is left, which a check every --cert-resync must see.

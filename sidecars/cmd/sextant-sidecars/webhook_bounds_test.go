@@ -20,7 +20,7 @@ import (
 
 	logsapi "k8s.io/component-base/logs/api/v1"
 
-	"sextant.io/sextant/ranker/webhook"
+	"sextant.io/sextant/sidecars/webhook"
 )
 
 // patience is how long a test waits for what must come about: far longer than the
@@ -60,7 +60,7 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// startWebhook runs sidecar-webhook with args until the test ends and returns its
+// startWebhook runs the webhook command with args until the test ends and returns its
 // address once it answers.
 func startWebhook(t *testing.T, args ...string) string {
 	t.Helper()
@@ -94,11 +94,11 @@ func startWebhook(t *testing.T, args ...string) string {
 		}
 		select {
 		case <-stopped:
-			t.Fatalf("sidecar-webhook stopped: %v", stopErr)
+			t.Fatalf("the webhook command stopped: %v", stopErr)
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sidecar-webhook does not answer on %s: %v", addr, err)
+			t.Fatalf("the webhook command does not answer on %s: %v", addr, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

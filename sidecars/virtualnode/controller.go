@@ -6,7 +6,7 @@
 // in-place change the API allows; the node restarts the container, whatever the pod's
 // restartPolicy, and the new container exits at once with 0.
 //
-// It runs in sextant-ranker's virtual-node-controller command (or sidecar-webhook with
+// It runs in sextant-sidecars' virtual-node-controller command (or webhook with
 // --virtual-nodes), behind a leader election: a replica that loses its lease stops it
 // and runs it again once it wins the lease back. It watches only pods the webhook
 // prepared (label sidecar.sextant.io/prepared=true).

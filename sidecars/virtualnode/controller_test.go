@@ -15,7 +15,7 @@ import (
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/sidecarrules"
-	"sextant.io/sextant/ranker/webhook"
+	"sextant.io/sextant/sidecars/webhook"
 )
 
 const exitImage = "sextant.local/exit0:test"
