@@ -12,7 +12,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
@@ -386,16 +385,9 @@ func (a *Auditor) events(ctx context.Context, ms []Mismatch) []types.UID {
 // event records the Warning. Its name is derived from the pod, so an agent that
 // restarts and finds the same again creates nothing new.
 func (a *Auditor) event(ctx context.Context, pod *corev1.Pod, msg string) bool {
-	now := metav1.NewTime(a.now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: nodepods.EventName(pod, "device-mismatch"), Namespace: pod.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
-			Name: pod.Name, UID: pod.UID},
-		Reason: ReasonMismatch, Message: msg, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: a.cfg.Component, Host: a.cfg.NodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "sextant.io/device-audit", ReportingInstance: a.cfg.Component + "-" + a.cfg.NodeName,
-	}
+	src := nodepods.Source{Node: a.cfg.NodeName, Component: a.cfg.Component, Controller: "sextant.io/device-audit"}
+	ev := nodepods.NewPodEvent(src, pod, nodepods.PodEvent{Type: corev1.EventTypeWarning, Reason: ReasonMismatch,
+		Suffix: "device-mismatch", Message: msg}, a.now())
 	if a.kube == nil {
 		return true
 	}

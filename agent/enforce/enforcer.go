@@ -468,7 +468,8 @@ func (e *Enforcer) warnOnce(ctx context.Context, pod *corev1.Pod, suffix, reason
 		return
 	}
 	e.warned[key] = true
-	ev := nodepods.PodEvent(pod, e.cfg.NodeName, controller, corev1.EventTypeWarning, reason, suffix, msg, e.now())
+	ev := nodepods.NewPodEvent(nodepods.Source{Node: e.cfg.NodeName, Controller: controller}, pod,
+		nodepods.PodEvent{Type: corev1.EventTypeWarning, Reason: reason, Suffix: suffix, Message: msg}, e.now())
 	if err := nodepods.CreateEvent(ctx, e.kube, e.cfg.NodeName, ev, e.log); err != nil {
 		e.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
 	}

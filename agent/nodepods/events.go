@@ -66,20 +66,66 @@ func CreateEvent(ctx context.Context, kube kubernetes.Interface, node string, ev
 	return nil
 }
 
-// PodEvent builds an Event the agent of node records on pod, named EventName(pod,
-// suffix) so that an agent that restarts and records the same again finds it there.
-// controller is the part of the agent that records it, e.g. "sextant.io/enforcement".
-func PodEvent(pod *corev1.Pod, node, controller, typ, reason, suffix, msg string, now time.Time) *corev1.Event {
+// Source is the part of a node's agent that records an Event.
+type Source struct {
+	// Node is the agent's node, the Event's source host: an agent may record Events
+	// only as its own node's (the sextant-agent-events policy).
+	Node string
+	// Component is the Event's source component; empty is Component.
+	Component string
+	// Controller is the part of the agent that records the Event, its reporting
+	// controller, e.g. "sextant.io/numa-pinning".
+	Controller string
+}
+
+// PodEvent is what an Event on a pod says, and which Event it is.
+type PodEvent struct {
+	Type, Reason, Message string
+	// Suffix says what the Event records, e.g. "numa-pinned": the Event is named
+	// EventName(pod, Suffix), so an agent that restarts and records the same again
+	// finds it there.
+	Suffix string
+	// Repeatable says what the Event records may happen again (a failure): each one
+	// gets a name the server generates after the pod's name and Suffix.
+	Repeatable bool
+	// Container is the container of the pod the Event is about; empty for the pod.
+	Container string
+}
+
+// NewPodEvent builds the Event src records on pod at now.
+func NewPodEvent(src Source, pod *corev1.Pod, e PodEvent, now time.Time) *corev1.Event {
+	component := src.Component
+	if component == "" {
+		component = Component
+	}
+	meta := metav1.ObjectMeta{Name: EventName(pod, e.Suffix), Namespace: pod.Namespace}
+	if e.Repeatable {
+		meta.Name, meta.GenerateName = "", pod.Name+"."+e.Suffix+"."
+	}
 	t := metav1.NewTime(now)
 	return &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: EventName(pod, suffix), Namespace: pod.Namespace},
+		ObjectMeta: meta,
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
-			Name: pod.Name, UID: pod.UID},
-		Reason: reason, Message: msg, Type: typ,
-		Source:         corev1.EventSource{Component: Component, Host: node},
+			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, e.Container)},
+		Reason: e.Reason, Message: e.Message, Type: e.Type,
+		Source:         corev1.EventSource{Component: component, Host: src.Node},
 		FirstTimestamp: t, LastTimestamp: t, Count: 1,
-		ReportingController: controller, ReportingInstance: Component + "-" + node,
+		ReportingController: src.Controller, ReportingInstance: component + "-" + src.Node,
 	}
+}
+
+// fieldPath names container within pod as an Event's involved object does; empty for
+// the pod itself.
+func fieldPath(pod *corev1.Pod, container string) string {
+	if container == "" {
+		return ""
+	}
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == container {
+			return "spec.initContainers{" + container + "}"
+		}
+	}
+	return "spec.containers{" + container + "}"
 }
 
 // NodeEvent builds an Event the agent records on its own Node, under a name the server

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -155,4 +156,53 @@ func TestCreateEvent(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestNewPodEvent(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "job-x", Namespace: "ns", UID: "1c9d7b9f-6c4f-4d2b-8d7f-3a2e4b5c6d7e"},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{Name: "proxy"}},
+			Containers:     []corev1.Container{{Name: "main"}},
+		},
+	}
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, c := range []struct {
+		name                  string
+		src                   Source
+		e                     PodEvent
+		wantName, wantGen     string
+		wantField, wantSource string
+	}{
+		{name: "named", src: Source{Node: "node-b", Controller: "sextant.io/numa-pinning"},
+			e:        PodEvent{Type: corev1.EventTypeNormal, Reason: "NUMAPinned", Suffix: "numa-pinned", Message: "m"},
+			wantName: "job-x.1c9d7b9f.numa-pinned", wantSource: "sextant-agent"},
+		{name: "repeatable", src: Source{Node: "node-b", Component: "agent-x", Controller: "sextant.io/sidecar-terminator"},
+			e:       PodEvent{Type: corev1.EventTypeWarning, Reason: "SidecarStopFailed", Suffix: "sidecar-stop-failed", Repeatable: true, Container: "proxy", Message: "m"},
+			wantGen: "job-x.sidecar-stop-failed.", wantField: "spec.initContainers{proxy}", wantSource: "agent-x"},
+		{name: "on a container", src: Source{Node: "node-b", Controller: "sextant.io/sidecar-terminator"},
+			e:        PodEvent{Type: corev1.EventTypeWarning, Reason: "SidecarNotStopped", Suffix: "sidecar-not-stopped.main", Container: "main", Message: "m"},
+			wantName: "job-x.1c9d7b9f.sidecar-not-stopped.main", wantField: "spec.containers{main}", wantSource: "sextant-agent"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ev := NewPodEvent(c.src, pod, c.e, now)
+			if ev.Name != c.wantName || ev.GenerateName != c.wantGen || ev.Namespace != "ns" {
+				t.Errorf("name %q, generated from %q in %q; want %q, %q in ns", ev.Name, ev.GenerateName, ev.Namespace, c.wantName, c.wantGen)
+			}
+			want := corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: "ns", Name: "job-x", UID: pod.UID, FieldPath: c.wantField}
+			if ev.InvolvedObject != want {
+				t.Errorf("involved object %+v, want %+v", ev.InvolvedObject, want)
+			}
+			if ev.Type != c.e.Type || ev.Reason != c.e.Reason || ev.Message != c.e.Message || ev.Count != 1 {
+				t.Errorf("%s %s %q count %d, want %s %s %q count 1", ev.Type, ev.Reason, ev.Message, ev.Count, c.e.Type, c.e.Reason, c.e.Message)
+			}
+			if ev.Source != (corev1.EventSource{Component: c.wantSource, Host: "node-b"}) ||
+				ev.ReportingController != c.src.Controller || ev.ReportingInstance != c.wantSource+"-node-b" {
+				t.Errorf("source %+v, reported by %s as %s", ev.Source, ev.ReportingController, ev.ReportingInstance)
+			}
+			if !ev.FirstTimestamp.Time.Equal(now) || !ev.LastTimestamp.Time.Equal(now) {
+				t.Errorf("timestamps %v, %v, want %v", ev.FirstTimestamp, ev.LastTimestamp, now)
+			}
+		})
+	}
 }

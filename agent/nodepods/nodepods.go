@@ -1,7 +1,7 @@
 // Package nodepods is the agent's one watch on the pods bound to its node, shared by the
 // parts that act on them (the sidecar terminator, NUMA pinning), so each node costs the
-// API server one pod watch whatever the agent does; and the names of the Events the
-// agent records on them.
+// API server one pod watch whatever the agent does; and the Events the agent records
+// on them.
 package nodepods
 
 import (

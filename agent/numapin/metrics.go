@@ -33,8 +33,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		pinSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sextant_numa_pin_seconds",
 			Help: "Time from the agent seeing a pod bound to its node to every container of the pod being confined to its NUMA nodes, by path.",
-			// A pod-cgroup pin waits for the kubelet to create the cgroup (tens to hundreds
-			// of milliseconds); a catch-up pin should take a few milliseconds.
+			// From a catch-up pin, which only writes files, to a pod-cgroup pin, which
+			// waits for the kubelet to create the cgroup.
 			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
 		}, []string{"path"}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{

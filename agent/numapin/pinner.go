@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,14 +67,6 @@ func FromCache(c *topology.Cache) NUMANodes {
 	}
 }
 
-// KubeletPinning says which of the kubelet's resource managers set containers' cpusets
-// themselves: the CPU manager under its static policy (cpuset.cpus), the memory manager
-// under its Static policy (cpuset.mems).
-type KubeletPinning struct{ StaticCPU, StaticMemory bool }
-
-// KubeletPolicies asks the kubelet which of its managers pin (PodResources).
-type KubeletPolicies func(ctx context.Context) (KubeletPinning, error)
-
 // Pinner confines the pods of its node to the NUMA nodes their numa.sextant.io/nodes
 // annotation names.
 type Pinner struct {
@@ -119,33 +109,29 @@ type Pinner struct {
 // works on the pod.
 type podState struct {
 	mu sync.Mutex
+	// phase is how far the pod's decision is carried out; it moves by advance only.
+	phase phase
 	// seen is when this process first saw the pod bound here.
 	seen time.Time
-	// fresh: the pod had no container cgroup when this process first looked, so a pin
-	// now is the pod's first (and counted); a pod found pinned with running containers
-	// after a restart is not counted again.
-	fresh  bool
-	looked bool
-	// value and want are the decision carried out: the first annotation value, and the
-	// cpuset it means on this node.
-	value   string
-	want    cgroups.Cpuset
-	decided bool
-	// refused is set once a decision was refused, so it is reported once.
-	refused string
-	changed bool // an annotation change was reported
+	// value and want are the decision carried out once decided: the first annotation
+	// value, and the cpuset it means on this node.
+	value string
+	want  cgroups.Cpuset
 	// foreign is the set another writer had narrowed the pod's cgroup to when this
 	// process first looked (an agent restarted after it).
 	foreign string
 	// narrowedAt and path: when and how this process last narrowed the pod's cgroup.
 	narrowedAt time.Time
 	path       string
-	// confirmed: the pod's cgroup held the set with at least one child in it.
-	confirmed bool
-	dir       string
+	dir        string
 	// checked are the container IDs whose runtime record was looked at.
 	checked map[string]bool
-	// announce is the NUMAPinned event's message until it is recorded.
+
+	// What was reported, kept so that it is reported once: refused is the last refusal,
+	// changed the annotation's change, announce the NUMAPinned event's message until the
+	// runtime worker records it.
+	refused  string
+	changed  bool
 	announce string
 }
 
@@ -251,7 +237,7 @@ func (p *Pinner) forget(uid types.UID) {
 	if w := p.watcher.Load(); w != nil && st.dir != "" {
 		w.Unfollow(st.dir)
 	}
-	if st.confirmed {
+	if st.confirmed() {
 		p.metrics.pinned.Dec()
 	}
 }
@@ -273,15 +259,6 @@ func (p *Pinner) enqueueAll() {
 		p.onPod(obj)
 	}
 }
-
-// policyRetry is how soon the kubelet is asked again for its CPU and memory manager
-// policies while it has not answered.
-const policyRetry = 2 * time.Second
-
-// pendingLimit is how long the kubelet may take to answer before the node stops
-// counting as one that pins: the ranker places pods on a Pending node as if it pinned
-// them, which holds only if the answer comes soon.
-const pendingLimit = 30 * time.Second
 
 // Run works until ctx ends.
 func (p *Pinner) Run(ctx context.Context) error {
@@ -417,56 +394,6 @@ func (p *Pinner) watch(ctx context.Context, kp *cgroups.Kubepods) {
 	}
 }
 
-// State is whether the Pinner carries out the ranker's NUMA decisions now, as the
-// node's NodeTopology publishes it: Pending until the kubelet has said whether it runs
-// a static policy (Unknown once that has taken longer than pendingLimit), then
-// KubeletStaticCPUManager, KubeletStaticMemoryManager or Active.
-func (p *Pinner) State() v1alpha1.NUMAPinning {
-	switch {
-	case !p.policyKnown.Load() && p.now().Sub(p.started) > pendingLimit:
-		return v1alpha1.PinningUnknown
-	case !p.policyKnown.Load():
-		return v1alpha1.PinningPending
-	case p.staticCPU.Load():
-		return v1alpha1.PinningKubeletStaticCPUManager
-	case p.staticMemory.Load():
-		return v1alpha1.PinningKubeletStaticMemoryManager
-	default:
-		return v1alpha1.PinningActive
-	}
-}
-
-func (p *Pinner) checkStaticPolicy(ctx context.Context) {
-	if p.static == nil {
-		p.policyKnown.Store(true)
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, p.cfg.RuntimeTimeout)
-	policies, err := p.static(cctx)
-	cancel()
-	if err != nil {
-		if p.policyKnown.Load() {
-			p.log.Error(err, "could not ask the kubelet for its CPU and memory manager policies; keeping its last answer",
-				"staticCPU", p.staticCPU.Load(), "staticMemory", p.staticMemory.Load())
-		} else {
-			p.log.Error(err, "could not ask the kubelet for its CPU and memory manager policies; pinning nothing until it answers")
-		}
-		return
-	}
-	// The answer is stored before it is marked known: a worker that sees it known
-	// must see what it says.
-	if was := p.staticCPU.Swap(policies.StaticCPU); !was && policies.StaticCPU {
-		p.log.Info("the kubelet runs the static CPU manager policy and sets containers' cpusets itself; sextant pins no pod on this node (see docs/numa.md)")
-	}
-	if was := p.staticMemory.Swap(policies.StaticMemory); !was && policies.StaticMemory {
-		p.log.Info("the kubelet runs the Static memory manager policy and sets containers' memory nodes itself; sextant pins no pod on this node (see docs/numa.md)")
-	}
-	if !p.policyKnown.Swap(true) {
-		// Pods that waited for the answer go now.
-		p.enqueueAll()
-	}
-}
-
 func (p *Pinner) processNext(ctx context.Context) bool {
 	key, quit := p.queue.Get()
 	if quit {
@@ -506,25 +433,9 @@ func (p *Pinner) processNext(ctx context.Context) bool {
 	return true
 }
 
-// errPolicyUnknown holds every pod back until the kubelet answers: not a failure of the
-// pod's.
-var errPolicyUnknown = errors.New("the kubelet has not said whether it runs a static CPU or memory manager policy (PodResources); the pod is pinned once it has")
-
 // failingAfter is how many failed attempts in a row make a pod's pinning failure an
 // Event: a cgroup the kubelet is still setting up may fail an attempt or two.
 const failingAfter = 3
-
-// failing records a Warning Event on a pod whose pinning keeps failing, once per pod:
-// the failures counter says some pod is not confined, the Event says which and why.
-func (p *Pinner) failing(ctx context.Context, key string, err error) {
-	obj, exists, gerr := p.pods.GetStore().GetByKey(key)
-	if gerr != nil || !exists {
-		return
-	}
-	pod := obj.(*corev1.Pod)
-	p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinFailing", "numa-failing",
-		fmt.Sprintf("not confined to the NUMA nodes in %s after %d attempts: %v; retrying", annotations.NUMANodes, failingAfter, err))
-}
 
 // reconcile makes the cgroup of one pod hold the cpuset of its NUMA nodes.
 func (p *Pinner) reconcile(ctx context.Context, key string) error {
@@ -549,39 +460,28 @@ func (p *Pinner) reconcile(ctx context.Context, key string) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !p.policyKnown.Load() {
-		return errPolicyUnknown
-	}
-	if p.staticCPU.Load() {
-		p.refuse(ctx, pod, st, &refusal{reasonStaticCPUManager,
-			"the kubelet runs the static CPU manager policy, which sets cpusets itself; sextant leaves this pod's CPUs to it"})
-		return nil
-	}
-	if p.staticMemory.Load() {
-		p.refuse(ctx, pod, st, &refusal{reasonStaticMemManager,
-			"the kubelet runs the Static memory manager policy, which sets memory nodes itself; sextant leaves this pod to it"})
+	if r, err := p.gate(); err != nil {
+		return err
+	} else if r != nil {
+		p.refuse(ctx, pod, st, r)
 		return nil
 	}
 	kp := p.kubepods.Load()
 	dir, hasCgroup := kp.PodDir(string(pod.UID))
 
-	if !st.decided {
+	if !st.decided() {
 		if err := p.decide(ctx, pod, st, value, kp, dir, hasCgroup); err != nil {
 			return err
 		}
-		if !st.decided {
+		if !st.decided() {
 			return nil // refused
 		}
 	} else if value != st.value && !st.changed {
 		st.changed = true
-		p.metrics.failures.WithLabelValues(reasonChanged).Inc()
-		p.event(ctx, pod, corev1.EventTypeWarning, "NUMAAnnotationChanged", "numa-changed",
-			fmt.Sprintf("%s changed from %q to %q after the pod was placed; the first decision stands (%s)", annotations.NUMANodes, st.value, value, st.want))
+		p.reportChanged(ctx, pod, st, value)
 	}
 	if !hasCgroup {
-		if !st.looked {
-			st.looked, st.fresh = true, true
-		}
+		st.advance(stepLookEmpty)
 		return nil // the watch brings the pod back once the kubelet makes its cgroup
 	}
 	return p.pin(ctx, pod, st, kp, dir)
@@ -614,146 +514,9 @@ func (p *Pinner) decide(ctx context.Context, pod *corev1.Pod, st *podState, valu
 			st.foreign = cur.String()
 		}
 	}
-	st.value, st.want, st.decided = value, want, true
+	st.value, st.want = value, want
+	st.advance(stepDecide)
 	return nil
-}
-
-// narrowed says whether the pod cgroup dir, asking for cur, asks for less than its
-// parent has, i.e. was narrowed by someone.
-func (p *Pinner) narrowed(kp *cgroups.Kubepods, dir string, cur cgroups.Cpuset) bool {
-	parent, err := kp.Effective(filepath.Dir(dir))
-	if err != nil {
-		return false
-	}
-	if kp.Version == cgroups.V2 {
-		// An empty part asks for the parent's.
-		if len(cur.CPUs) == 0 {
-			cur.CPUs = parent.CPUs
-		}
-		if len(cur.Mems) == 0 {
-			cur.Mems = parent.Mems
-		}
-	} else if len(cur.CPUs) == 0 || len(cur.Mems) == 0 {
-		// Nothing written yet, or the kubelet's copy of the parent's set half written
-		// (libcontainer writes cpus, then mems): no one's narrowing.
-		return false
-	}
-	return cur.Within(parent) && !cur.Equal(parent)
-}
-
-// pin narrows the pod's cgroup if it does not hold the set, and confirms the pin once
-// the pod has a child cgroup inside the narrowed one.
-func (p *Pinner) pin(ctx context.Context, pod *corev1.Pod, st *podState, kp *cgroups.Kubepods, dir string) error {
-	st.dir = dir
-	children, err := cgroups.Children(dir)
-	if errors.Is(err, cgroups.ErrGone) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if !st.looked {
-		st.looked, st.fresh = true, len(children) == 0
-	}
-	eff, err := kp.Effective(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		err = fmt.Errorf("cgroup %s has no cpuset files: %w", dir, cgroups.Missing(dir))
-	}
-	if errors.Is(err, cgroups.ErrGone) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if !eff.Equal(st.want) {
-		res, err := kp.Narrow(dir, st.want)
-		if errors.Is(err, cgroups.ErrGone) {
-			return nil
-		}
-		if err != nil {
-			p.metrics.failures.WithLabelValues(reasonCgroup).Inc()
-			return err
-		}
-		switch {
-		case st.confirmed, st.foreign != "":
-			st.path = pathRepair
-		case res.Children == 0 && st.path != pathCatchUp:
-			st.path = pathPodCgroup
-		default:
-			st.path = pathCatchUp
-		}
-		st.narrowedAt = p.now()
-		if st.confirmed {
-			p.metrics.pins.WithLabelValues(pathRepair).Inc()
-			p.log.Info("a pinned pod's cgroup had been widened; narrowed it again", "pod", pod.Namespace+"/"+pod.Name, "cpuset", st.want.String())
-		} else if st.foreign != "" {
-			p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinRepaired", "numa-repaired",
-				fmt.Sprintf("The pod's cgroup held %s, not the set %s=%q means on this node (%s); narrowed it to that set", st.foreign, annotations.NUMANodes, st.value, st.want))
-			p.log.Info("a pod's cgroup had been narrowed to another set than its NUMA nodes; narrowed it to theirs", "pod", pod.Namespace+"/"+pod.Name,
-				"found", st.foreign, "cpuset", st.want.String())
-		}
-		// The kernel is the judge: on v2 the set in force is also bounded by the
-		// parents' (a kubepods cgroup without those CPUs, say).
-		if eff, err = kp.Effective(dir); err != nil {
-			return err
-		}
-		if !eff.Equal(st.want) {
-			p.metrics.failures.WithLabelValues(reasonCgroup).Inc()
-			return fmt.Errorf("cgroup %s holds %s after narrowing it to %s", dir, eff, st.want)
-		}
-		children, err = cgroups.Children(dir)
-		if err != nil {
-			return nil
-		}
-	}
-	if len(children) == 0 {
-		// Pinned, but only confirmed once a container cgroup exists inside the narrowed
-		// one: on v1 the kubelet copies the parent's set into a new pod cgroup right after
-		// making it, and that copy can land after the narrowing. Following the cgroup
-		// brings the pod back at that write and when the sandbox's cgroup appears.
-		if w := p.watcher.Load(); w != nil {
-			if err := w.Follow(string(pod.UID), dir); err != nil {
-				p.log.Error(err, "cannot follow a pod cgroup; the resync checks it instead", "dir", dir)
-			}
-		}
-		return nil
-	}
-	if !st.confirmed {
-		st.confirmed = true
-		if w := p.watcher.Load(); w != nil {
-			w.Unfollow(dir)
-		}
-		if st.path == "" && st.fresh {
-			st.path, st.narrowedAt = pathPodCgroup, p.now() // the cgroup already held the set (one NUMA node)
-		}
-		if st.path != "" {
-			took := st.narrowedAt.Sub(st.seen)
-			p.metrics.pins.WithLabelValues(st.path).Inc()
-			p.metrics.pinSeconds.WithLabelValues(st.path).Observe(max(took, 0).Seconds())
-			// Recorded by the runtime worker: an API call here would delay the next pods' pins.
-			// The event's name is the pod's: for a pod an earlier agent announced (most
-			// repaired ones), nothing new is recorded.
-			st.announce = fmt.Sprintf("Confined to NUMA nodes %s: %s (%s, %s after the pod was seen bound)", st.value, st.want, st.path, took.Round(time.Millisecond))
-			p.log.Info("pinned a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "numaNodes", st.value,
-				"cpuset", st.want.String(), "path", st.path, "seconds", took.Seconds())
-		}
-		// After the pin's path is counted: whoever sees the pod pinned sees how.
-		p.metrics.pinned.Inc()
-	}
-	p.rtQueue.Add(keyOf(pod))
-	return nil
-}
-
-func (p *Pinner) refuse(ctx context.Context, pod *corev1.Pod, st *podState, r *refusal) {
-	if st.refused == r.reason {
-		return
-	}
-	st.refused = r.reason
-	p.metrics.failures.WithLabelValues(r.reason).Inc()
-	if r.reason == reasonStaticCPUManager || r.reason == reasonStaticMemManager {
-		return // said once for the node, in the log; an event per pod would be noise
-	}
-	p.event(ctx, pod, corev1.EventTypeWarning, "NUMAPinRefused", "numa-refused",
-		fmt.Sprintf("Not confined to NUMA nodes %q: %s", pod.Annotations[annotations.NUMANodes], r.msg))
-	p.log.Info("not pinning a pod to its NUMA nodes", "pod", pod.Namespace+"/"+pod.Name, "reason", r.reason, "detail", r.msg)
 }
 
 func keyOf(pod *corev1.Pod) string { return pod.Namespace + "/" + pod.Name }

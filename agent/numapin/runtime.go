@@ -52,7 +52,7 @@ func (p *Pinner) syncRuntime(ctx context.Context, key string) error {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if !st.confirmed {
+	if !st.confirmed() {
 		return nil
 	}
 	if st.announce != "" {

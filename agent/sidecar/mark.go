@@ -28,11 +28,11 @@ type stopMark struct {
 	Recorded  bool
 }
 
-// markVersion v2 added the container ID. A v1 mark is not read: an image can carry
-// one as well, and nothing tells one an agent wrote from one it did not. What this
-// costs, once, over an upgrade: a sidecar an older agent was stopping is stopped again
-// (a second SIGTERM, to a container on its way out), and one it stopped but did not
-// record is not recorded.
+// markVersion is the form of the marks this agent writes and reads, the one that names
+// the container. A mark of another form is not read: an image can carry one as well,
+// and nothing tells one an agent wrote from one it did not. So a sidecar an agent
+// writing another form was stopping is stopped again (a second SIGTERM, to a container
+// on its way out), and one it stopped but did not record is not recorded.
 const markVersion = "v2"
 
 // maxGraceSeconds is the longest grace period a mark may hold; the rules never give a

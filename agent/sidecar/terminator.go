@@ -12,7 +12,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -435,16 +434,8 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 		"or name its image's ENTRYPOINT followed by its CMD (ENTRYPOINT alone when the container has args) in the annotation %s "+
 		"(a JSON array), or let it be a native sidecar (drop %s: \"false\")",
 		container, annotations.SidecarCommand(container), annotations.SidecarNative)
-	now := metav1.NewTime(t.now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: nodepods.EventName(pod, "sidecar-not-stopped."+container), Namespace: pod.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
-			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, container)},
-		Reason: "SidecarNotStopped", Message: msg, Type: corev1.EventTypeWarning,
-		Source:         corev1.EventSource{Component: t.cfg.Component, Host: t.cfg.NodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
-	}
+	ev := nodepods.NewPodEvent(t.source(), pod, nodepods.PodEvent{Type: corev1.EventTypeWarning, Reason: "SidecarNotStopped",
+		Suffix: "sidecar-not-stopped." + container, Container: container, Message: msg}, t.now())
 	if err := t.createEvent(ctx, ev); err != nil {
 		return fmt.Errorf("record that %s is left running: %w", container, err)
 	}
@@ -623,16 +614,8 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 		after = fmt.Sprintf("%s after the last main container finished", took.Round(time.Millisecond))
 	}
 	msg := fmt.Sprintf("Stopped sidecar container %s %s (exit code %d, grace period %s)", c.Name, after, c.ExitCode, mark.Grace)
-	now := metav1.NewTime(t.now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{Name: eventName(pod.Name, c.ID), Namespace: pod.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
-			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, c.Name)},
-		Reason: "SidecarStopped", Message: msg, Type: corev1.EventTypeNormal,
-		Source:         corev1.EventSource{Component: t.cfg.Component, Host: t.cfg.NodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
-	}
+	ev := nodepods.NewPodEvent(t.source(), pod, nodepods.PodEvent{Type: corev1.EventTypeNormal, Reason: "SidecarStopped",
+		Suffix: stoppedSuffix(c.ID), Container: c.Name, Message: msg}, t.now())
 	if err := t.createEvent(ctx, ev); err != nil {
 		return fmt.Errorf("record the stop of %s: %w", c.Name, err)
 	}
@@ -650,16 +633,9 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 }
 
 func (t *Terminator) warn(ctx context.Context, pod *corev1.Pod, container string, cause error) {
-	now := metav1.NewTime(t.now())
-	ev := &corev1.Event{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: pod.Name + ".sidecar-stop-failed.", Namespace: pod.Namespace},
-		InvolvedObject: corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace,
-			Name: pod.Name, UID: pod.UID, FieldPath: fieldPath(pod, container)},
-		Reason: "SidecarStopFailed", Message: fmt.Sprintf("Stopping sidecar container %s failed: %v", container, cause),
-		Type: corev1.EventTypeWarning, Source: corev1.EventSource{Component: t.cfg.Component, Host: t.cfg.NodeName},
-		FirstTimestamp: now, LastTimestamp: now, Count: 1,
-		ReportingController: "sextant.io/sidecar-terminator", ReportingInstance: t.cfg.Component + "-" + t.cfg.NodeName,
-	}
+	ev := nodepods.NewPodEvent(t.source(), pod, nodepods.PodEvent{Type: corev1.EventTypeWarning, Reason: "SidecarStopFailed",
+		Suffix: "sidecar-stop-failed", Repeatable: true, Container: container,
+		Message: fmt.Sprintf("Stopping sidecar container %s failed: %v", container, cause)}, t.now())
 	if err := t.createEvent(ctx, ev); err != nil {
 		t.log.Error(err, "could not record an event", "pod", pod.Namespace+"/"+pod.Name)
 	}
@@ -673,24 +649,17 @@ func (t *Terminator) createEvent(ctx context.Context, ev *corev1.Event) error {
 	return nodepods.CreateEvent(ctx, t.kube, t.cfg.NodeName, ev, t.log)
 }
 
-// eventName is the name of the Event that records the stop of one container.
-func eventName(pod, containerID string) string {
+// source is the terminator as the recorder of its Events.
+func (t *Terminator) source() nodepods.Source {
+	return nodepods.Source{Node: t.cfg.NodeName, Component: t.cfg.Component, Controller: "sextant.io/sidecar-terminator"}
+}
+
+// stoppedSuffix names the Event that records the stop of one container: one per
+// container, whichever agent process records it.
+func stoppedSuffix(containerID string) string {
 	id := containerID
 	if len(id) > 12 {
 		id = id[:12]
 	}
-	const suffix = ".sidecar-stopped."
-	if max := 253 - len(suffix) - len(id); len(pod) > max {
-		pod = pod[:max]
-	}
-	return pod + suffix + id
-}
-
-func fieldPath(pod *corev1.Pod, container string) string {
-	for _, c := range pod.Spec.InitContainers {
-		if c.Name == container {
-			return "spec.initContainers{" + container + "}"
-		}
-	}
-	return "spec.containers{" + container + "}"
+	return "sidecar-stopped." + id
 }

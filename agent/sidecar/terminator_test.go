@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -324,6 +325,36 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 	ids, _ = rt.stopCalls()
 	if len(ids) != 2 || ids[1] != "proxy-b" {
 		t.Errorf("StopContainer calls = %v, want proxy-a then proxy-b", ids)
+	}
+}
+
+// TestLongPodNameEventIsValid: the Event recording a stop is named after the pod; a
+// 253-character pod name is cut to make room for the rest, and the cut must not leave a
+// name ending in '-' or '.' before the next part, which the API server refuses.
+func TestLongPodNameEventIsValid(t *testing.T) {
+	for _, name := range []string{
+		"a" + strings.Repeat("-", 251) + "a",
+		strings.Repeat("a.", 126) + "a",
+	} {
+		t.Run(name[:4], func(t *testing.T) {
+			if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 || len(name) != 253 {
+				t.Fatalf("%.20s… (%d characters) is no valid pod name of the longest: %v", name, len(name), errs)
+			}
+			rt := newFakeRuntime()
+			now := time.Now()
+			rt.add(cri.Container{ID: "main-0123456789abcdef", PodUID: "uid-long-name", Name: "main", State: cri.StateRunning, CreatedAt: now})
+			rt.add(cri.Container{ID: "proxy-0123456789abcdef", PodUID: "uid-long-name", Name: "proxy", State: cri.StateRunning, CreatedAt: now})
+			h := start(t, rt, jobPod(name, "uid-long-name", corev1.RestartPolicyNever))
+			rt.exit("main-0123456789abcdef", 0, time.Now())
+			waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+			ev := h.events(t)[0]
+			if ev.Reason != "SidecarStopped" {
+				t.Fatalf("event %s, want SidecarStopped", ev.Reason)
+			}
+			if errs := validation.IsDNS1123Subdomain(ev.Name); len(errs) > 0 {
+				t.Errorf("the stop's event is named %q, which the API server refuses: %v", ev.Name, errs)
+			}
+		})
 	}
 }
 
