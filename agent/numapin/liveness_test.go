@@ -60,13 +60,13 @@ func TestLastAliveShowsBlockedWorkers(t *testing.T) {
 		return err == nil
 	}
 	// Blocked from the start: the pod's first decision waits on the topology.
-	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, eventuallyWithin, true,
 		func(context.Context) (bool, error) { return blocked.Load() > 0, nil }); err != nil {
 		t.Fatal("the pod worker never asked for the topology")
 	}
 	// LastAlive is the older of the two workers' beats: once the runtime worker's has
 	// passed the blocked pod worker's, it is the pod worker's and must stay.
-	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, eventuallyWithin, true,
 		func(context.Context) (bool, error) { return !p.rtBeat.Last().Before(p.beat.Last()), nil }); err != nil {
 		t.Fatal("the runtime worker's beat never passed the blocked pod worker's")
 	}
@@ -75,10 +75,10 @@ func TestLastAliveShowsBlockedWorkers(t *testing.T) {
 	}
 	open.Store(true)
 	close(release)
-	if !moves(5 * time.Second) {
+	if !moves(eventuallyWithin) {
 		t.Fatal("LastAlive does not move once the worker is free")
 	}
-	if !moves(5 * time.Second) {
+	if !moves(eventuallyWithin) {
 		t.Fatal("LastAlive does not keep moving with the resync")
 	}
 }
@@ -98,7 +98,7 @@ func TestLastAliveWhileWaitingForTheKubelet(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = p.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, eventuallyWithin, true,
 		func(context.Context) (bool, error) { return !p.LastAlive().Before(before), nil }); err != nil {
 		t.Fatal("LastAlive does not move while the pinner waits for the kubelet's cgroups")
 	}

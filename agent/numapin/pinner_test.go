@@ -270,11 +270,15 @@ func (h *harness) stop() {
 	}
 }
 
+// eventuallyWithin bounds a wait only against a hang: a busy machine may take seconds
+// to run the pinner's workers and the fake kernel.
+const eventuallyWithin = 30 * time.Second
+
 func (h *harness) eventually(what string, cond func() bool) {
 	h.t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true,
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, eventuallyWithin, true,
 		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		h.t.Fatalf("%s: not within 5s; the cgroups then:\n%s the pinner's counters: %s", what, h.tree.dump(), h.counters())
+		h.t.Fatalf("%s: not within %v; the cgroups then:\n%s the pinner's counters: %s", what, eventuallyWithin, h.tree.dump(), h.counters())
 	}
 }
 
