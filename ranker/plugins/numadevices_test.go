@@ -3,6 +3,7 @@ package plugins_test
 import (
 	"context"
 	"fmt"
+	"sextant.io/sextant/ranker/plugins/cycletest"
 	"slices"
 	"strings"
 	"testing"
@@ -146,96 +147,6 @@ func bothPlugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.N
 	return numa.NewWith(store, lookup).WithDevices(dp), dp
 }
 
-type plugin interface {
-	fwk.PreFilterPlugin
-	fwk.FilterPlugin
-	fwk.PreScorePlugin
-	fwk.ScorePlugin
-	fwk.ReservePlugin
-}
-
-type result struct {
-	state    fwk.CycleState
-	filter   map[string]*fwk.Status // first rejection per node
-	scores   map[string]map[string]int64
-	selected string
-}
-
-// schedule runs one cycle of the given plugins, in order, the way the framework does,
-// and reserves the pod on the best node (sum of scores, ties by name).
-func schedule(t *testing.T, p *v1.Pod, infos []*framework.NodeInfo, pls ...plugin) result {
-	t.Helper()
-	ctx := context.Background()
-	r := result{state: newState(), filter: map[string]*fwk.Status{}, scores: map[string]map[string]int64{}}
-	skipFilter := map[string]bool{}
-	for _, pl := range pls {
-		_, st := pl.PreFilter(ctx, r.state, p, nil)
-		switch st.Code() {
-		case fwk.Success:
-		case fwk.Skip:
-			skipFilter[pl.Name()] = true
-		default:
-			t.Fatalf("%s PreFilter: %v", pl.Name(), st)
-		}
-	}
-	var feasible []fwk.NodeInfo
-	for _, ni := range infos {
-		ok := true
-		for _, pl := range pls {
-			if skipFilter[pl.Name()] {
-				continue
-			}
-			if st := pl.Filter(ctx, r.state, p, ni); !st.IsSuccess() {
-				r.filter[ni.Node().Name] = st
-				ok = false
-				break
-			}
-		}
-		if ok {
-			feasible = append(feasible, ni)
-		}
-	}
-	if len(feasible) == 0 {
-		return r
-	}
-	total := map[string]int64{}
-	for _, pl := range pls {
-		if !pl.PreScore(ctx, r.state, p, feasible).IsSuccess() {
-			continue
-		}
-		var list fwk.NodeScoreList
-		for _, ni := range feasible {
-			s, st := pl.Score(ctx, r.state, p, ni)
-			if !st.IsSuccess() {
-				t.Fatalf("%s Score: %v", pl.Name(), st)
-			}
-			list = append(list, fwk.NodeScore{Name: ni.Node().Name, Score: s})
-		}
-		if ext := pl.ScoreExtensions(); ext != nil {
-			if st := ext.NormalizeScore(ctx, r.state, p, list); !st.IsSuccess() {
-				t.Fatalf("%s NormalizeScore: %v", pl.Name(), st)
-			}
-		}
-		r.scores[pl.Name()] = map[string]int64{}
-		for _, s := range list {
-			r.scores[pl.Name()][s.Name] = s.Score
-			total[s.Name] += s.Score
-		}
-	}
-	for _, ni := range feasible {
-		n := ni.Node().Name
-		if r.selected == "" || total[n] > total[r.selected] || total[n] == total[r.selected] && n < r.selected {
-			r.selected = n
-		}
-	}
-	for _, pl := range pls {
-		if st := pl.Reserve(ctx, r.state, p, r.selected); !st.IsSuccess() {
-			t.Fatalf("%s Reserve: %v", pl.Name(), st)
-		}
-	}
-	return r
-}
-
 // picked is the devices Reserve staged for the pod's Binding, nil when it staged none.
 func picked(t *testing.T, state fwk.CycleState) annotations.Allocation {
 	t.Helper()
@@ -248,14 +159,6 @@ func picked(t *testing.T, state fwk.CycleState) annotations.Allocation {
 		t.Fatalf("staged allocation: %v", err)
 	}
 	return a
-}
-
-// newState is a cycle's state with SextantBinder's staging area open, as its PreFilter
-// leaves it in a profile that binds with it.
-func newState() *framework.CycleState {
-	s := framework.NewCycleState()
-	binder.Open(s)
-	return s
 }
 
 func withMemory(p *v1.Pod, bytes int64) *v1.Pod {
@@ -279,23 +182,23 @@ func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
 	ni := nodeInfo("node-1", busy)
 	np, dp := bothPlugins(t, []*framework.NodeInfo{ni}, topo)
 	p := pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil)
-	r := schedule(t, p, []*framework.NodeInfo{ni}, np, dp)
-	if r.selected != "node-1" {
-		t.Fatalf("not scheduled: %v", r.filter)
+	r := cycletest.Schedule(t, p, []*framework.NodeInfo{ni}, np, dp)
+	if r.Selected != "node-1" {
+		t.Fatalf("not scheduled: %v", r.Filter)
 	}
-	cpus, ok := numahint.Reserved(r.state, "node-1")
+	cpus, ok := numahint.Reserved(r.State, "node-1")
 	if !ok || annotations.FormatNUMANodes(cpus) != "1" {
 		t.Fatalf("NUMAAware chose %v, want NUMA node 1", cpus)
 	}
 	want := annotations.Allocation{"sextant.io/gpu": {"0000:af:00.0", "0000:b0:00.0"}}
-	if got := picked(t, r.state); got.String() != want.String() {
+	if got := picked(t, r.State); got.String() != want.String() {
 		t.Fatalf("picked %s, want %s (both on NUMA node 1)", got, want)
 	}
-	if r.scores[devices.Name]["node-1"] != fwk.MaxNodeScore {
-		t.Errorf("DeviceAware score = %d, want %d", r.scores[devices.Name]["node-1"], fwk.MaxNodeScore)
+	if r.Scores[devices.Name]["node-1"] != fwk.MaxNodeScore {
+		t.Errorf("DeviceAware score = %d, want %d", r.Scores[devices.Name]["node-1"], fwk.MaxNodeScore)
 	}
 	// What SextantBinder's Binding will carry onto the pod.
-	if got := binder.Staged(r.state); got[annotations.NUMANodes] != "1" || got[annotations.DevicesAllocated] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
+	if got := binder.Staged(r.State); got[annotations.NUMANodes] != "1" || got[annotations.DevicesAllocated] != `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}` {
 		t.Errorf("staged annotations = %v", got)
 	}
 }
@@ -313,14 +216,14 @@ func TestScoreCountsDevicesInTheNUMASet(t *testing.T) {
 		t.Run("cpu="+cpu, func(t *testing.T) {
 			infos := []*framework.NodeInfo{nodeInfo("split"), nodeInfo("together")}
 			np, dp := bothPlugins(t, infos, split, together)
-			r := schedule(t, pod("p", cpu, twoGPUs, nil), infos, np, dp)
-			if r.selected != "together" {
-				t.Errorf("selected %q, want together", r.selected)
+			r := cycletest.Schedule(t, pod("p", cpu, twoGPUs, nil), infos, np, dp)
+			if r.Selected != "together" {
+				t.Errorf("selected %q, want together", r.Selected)
 			}
-			if n := r.scores[numa.Name]; n["together"] <= n["split"] {
+			if n := r.Scores[numa.Name]; n["together"] <= n["split"] {
 				t.Errorf("NUMAAware scores = %v, want together above split", n)
 			}
-			if d := r.scores[devices.Name]; d["split"] != fwk.MaxNodeScore || d["together"] != fwk.MaxNodeScore {
+			if d := r.Scores[devices.Name]; d["split"] != fwk.MaxNodeScore || d["together"] != fwk.MaxNodeScore {
 				t.Errorf("DeviceAware scores = %v, want %d on both", d, fwk.MaxNodeScore)
 			}
 		})
@@ -410,25 +313,25 @@ func TestOneNUMASet(t *testing.T) {
 			t.Run(tc.name+"/"+order, func(t *testing.T) {
 				ni := nodeInfo("n", tc.others...)
 				np, dp := bothPlugins(t, []*framework.NodeInfo{ni}, tc.topo)
-				pls := []plugin{np, dp}
+				pls := []cycletest.Plugin{np, dp}
 				if order == "DeviceAware first" {
-					pls = []plugin{dp, np}
+					pls = []cycletest.Plugin{dp, np}
 				}
-				r := schedule(t, tc.pod.DeepCopy(), []*framework.NodeInfo{ni}, pls...)
+				r := cycletest.Schedule(t, tc.pod.DeepCopy(), []*framework.NodeInfo{ni}, pls...)
 				if tc.wantReject != "" {
-					if r.selected != "" || r.filter["n"] == nil || !strings.Contains(r.filter["n"].Message(), tc.wantReject) {
-						t.Fatalf("selected %q, filter %v; want the node dropped with %q", r.selected, r.filter["n"], tc.wantReject)
+					if r.Selected != "" || r.Filter["n"] == nil || !strings.Contains(r.Filter["n"].Message(), tc.wantReject) {
+						t.Fatalf("selected %q, filter %v; want the node dropped with %q", r.Selected, r.Filter["n"], tc.wantReject)
 					}
 					return
 				}
-				if r.selected != "n" {
-					t.Fatalf("not scheduled: %v", r.filter)
+				if r.Selected != "n" {
+					t.Fatalf("not scheduled: %v", r.Filter)
 				}
-				nodes, _ := numahint.Reserved(r.state, "n")
+				nodes, _ := numahint.Reserved(r.State, "n")
 				if got := annotations.FormatNUMANodes(nodes); got != tc.wantNUMA {
 					t.Errorf("numa.sextant.io/nodes = %q, want %q", got, tc.wantNUMA)
 				}
-				if got := picked(t, r.state)["sextant.io/gpu"]; strings.Join(got, ",") != strings.Join(tc.wantGPUs, ",") {
+				if got := picked(t, r.State)["sextant.io/gpu"]; strings.Join(got, ",") != strings.Join(tc.wantGPUs, ",") {
 					t.Errorf("GPUs = %v, want %v", got, tc.wantGPUs)
 				}
 			})

@@ -3,6 +3,7 @@ package devices
 import (
 	"context"
 	"fmt"
+	"sextant.io/sextant/ranker/plugins/cycletest"
 	"slices"
 	"strings"
 	"testing"
@@ -131,96 +132,6 @@ func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeT
 	return NewWith(store, lookup)
 }
 
-type plugin interface {
-	fwk.PreFilterPlugin
-	fwk.FilterPlugin
-	fwk.PreScorePlugin
-	fwk.ScorePlugin
-	fwk.ReservePlugin
-}
-
-type result struct {
-	state    fwk.CycleState
-	filter   map[string]*fwk.Status // first rejection per node
-	scores   map[string]map[string]int64
-	selected string
-}
-
-// schedule runs one cycle of the given plugins, in order, the way the framework does,
-// and reserves the pod on the best node (sum of scores, ties by name).
-func schedule(t *testing.T, p *v1.Pod, infos []*framework.NodeInfo, pls ...plugin) result {
-	t.Helper()
-	ctx := context.Background()
-	r := result{state: newState(), filter: map[string]*fwk.Status{}, scores: map[string]map[string]int64{}}
-	skipFilter := map[string]bool{}
-	for _, pl := range pls {
-		_, st := pl.PreFilter(ctx, r.state, p, nil)
-		switch st.Code() {
-		case fwk.Success:
-		case fwk.Skip:
-			skipFilter[pl.Name()] = true
-		default:
-			t.Fatalf("%s PreFilter: %v", pl.Name(), st)
-		}
-	}
-	var feasible []fwk.NodeInfo
-	for _, ni := range infos {
-		ok := true
-		for _, pl := range pls {
-			if skipFilter[pl.Name()] {
-				continue
-			}
-			if st := pl.Filter(ctx, r.state, p, ni); !st.IsSuccess() {
-				r.filter[ni.Node().Name] = st
-				ok = false
-				break
-			}
-		}
-		if ok {
-			feasible = append(feasible, ni)
-		}
-	}
-	if len(feasible) == 0 {
-		return r
-	}
-	total := map[string]int64{}
-	for _, pl := range pls {
-		if !pl.PreScore(ctx, r.state, p, feasible).IsSuccess() {
-			continue
-		}
-		var list fwk.NodeScoreList
-		for _, ni := range feasible {
-			s, st := pl.Score(ctx, r.state, p, ni)
-			if !st.IsSuccess() {
-				t.Fatalf("%s Score: %v", pl.Name(), st)
-			}
-			list = append(list, fwk.NodeScore{Name: ni.Node().Name, Score: s})
-		}
-		if ext := pl.ScoreExtensions(); ext != nil {
-			if st := ext.NormalizeScore(ctx, r.state, p, list); !st.IsSuccess() {
-				t.Fatalf("%s NormalizeScore: %v", pl.Name(), st)
-			}
-		}
-		r.scores[pl.Name()] = map[string]int64{}
-		for _, s := range list {
-			r.scores[pl.Name()][s.Name] = s.Score
-			total[s.Name] += s.Score
-		}
-	}
-	for _, ni := range feasible {
-		n := ni.Node().Name
-		if r.selected == "" || total[n] > total[r.selected] || total[n] == total[r.selected] && n < r.selected {
-			r.selected = n
-		}
-	}
-	for _, pl := range pls {
-		if st := pl.Reserve(ctx, r.state, p, r.selected); !st.IsSuccess() {
-			t.Fatalf("%s Reserve: %v", pl.Name(), st)
-		}
-	}
-	return r
-}
-
 func picked(t *testing.T, state fwk.CycleState, node string) annotations.Allocation {
 	t.Helper()
 	s, ok := readState(state)
@@ -307,7 +218,7 @@ func TestFilter(t *testing.T) {
 			}
 			dp := plugins(t, []*framework.NodeInfo{ni}, topos...)
 			ctx := context.Background()
-			state := newState()
+			state := cycletest.NewState()
 			p := pod("p", "", tc.req, nil)
 			_, st := dp.PreFilter(ctx, state, p, nil)
 			if tc.req == nil {
@@ -328,7 +239,7 @@ func TestFilterRejectionMetric(t *testing.T) {
 	ni := nodeInfo("n")
 	dp := plugins(t, []*framework.NodeInfo{ni}, topology("n", 1, 1))
 	before, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
-	state := newState()
+	state := cycletest.NewState()
 	p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
 	dp.PreFilter(context.Background(), state, p, nil)
 	dp.Filter(context.Background(), state, p, ni)
@@ -419,17 +330,17 @@ func TestReserveUnreserve(t *testing.T) {
 	one := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}
 
 	first := pod("first", "", one, nil)
-	r1 := schedule(t, first, []*framework.NodeInfo{ni}, dp)
+	r1 := cycletest.Schedule(t, first, []*framework.NodeInfo{ni}, dp)
 	ni.AddPod(on("n", first.DeepCopy())) // assumed, not annotated yet
 	second := pod("second", "", one, nil)
-	r2 := schedule(t, second, []*framework.NodeInfo{ni}, dp)
+	r2 := cycletest.Schedule(t, second, []*framework.NodeInfo{ni}, dp)
 	ni.AddPod(on("n", second.DeepCopy()))
-	a1, a2 := picked(t, r1.state, "n"), picked(t, r2.state, "n")
+	a1, a2 := picked(t, r1.State, "n"), picked(t, r2.State, "n")
 	if a1.String() == a2.String() {
 		t.Fatalf("both pods got %s", a1)
 	}
 	third := pod("third", "", one, nil)
-	state := newState()
+	state := cycletest.NewState()
 	dp.PreFilter(ctx, state, third, nil)
 	if st := dp.Filter(ctx, state, third, ni); st.Code() != fwk.Unschedulable {
 		t.Fatalf("third pod: Filter = %v, want Unschedulable (both GPUs reserved)", st)
@@ -437,9 +348,9 @@ func TestReserveUnreserve(t *testing.T) {
 	if st := dp.Reserve(ctx, state, third, "n"); st.Code() != fwk.Unschedulable {
 		t.Fatalf("third pod: Reserve = %v, want Unschedulable", st)
 	}
-	dp.Unreserve(ctx, r1.state, first, "n")
-	dp.Unreserve(ctx, r1.state, first, "n") // idempotent
-	if _, staged := binder.Staged(r1.state)[annotations.DevicesAllocated]; staged {
+	dp.Unreserve(ctx, r1.State, first, "n")
+	dp.Unreserve(ctx, r1.State, first, "n") // idempotent
+	if _, staged := binder.Staged(r1.State)[annotations.DevicesAllocated]; staged {
 		t.Errorf("the allocation is still staged for the Binding after Unreserve")
 	}
 	if _, held := dp.ledger.Get(first.UID, "n"); held {
@@ -482,7 +393,7 @@ func TestReserveStagesForTheBinding(t *testing.T) {
 			dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 			ctx := context.Background()
 			p := pod("p", "", tc.req, nil)
-			state := newState()
+			state := cycletest.NewState()
 			if tc.noBinder {
 				state = framework.NewCycleState()
 			}
@@ -509,14 +420,6 @@ func TestReserveStagesForTheBinding(t *testing.T) {
 // New must be usable as app.WithPlugin(Name, New).
 var _ frameworkruntime.PluginFactory = New
 
-// newState is a cycle's state with SextantBinder's staging area open, as its PreFilter
-// leaves it in a profile that binds with it.
-func newState() *framework.CycleState {
-	s := framework.NewCycleState()
-	binder.Open(s)
-	return s
-}
-
 // TestFilterSilentAgent: a node whose agent has not been heard from (no NodeBandwidth,
 // or one that arrived more than silence.After ago, on the ranker's clock) gets no
 // new device placements, whatever its NodeTopology says.
@@ -540,7 +443,7 @@ func TestFilterSilentAgent(t *testing.T) {
 			ni := nodeInfo("n")
 			dp := NewWith(store, func(string) (fwk.NodeInfo, error) { return ni, nil })
 			dp.now = func() time.Time { return now }
-			state := newState()
+			state := cycletest.NewState()
 			p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
 			if _, st := dp.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)

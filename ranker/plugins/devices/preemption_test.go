@@ -2,6 +2,7 @@ package devices
 
 import (
 	"context"
+	"sextant.io/sextant/ranker/plugins/cycletest"
 	"testing"
 
 	"k8s.io/klog/v2"
@@ -62,7 +63,7 @@ func TestPreemptionFreesHeldDevices(t *testing.T) {
 			dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 			ctx := context.Background()
 			p := pod("p", "", twoGPUs, nil)
-			state := newState()
+			state := cycletest.NewState()
 			if _, st := dp.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
 			}

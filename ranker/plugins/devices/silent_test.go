@@ -2,6 +2,7 @@ package devices
 
 import (
 	"context"
+	"sextant.io/sextant/ranker/plugins/cycletest"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func TestSilentAgentHeardAgainWakesPods(t *testing.T) {
 			dp.snapshot = func() ([]fwk.NodeInfo, error) { return []fwk.NodeInfo{ni}, nil }
 			store.AddListener(dp.listener())
 
-			state := newState()
+			state := cycletest.NewState()
 			p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: tc.gpus}, nil)
 			if _, st := dp.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
