@@ -41,88 +41,6 @@ import (
 // NUMAAware and DeviceAware together: they meet only through numahint, so what one
 // decides for the other is tested here, where both are built.
 
-const gi = int64(1) << 30
-
-type dev struct {
-	addr    string
-	kind    v1alpha1.DeviceKind
-	numa    int32 // -1: unknown
-	healthy bool
-}
-
-// withDevice changes the device at addr of nt.
-func withDevice(nt *v1alpha1.NodeTopology, addr string, change func(*v1alpha1.PCIDevice)) *v1alpha1.NodeTopology {
-	for i := range nt.Status.PCIDevices {
-		if nt.Status.PCIDevices[i].Address == addr {
-			change(&nt.Status.PCIDevices[i])
-		}
-	}
-	return nt
-}
-
-func gpu(addr string, numaNode int32) dev { return dev{addr, v1alpha1.KindGPU, numaNode, true} }
-
-// topology is a node of nNUMA NUMA nodes with cpus CPUs and 8 GiB each, and devs.
-func topology(node string, nNUMA, cpus int, devs ...dev) *v1alpha1.NodeTopology {
-	nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	cpu := int32(0)
-	for i := range nNUMA {
-		n := v1alpha1.NUMANode{ID: int32(i), MemoryBytes: 8 * gi}
-		for range cpus {
-			n.CPUs = append(n.CPUs, cpu)
-			cpu++
-		}
-		for j := range nNUMA {
-			n.Distances = append(n.Distances, map[bool]int32{true: 10, false: 21}[i == j])
-		}
-		nt.Status.NUMANodes = append(nt.Status.NUMANodes, n)
-	}
-	for _, d := range devs {
-		pd := v1alpha1.PCIDevice{Address: d.addr, Kind: d.kind, Health: v1alpha1.Healthy, Class: "0x030200", Vendor: "0x10de"}
-		if d.numa >= 0 {
-			n := d.numa
-			pd.NUMANode = &n
-		}
-		if !d.healthy {
-			pd.Health = v1alpha1.Unhealthy
-		}
-		nt.Status.PCIDevices = append(nt.Status.PCIDevices, pd)
-	}
-	return nt
-}
-
-// pod asks for cpu and the given devices (as limits, as users usually write them).
-func pod(name, cpu string, devs map[v1alpha1.DeviceKind]int64, annotations map[string]string) *v1.Pod {
-	p := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Annotations: annotations},
-		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
-			Requests: v1.ResourceList{}, Limits: v1.ResourceList{},
-		}}}},
-	}
-	if cpu != "" {
-		p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse(cpu)
-	}
-	for k, n := range devs {
-		p.Spec.Containers[0].Resources.Limits[k.ResourceName()] = *resource.NewQuantity(n, resource.DecimalSI)
-	}
-	return p
-}
-
-func on(node string, p *v1.Pod) *v1.Pod {
-	p.Spec.NodeName = node
-	return p
-}
-
-func allocated(kind v1alpha1.DeviceKind, ids ...string) map[string]string {
-	return map[string]string{annotations.DevicesAllocated: annotations.Allocation{kind.ResourceName(): ids}.String()}
-}
-
-func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
-	ni := framework.NewNodeInfo(pods...)
-	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	return ni
-}
-
 // bothPlugins builds NUMAAware and DeviceAware over the same topologies and node
 // snapshot, DeviceAware as NUMAAware's device provider.
 func bothPlugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) (*numa.NUMAAware, *devices.DeviceAware) {
@@ -176,12 +94,12 @@ func heldBy(h v1alpha1.DeviceHolder) func(*v1alpha1.PCIDevice) {
 // CPUs are mostly taken, so NUMAAware gives the pod NUMA node 1; both GPU IDs must come
 // from NUMA node 1 too, although NUMA node 0's GPUs have the lower addresses.
 func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
-	topo := topology("node-1", 2, 4,
-		gpu("0000:3b:00.0", 0), gpu("0000:3c:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1))
-	busy := on("node-1", pod("busy", "3", nil, map[string]string{annotations.NUMANodes: "0"}))
-	ni := nodeInfo("node-1", busy)
+	topo := cycletest.Topology("node-1", 2, 4,
+		cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:3c:00.0", 0), cycletest.GPU("0000:af:00.0", 1), cycletest.GPU("0000:b0:00.0", 1))
+	busy := cycletest.On("node-1", cycletest.Pod("busy", "3", nil, map[string]string{annotations.NUMANodes: "0"}))
+	ni := cycletest.NodeInfo("node-1", busy)
 	np, dp := bothPlugins(t, []*framework.NodeInfo{ni}, topo)
-	p := pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil)
+	p := cycletest.Pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil)
 	r := cycletest.Schedule(t, p, []*framework.NodeInfo{ni}, np, dp)
 	if r.Selected != "node-1" {
 		t.Fatalf("not scheduled: %v", r.Filter)
@@ -210,13 +128,13 @@ func TestDeviceCaseFollowsNUMAChoice(t *testing.T) {
 func TestScoreCountsDevicesInTheNUMASet(t *testing.T) {
 	twoGPUs := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}
 	// split: one GPU per NUMA node, together: both GPUs on NUMA node 1.
-	split := topology("split", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
-	together := topology("together", 2, 4, gpu("0000:81:00.0", 1), gpu("0000:82:00.0", 1))
+	split := cycletest.Topology("split", 2, 4, cycletest.GPU("0000:01:00.0", 0), cycletest.GPU("0000:81:00.0", 1))
+	together := cycletest.Topology("together", 2, 4, cycletest.GPU("0000:81:00.0", 1), cycletest.GPU("0000:82:00.0", 1))
 	for _, cpu := range []string{"", "1"} {
 		t.Run("cpu="+cpu, func(t *testing.T) {
-			infos := []*framework.NodeInfo{nodeInfo("split"), nodeInfo("together")}
+			infos := []*framework.NodeInfo{cycletest.NodeInfo("split"), cycletest.NodeInfo("together")}
 			np, dp := bothPlugins(t, infos, split, together)
-			r := cycletest.Schedule(t, pod("p", cpu, twoGPUs, nil), infos, np, dp)
+			r := cycletest.Schedule(t, cycletest.Pod("p", cpu, twoGPUs, nil), infos, np, dp)
 			if r.Selected != "together" {
 				t.Errorf("selected %q, want together", r.Selected)
 			}
@@ -238,9 +156,9 @@ func TestOneNUMASet(t *testing.T) {
 	gpus := func(n int64) map[v1alpha1.DeviceKind]int64 { return map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: n} }
 	single := map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}
 	// eight NUMA nodes of 2 CPUs and one GPU each; 0, 1 and 5 are close to each other.
-	eight := topology("n", 8, 2,
-		gpu("0000:10:00.0", 0), gpu("0000:11:00.0", 1), gpu("0000:12:00.0", 2), gpu("0000:13:00.0", 3),
-		gpu("0000:14:00.0", 4), gpu("0000:15:00.0", 5), gpu("0000:16:00.0", 6), gpu("0000:17:00.0", 7))
+	eight := cycletest.Topology("n", 8, 2,
+		cycletest.GPU("0000:10:00.0", 0), cycletest.GPU("0000:11:00.0", 1), cycletest.GPU("0000:12:00.0", 2), cycletest.GPU("0000:13:00.0", 3),
+		cycletest.GPU("0000:14:00.0", 4), cycletest.GPU("0000:15:00.0", 5), cycletest.GPU("0000:16:00.0", 6), cycletest.GPU("0000:17:00.0", 7))
 	for i := range eight.Status.NUMANodes {
 		for j := range eight.Status.NUMANodes[i].Distances {
 			close := (i == 0 || i == 1 || i == 5) && (j == 0 || j == 1 || j == 5)
@@ -255,10 +173,10 @@ func TestOneNUMASet(t *testing.T) {
 		}
 	}
 	// NUMA node 1 has memory and a GPU but no CPUs.
-	cpuless := topology("n", 2, 4, gpu("0000:90:00.0", 0), gpu("0000:10:00.0", 1))
+	cpuless := cycletest.Topology("n", 2, 4, cycletest.GPU("0000:90:00.0", 0), cycletest.GPU("0000:10:00.0", 1))
 	cpuless.Status.NUMANodes[1].CPUs = nil
 	// NUMA nodes listed out of ID order.
-	unsorted := topology("n", 2, 4, gpu("0000:3b:00.0", 1))
+	unsorted := cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 1))
 	unsorted.Status.NUMANodes[0], unsorted.Status.NUMANodes[1] = unsorted.Status.NUMANodes[1], unsorted.Status.NUMANodes[0]
 
 	for _, tc := range []struct {
@@ -271,47 +189,47 @@ func TestOneNUMASet(t *testing.T) {
 		// wantReject, if set, is part of the Filter message that drops the node.
 		wantReject string
 	}{
-		{name: "CPU only: one NUMA node, as before", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 1)),
-			pod: withMemory(pod("p", "2", nil, nil), 2*gi), wantNUMA: "0"},
-		{name: "memory forces two NUMA nodes", topo: topology("n", 2, 4),
-			pod: withMemory(pod("p", "1", nil, nil), 12*gi), wantNUMA: "0,1"},
-		{name: "devices force a second NUMA node", topo: topology("n", 4, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", 1)),
-			pod: withMemory(pod("p", "2", gpus(2), nil), 2*gi), wantNUMA: "0,1", wantGPUs: []string{"0000:3b:00.0", "0000:af:00.0"}},
-		{name: "devices alone pick the NUMA node", topo: topology("n", 2, 4, gpu("0000:af:00.0", 1)),
-			pod: withMemory(pod("p", "1", gpus(1), nil), gi), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0"}},
+		{name: "CPU only: one NUMA node, as before", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 1)),
+			pod: withMemory(cycletest.Pod("p", "2", nil, nil), 2*cycletest.GiB), wantNUMA: "0"},
+		{name: "memory forces two NUMA nodes", topo: cycletest.Topology("n", 2, 4),
+			pod: withMemory(cycletest.Pod("p", "1", nil, nil), 12*cycletest.GiB), wantNUMA: "0,1"},
+		{name: "devices force a second NUMA node", topo: cycletest.Topology("n", 4, 4, cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:af:00.0", 1)),
+			pod: withMemory(cycletest.Pod("p", "2", gpus(2), nil), 2*cycletest.GiB), wantNUMA: "0,1", wantGPUs: []string{"0000:3b:00.0", "0000:af:00.0"}},
+		{name: "devices alone pick the NUMA node", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:af:00.0", 1)),
+			pod: withMemory(cycletest.Pod("p", "1", gpus(1), nil), cycletest.GiB), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0"}},
 		{name: "distance decides among three-node sets", topo: eight,
-			pod: pod("p", "1", gpus(3), nil), wantNUMA: "0,1,5", wantGPUs: []string{"0000:10:00.0", "0000:11:00.0", "0000:15:00.0"}},
+			pod: cycletest.Pod("p", "1", gpus(3), nil), wantNUMA: "0,1,5", wantGPUs: []string{"0000:10:00.0", "0000:11:00.0", "0000:15:00.0"}},
 		{name: "unsorted NUMA IDs", topo: unsorted,
-			pod: pod("p", "1", gpus(1), nil), wantNUMA: "1", wantGPUs: []string{"0000:3b:00.0"}},
-		{name: "unhealthy devices do not count", topo: topology("n", 2, 4, dev{"0000:3b:00.0", v1alpha1.KindGPU, 0, false}, gpu("0000:af:00.0", 1)),
-			pod: pod("p", "1", gpus(1), nil), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0"}},
-		{name: "allocated devices do not count", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", 1)),
-			others: []*v1.Pod{on("n", pod("holder", "", gpus(1), allocated(v1alpha1.KindGPU, "0000:3b:00.0")))},
-			pod:    pod("p", "1", gpus(1), nil), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0"}},
+			pod: cycletest.Pod("p", "1", gpus(1), nil), wantNUMA: "1", wantGPUs: []string{"0000:3b:00.0"}},
+		{name: "unhealthy devices do not count", topo: cycletest.Topology("n", 2, 4, cycletest.Device{"0000:3b:00.0", v1alpha1.KindGPU, 0, false}, cycletest.GPU("0000:af:00.0", 1)),
+			pod: cycletest.Pod("p", "1", gpus(1), nil), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0"}},
+		{name: "allocated devices do not count", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:af:00.0", 1)),
+			others: []*v1.Pod{cycletest.On("n", cycletest.Pod("holder", "", gpus(1), cycletest.Allocated(v1alpha1.KindGPU, "0000:3b:00.0")))},
+			pod:    cycletest.Pod("p", "1", gpus(1), nil), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0"}},
 		{name: "inside the set, devices near the pod's CPUs first", topo: cpuless,
-			pod: withMemory(pod("p", "1", gpus(1), nil), 12*gi), wantNUMA: "0,1", wantGPUs: []string{"0000:90:00.0"}},
-		{name: "a device of unknown NUMA node fits any set", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", -1)),
-			pod: pod("p", "1", gpus(2), nil), wantNUMA: "0", wantGPUs: []string{"0000:3b:00.0", "0000:af:00.0"}},
+			pod: withMemory(cycletest.Pod("p", "1", gpus(1), nil), 12*cycletest.GiB), wantNUMA: "0,1", wantGPUs: []string{"0000:90:00.0"}},
+		{name: "a device of unknown NUMA node fits any set", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:af:00.0", -1)),
+			pod: cycletest.Pod("p", "1", gpus(2), nil), wantNUMA: "0", wantGPUs: []string{"0000:3b:00.0", "0000:af:00.0"}},
 		{
 			// NUMAAware pins the pod to NUMA node 0 (its CPUs fit there, and the device
 			// of unknown NUMA node fits any set): the GPU known to sit on NUMA node 1
 			// would break that pinning, the unknown one may not.
-			name: "a device of unknown NUMA node before one outside the set", topo: topology("n", 2, 4, gpu("0000:81:00.0", 1), gpu("0000:05:00.0", -1)),
-			pod: pod("p", "2", gpus(1), nil), wantNUMA: "0", wantGPUs: []string{"0000:05:00.0"},
+			name: "a device of unknown NUMA node before one outside the set", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:81:00.0", 1), cycletest.GPU("0000:05:00.0", -1)),
+			pod: cycletest.Pod("p", "2", gpus(1), nil), wantNUMA: "0", wantGPUs: []string{"0000:05:00.0"},
 		},
-		{name: "single-numa-node with devices on one NUMA node", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1)),
-			pod: pod("p", "1", gpus(2), single), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0", "0000:b0:00.0"}},
-		{name: "single-numa-node: the devices do not fit one NUMA node", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", 1)),
-			pod: pod("p", "1", gpus(2), single), wantReject: "single NUMA node with enough free sextant.io/gpu"},
-		{name: "single-numa-node: a device of unknown NUMA node does not count", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0), gpu("0000:af:00.0", -1)),
-			pod: pod("p", "1", gpus(2), single), wantReject: "sextant.io/gpu"},
-		{name: "single-numa-node: CPU and devices each fit, not together", topo: topology("n", 2, 4, gpu("0000:3b:00.0", 0)),
-			others: []*v1.Pod{on("n", pod("busy", "4", nil, map[string]string{annotations.NUMANodes: "0"}))},
-			pod:    pod("p", "1", gpus(1), single), wantReject: "cpu, memory and devices together"},
+		{name: "single-numa-node with devices on one NUMA node", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:af:00.0", 1), cycletest.GPU("0000:b0:00.0", 1)),
+			pod: cycletest.Pod("p", "1", gpus(2), single), wantNUMA: "1", wantGPUs: []string{"0000:af:00.0", "0000:b0:00.0"}},
+		{name: "single-numa-node: the devices do not fit one NUMA node", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:af:00.0", 1)),
+			pod: cycletest.Pod("p", "1", gpus(2), single), wantReject: "single NUMA node with enough free sextant.io/gpu"},
+		{name: "single-numa-node: a device of unknown NUMA node does not count", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:af:00.0", -1)),
+			pod: cycletest.Pod("p", "1", gpus(2), single), wantReject: "sextant.io/gpu"},
+		{name: "single-numa-node: CPU and devices each fit, not together", topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:3b:00.0", 0)),
+			others: []*v1.Pod{cycletest.On("n", cycletest.Pod("busy", "4", nil, map[string]string{annotations.NUMANodes: "0"}))},
+			pod:    cycletest.Pod("p", "1", gpus(1), single), wantReject: "cpu, memory and devices together"},
 	} {
 		for _, order := range []string{"NUMAAware first", "DeviceAware first"} {
 			t.Run(tc.name+"/"+order, func(t *testing.T) {
-				ni := nodeInfo("n", tc.others...)
+				ni := cycletest.NodeInfo("n", tc.others...)
 				np, dp := bothPlugins(t, []*framework.NodeInfo{ni}, tc.topo)
 				pls := []cycletest.Plugin{np, dp}
 				if order == "DeviceAware first" {
@@ -354,9 +272,9 @@ func TestNUMAAndDevicesThroughFramework(t *testing.T) {
 func testThroughFramework(t *testing.T, binderName string) {
 	ctx := context.Background()
 	schedmetrics.Register() // the runtime instruments plugins with the scheduler's metrics
-	topo := topology("node-1", 2, 4,
-		gpu("0000:3b:00.0", 0), gpu("0000:3c:00.0", 0), gpu("0000:af:00.0", 1), gpu("0000:b0:00.0", 1))
-	busy := on("node-1", pod("busy", "3", nil, map[string]string{annotations.NUMANodes: "0"}))
+	topo := cycletest.Topology("node-1", 2, 4,
+		cycletest.GPU("0000:3b:00.0", 0), cycletest.GPU("0000:3c:00.0", 0), cycletest.GPU("0000:af:00.0", 1), cycletest.GPU("0000:b0:00.0", 1))
+	busy := cycletest.On("node-1", cycletest.Pod("busy", "3", nil, map[string]string{annotations.NUMANodes: "0"}))
 	nodes := []*v1.Node{
 		{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "node-2"}}, // no NodeTopology
@@ -406,17 +324,17 @@ func testThroughFramework(t *testing.T, binderName string) {
 		wantDevices string
 	}{
 		{
-			name: "CPUs and GPUs", pod: pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil),
+			name: "CPUs and GPUs", pod: cycletest.Pod("train", "2", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}, nil),
 			wantNode: "node-1", wantNUMA: "1", wantDevices: `{"sextant.io/gpu":["0000:af:00.0","0000:b0:00.0"]}`,
 		},
 		{
 			// Both nodes pass; node-1 scores higher (node-2 has no topology). The one CPU
 			// left on NUMA node 0 is enough. No devices asked, none written.
-			name: "CPUs only", pod: pod("web", "1", nil, nil), wantNode: "node-1", wantNUMA: "0",
+			name: "CPUs only", pod: cycletest.Pod("web", "1", nil, nil), wantNode: "node-1", wantNUMA: "0",
 		},
 		{
 			// Neither plugin has anything to say: the framework skips them, nothing written.
-			name: "plain pod", pod: pod("plain", "", nil, nil), wantNode: "node-1",
+			name: "plain pod", pod: cycletest.Pod("plain", "", nil, nil), wantNode: "node-1",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -523,36 +441,36 @@ func TestPreemptionThroughFramework(t *testing.T) {
 	}{
 		{
 			name:        "the victim holding both GPUs",
-			pods:        []*v1.Pod{withPriority(on("n", pod("victim", "1", gpus(2), allocated(v1alpha1.KindGPU, a, b))), 0)},
+			pods:        []*v1.Pod{withPriority(cycletest.On("n", cycletest.Pod("victim", "1", gpus(2), cycletest.Allocated(v1alpha1.KindGPU, a, b))), 0)},
 			holders:     map[string]v1alpha1.DeviceHolder{a: holder("victim"), b: holder("victim")},
-			preemptor:   withPriority(pod("p", "1", gpus(2), nil), 100),
+			preemptor:   withPriority(cycletest.Pod("p", "1", gpus(2), nil), 100),
 			wantVictims: []string{"victim"},
 		},
 		{
 			// Both go in the dry run; the more important one is added back and fits.
 			name: "one GPU asked: the less important holder only",
 			pods: []*v1.Pod{
-				withPriority(on("n", pod("low", "", gpus(1), allocated(v1alpha1.KindGPU, a))), 0),
-				withPriority(on("n", pod("mid", "", gpus(1), allocated(v1alpha1.KindGPU, b))), 10),
+				withPriority(cycletest.On("n", cycletest.Pod("low", "", gpus(1), cycletest.Allocated(v1alpha1.KindGPU, a))), 0),
+				withPriority(cycletest.On("n", cycletest.Pod("mid", "", gpus(1), cycletest.Allocated(v1alpha1.KindGPU, b))), 10),
 			},
 			holders:     map[string]v1alpha1.DeviceHolder{a: holder("low"), b: holder("mid")},
-			preemptor:   withPriority(pod("p", "1", gpus(1), nil), 100),
+			preemptor:   withPriority(cycletest.Pod("p", "1", gpus(1), nil), 100),
 			wantVictims: []string{"low"},
 		},
 		{
 			name:        "a pod of another scheduler, known by its holder alone",
-			pods:        []*v1.Pod{withPriority(on("n", pod("other", "", gpus(2), nil)), 0)},
+			pods:        []*v1.Pod{withPriority(cycletest.On("n", cycletest.Pod("other", "", gpus(2), nil)), 0)},
 			holders:     map[string]v1alpha1.DeviceHolder{a: {Namespace: "default", Name: "other"}, b: {Namespace: "default", Name: "other"}},
-			preemptor:   withPriority(pod("p", "1", gpus(2), nil), 100),
+			preemptor:   withPriority(cycletest.Pod("p", "1", gpus(2), nil), 100),
 			wantVictims: []string{"other"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			schedmetrics.Register()
-			topo := topology("n", 1, 4, gpu(a, 0), gpu(b, 0))
+			topo := cycletest.Topology("n", 1, 4, cycletest.GPU(a, 0), cycletest.GPU(b, 0))
 			for addr, h := range tc.holders {
-				withDevice(topo, addr, heldBy(h))
+				cycletest.WithDevice(topo, addr, heldBy(h))
 			}
 			nodes := []*v1.Node{{ObjectMeta: metav1.ObjectMeta{Name: "n"}}}
 			snapshot := cache.NewSnapshot(tc.pods, nodes)

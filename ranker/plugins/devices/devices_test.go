@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -27,88 +26,6 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/silence"
 )
-
-const gi = int64(1) << 30
-
-type dev struct {
-	addr    string
-	kind    v1alpha1.DeviceKind
-	numa    int32 // -1: unknown
-	healthy bool
-}
-
-// withDevice changes the device at addr of nt.
-func withDevice(nt *v1alpha1.NodeTopology, addr string, change func(*v1alpha1.PCIDevice)) *v1alpha1.NodeTopology {
-	for i := range nt.Status.PCIDevices {
-		if nt.Status.PCIDevices[i].Address == addr {
-			change(&nt.Status.PCIDevices[i])
-		}
-	}
-	return nt
-}
-
-func gpu(addr string, numaNode int32) dev { return dev{addr, v1alpha1.KindGPU, numaNode, true} }
-
-// topology is a node of nNUMA NUMA nodes with cpus CPUs and 8 GiB each, and devs.
-func topology(node string, nNUMA, cpus int, devs ...dev) *v1alpha1.NodeTopology {
-	nt := &v1alpha1.NodeTopology{ObjectMeta: metav1.ObjectMeta{Name: node}}
-	cpu := int32(0)
-	for i := range nNUMA {
-		n := v1alpha1.NUMANode{ID: int32(i), MemoryBytes: 8 * gi}
-		for range cpus {
-			n.CPUs = append(n.CPUs, cpu)
-			cpu++
-		}
-		for j := range nNUMA {
-			n.Distances = append(n.Distances, map[bool]int32{true: 10, false: 21}[i == j])
-		}
-		nt.Status.NUMANodes = append(nt.Status.NUMANodes, n)
-	}
-	for _, d := range devs {
-		pd := v1alpha1.PCIDevice{Address: d.addr, Kind: d.kind, Health: v1alpha1.Healthy, Class: "0x030200", Vendor: "0x10de"}
-		if d.numa >= 0 {
-			n := d.numa
-			pd.NUMANode = &n
-		}
-		if !d.healthy {
-			pd.Health = v1alpha1.Unhealthy
-		}
-		nt.Status.PCIDevices = append(nt.Status.PCIDevices, pd)
-	}
-	return nt
-}
-
-// pod asks for cpu and the given devices (as limits, as users usually write them).
-func pod(name, cpu string, devs map[v1alpha1.DeviceKind]int64, annotations map[string]string) *v1.Pod {
-	p := &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(name), Annotations: annotations},
-		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{
-			Requests: v1.ResourceList{}, Limits: v1.ResourceList{},
-		}}}},
-	}
-	if cpu != "" {
-		p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse(cpu)
-	}
-	for k, n := range devs {
-		p.Spec.Containers[0].Resources.Limits[k.ResourceName()] = *resource.NewQuantity(n, resource.DecimalSI)
-	}
-	return p
-}
-
-func on(node string, p *v1.Pod) *v1.Pod {
-	p.Spec.NodeName = node
-	return p
-}
-
-func allocated(kind v1alpha1.DeviceKind, ids ...string) map[string]string {
-	return map[string]string{annotations.DevicesAllocated: annotations.Allocation{kind.ResourceName(): ids}.String()}
-}
-
-func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
-	ni := framework.NewNodeInfo(pods...)
-	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	return ni
-}
 
 // plugins builds DeviceAware over the topologies and node snapshot.
 func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) *DeviceAware {
@@ -143,7 +60,7 @@ func picked(t *testing.T, state fwk.CycleState, node string) annotations.Allocat
 }
 
 func TestPodRequest(t *testing.T) {
-	p := pod("p", "1", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2, v1alpha1.KindNIC: 1}, nil)
+	p := cycletest.Pod("p", "1", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2, v1alpha1.KindNIC: 1}, nil)
 	p.Spec.Containers[0].Resources.Limits["sextant.io/bandwidth"] = resource.MustParse("1") // not a device kind
 	p.Spec.InitContainers = []v1.Container{{Name: "init", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
 		v1alpha1.KindGPU.ResourceName(): resource.MustParse("3"),
@@ -153,13 +70,13 @@ func TestPodRequest(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("PodRequest = %v, want %v", got, want)
 	}
-	if got := PodRequest(pod("p", "1", nil, nil)); got != nil {
+	if got := PodRequest(cycletest.Pod("p", "1", nil, nil)); got != nil {
 		t.Errorf("PodRequest without devices = %v, want nil", got)
 	}
 }
 
 func TestFilter(t *testing.T) {
-	four := []dev{gpu("0000:01:00.0", 0), gpu("0000:02:00.0", 0), gpu("0000:81:00.0", 1), gpu("0000:82:00.0", 1)}
+	four := []cycletest.Device{cycletest.GPU("0000:01:00.0", 0), cycletest.GPU("0000:02:00.0", 0), cycletest.GPU("0000:81:00.0", 1), cycletest.GPU("0000:82:00.0", 1)}
 	twoGPUs := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 2}
 	for _, tc := range []struct {
 		name       string
@@ -169,49 +86,49 @@ func TestFilter(t *testing.T) {
 		wantCode   fwk.Code
 		wantReason string
 	}{
-		{name: "no devices asked: skipped", topo: topology("n", 2, 4)},
-		{name: "enough", topo: topology("n", 2, 4, four...), req: twoGPUs},
+		{name: "no devices asked: skipped", topo: cycletest.Topology("n", 2, 4)},
+		{name: "enough", topo: cycletest.Topology("n", 2, 4, four...), req: twoGPUs},
 		{name: "no topology", req: twoGPUs, wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "no NodeTopology"},
 		{
 			name: "unhealthy devices are never given", req: twoGPUs, wantCode: fwk.Unschedulable, wantReason: "sextant.io/gpu",
-			topo: topology("n", 2, 4, gpu("0000:01:00.0", 0), dev{"0000:02:00.0", v1alpha1.KindGPU, 0, false}),
+			topo: cycletest.Topology("n", 2, 4, cycletest.GPU("0000:01:00.0", 0), cycletest.Device{"0000:02:00.0", v1alpha1.KindGPU, 0, false}),
 		},
 		{
-			name: "allocated by annotations", topo: topology("n", 2, 4, four...), req: twoGPUs,
+			name: "allocated by annotations", topo: cycletest.Topology("n", 2, 4, four...), req: twoGPUs,
 			pods: []*v1.Pod{
-				on("n", pod("a", "", nil, allocated(v1alpha1.KindGPU, "0000:01:00.0", "0000:81:00.0"))),
-				on("n", pod("b", "", nil, allocated(v1alpha1.KindGPU, "0000:02:00.0"))),
+				cycletest.On("n", cycletest.Pod("a", "", nil, cycletest.Allocated(v1alpha1.KindGPU, "0000:01:00.0", "0000:81:00.0"))),
+				cycletest.On("n", cycletest.Pod("b", "", nil, cycletest.Allocated(v1alpha1.KindGPU, "0000:02:00.0"))),
 			},
 			wantCode: fwk.Unschedulable, wantReason: "sextant.io/gpu",
 		},
 		{
-			name: "malformed annotation is ignored", topo: topology("n", 2, 4, four...), req: twoGPUs,
+			name: "malformed annotation is ignored", topo: cycletest.Topology("n", 2, 4, four...), req: twoGPUs,
 			pods: []*v1.Pod{
-				on("n", pod("a", "", nil, map[string]string{annotations.DevicesAllocated: "0000:01:00.0"})),
-				on("n", pod("b", "", nil, map[string]string{annotations.DevicesAllocated: `{"sextant.io/gpu":"0000:02:00.0"}`})),
+				cycletest.On("n", cycletest.Pod("a", "", nil, map[string]string{annotations.DevicesAllocated: "0000:01:00.0"})),
+				cycletest.On("n", cycletest.Pod("b", "", nil, map[string]string{annotations.DevicesAllocated: `{"sextant.io/gpu":"0000:02:00.0"}`})),
 			},
 		},
 		{
 			// A pod another scheduler placed holds two GPUs without an annotation: the
 			// kubelet's record (the holder) counts; one more is kept from pods.
 			name: "held by a pod of another scheduler, or excluded", req: twoGPUs, wantCode: fwk.Unschedulable, wantReason: "sextant.io/gpu",
-			topo: withDevice(withDevice(withDevice(topology("n", 2, 4, four...),
+			topo: cycletest.WithDevice(cycletest.WithDevice(cycletest.WithDevice(cycletest.Topology("n", 2, 4, four...),
 				"0000:01:00.0", func(d *v1alpha1.PCIDevice) { d.Holder = &v1alpha1.DeviceHolder{Namespace: "other", Name: "train"} }),
 				"0000:02:00.0", func(d *v1alpha1.PCIDevice) { d.Holder = &v1alpha1.DeviceHolder{Namespace: "other", Name: "train"} }),
 				"0000:81:00.0", func(d *v1alpha1.PCIDevice) { d.Excluded = "exclude:address=0000:81:00.0" }),
 		},
 		{
-			name: "wrong kind", topo: topology("n", 2, 4, four...), req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindNVMe: 1},
+			name: "wrong kind", topo: cycletest.Topology("n", 2, 4, four...), req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindNVMe: 1},
 			wantCode: fwk.Unschedulable, wantReason: "sextant.io/nvme",
 		},
 		{
 			name: "two kinds, one short", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1, v1alpha1.KindNIC: 2},
-			topo:     topology("n", 2, 4, gpu("0000:01:00.0", 0), dev{"0000:03:00.0", v1alpha1.KindNIC, 0, true}),
+			topo:     cycletest.Topology("n", 2, 4, cycletest.GPU("0000:01:00.0", 0), cycletest.Device{"0000:03:00.0", v1alpha1.KindNIC, 0, true}),
 			wantCode: fwk.Unschedulable, wantReason: "sextant.io/nic",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ni := nodeInfo("n", tc.pods...)
+			ni := cycletest.NodeInfo("n", tc.pods...)
 			var topos []*v1alpha1.NodeTopology
 			if tc.topo != nil {
 				topos = append(topos, tc.topo)
@@ -219,7 +136,7 @@ func TestFilter(t *testing.T) {
 			dp := plugins(t, []*framework.NodeInfo{ni}, topos...)
 			ctx := context.Background()
 			state := cycletest.NewState()
-			p := pod("p", "", tc.req, nil)
+			p := cycletest.Pod("p", "", tc.req, nil)
 			_, st := dp.PreFilter(ctx, state, p, nil)
 			if tc.req == nil {
 				if st.Code() != fwk.Skip {
@@ -236,11 +153,11 @@ func TestFilter(t *testing.T) {
 }
 
 func TestFilterRejectionMetric(t *testing.T) {
-	ni := nodeInfo("n")
-	dp := plugins(t, []*framework.NodeInfo{ni}, topology("n", 1, 1))
+	ni := cycletest.NodeInfo("n")
+	dp := plugins(t, []*framework.NodeInfo{ni}, cycletest.Topology("n", 1, 1))
 	before, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
 	state := cycletest.NewState()
-	p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
+	p := cycletest.Pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
 	dp.PreFilter(context.Background(), state, p, nil)
 	dp.Filter(context.Background(), state, p, ni)
 	after, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues("insufficient_gpu"))
@@ -250,12 +167,12 @@ func TestFilterRejectionMetric(t *testing.T) {
 }
 
 func TestPick(t *testing.T) {
-	free := FreeDevices(topology("n", 4, 1,
-		gpu("0000:01:00.0", 0),
-		gpu("0000:41:00.0", 1), gpu("0000:42:00.0", 1), gpu("0000:43:00.0", 1),
-		gpu("0000:81:00.0", 2), gpu("0000:82:00.0", 2),
-		gpu("0000:c1:00.0", -1),
-		dev{"0000:d1:00.0", v1alpha1.KindGPU, 3, false},
+	free := FreeDevices(cycletest.Topology("n", 4, 1,
+		cycletest.GPU("0000:01:00.0", 0),
+		cycletest.GPU("0000:41:00.0", 1), cycletest.GPU("0000:42:00.0", 1), cycletest.GPU("0000:43:00.0", 1),
+		cycletest.GPU("0000:81:00.0", 2), cycletest.GPU("0000:82:00.0", 2),
+		cycletest.GPU("0000:c1:00.0", -1),
+		cycletest.Device{"0000:d1:00.0", v1alpha1.KindGPU, 3, false},
 	), nil, nil)
 	for _, tc := range []struct {
 		name      string
@@ -289,9 +206,9 @@ func TestPick(t *testing.T) {
 // Shortfall and FromPreferred run for every node a device pod is checked on: right
 // answers, and no allocation.
 func TestShortfallAndFromPreferred(t *testing.T) {
-	free := FreeDevices(topology("n", 2, 1,
-		gpu("0000:01:00.0", 0), gpu("0000:02:00.0", 0), gpu("0000:41:00.0", 1),
-		dev{"0000:51:00.0", v1alpha1.KindNVMe, 1, true},
+	free := FreeDevices(cycletest.Topology("n", 2, 1,
+		cycletest.GPU("0000:01:00.0", 0), cycletest.GPU("0000:02:00.0", 0), cycletest.GPU("0000:41:00.0", 1),
+		cycletest.Device{"0000:51:00.0", v1alpha1.KindNVMe, 1, true},
 	), nil, nil)
 	for _, tc := range []struct {
 		name      string
@@ -323,23 +240,23 @@ func TestShortfallAndFromPreferred(t *testing.T) {
 }
 
 func TestReserveUnreserve(t *testing.T) {
-	topo := topology("n", 2, 4, gpu("0000:01:00.0", 0), gpu("0000:81:00.0", 1))
-	ni := nodeInfo("n")
+	topo := cycletest.Topology("n", 2, 4, cycletest.GPU("0000:01:00.0", 0), cycletest.GPU("0000:81:00.0", 1))
+	ni := cycletest.NodeInfo("n")
 	dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 	ctx := context.Background()
 	one := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}
 
-	first := pod("first", "", one, nil)
+	first := cycletest.Pod("first", "", one, nil)
 	r1 := cycletest.Schedule(t, first, []*framework.NodeInfo{ni}, dp)
-	ni.AddPod(on("n", first.DeepCopy())) // assumed, not annotated yet
-	second := pod("second", "", one, nil)
+	ni.AddPod(cycletest.On("n", first.DeepCopy())) // assumed, not annotated yet
+	second := cycletest.Pod("second", "", one, nil)
 	r2 := cycletest.Schedule(t, second, []*framework.NodeInfo{ni}, dp)
-	ni.AddPod(on("n", second.DeepCopy()))
+	ni.AddPod(cycletest.On("n", second.DeepCopy()))
 	a1, a2 := picked(t, r1.State, "n"), picked(t, r2.State, "n")
 	if a1.String() == a2.String() {
 		t.Fatalf("both pods got %s", a1)
 	}
-	third := pod("third", "", one, nil)
+	third := cycletest.Pod("third", "", one, nil)
 	state := cycletest.NewState()
 	dp.PreFilter(ctx, state, third, nil)
 	if st := dp.Filter(ctx, state, third, ni); st.Code() != fwk.Unschedulable {
@@ -357,7 +274,7 @@ func TestReserveUnreserve(t *testing.T) {
 		t.Fatal("Unreserve left the reservation in the ledger")
 	}
 	// As the scheduler does right after Unreserve: forget the assumed pod.
-	if err := ni.RemovePod(klog.Background(), on("n", first.DeepCopy())); err != nil {
+	if err := ni.RemovePod(klog.Background(), cycletest.On("n", first.DeepCopy())); err != nil {
 		t.Fatal(err)
 	}
 	if st := dp.Filter(ctx, state, third, ni); !st.IsSuccess() {
@@ -388,11 +305,11 @@ func TestReserveStagesForTheBinding(t *testing.T) {
 		{name: "no SextantBinder: an error", req: map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, noBinder: true, wantCode: fwk.Error},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			topo := topology("n", 1, 4, gpu("0000:01:00.0", 0), dev{"0000:03:00.0", v1alpha1.KindNIC, 0, true})
-			ni := nodeInfo("n")
+			topo := cycletest.Topology("n", 1, 4, cycletest.GPU("0000:01:00.0", 0), cycletest.Device{"0000:03:00.0", v1alpha1.KindNIC, 0, true})
+			ni := cycletest.NodeInfo("n")
 			dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 			ctx := context.Background()
-			p := pod("p", "", tc.req, nil)
+			p := cycletest.Pod("p", "", tc.req, nil)
 			state := cycletest.NewState()
 			if tc.noBinder {
 				state = framework.NewCycleState()
@@ -436,15 +353,15 @@ func TestFilterSilentAgent(t *testing.T) {
 		{"never heard", -1, fwk.UnschedulableAndUnresolvable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			store := heartbeat.NewFromObjects(topology("n", 1, 4, gpu("0000:01:00.0", 0)))
+			store := heartbeat.NewFromObjects(cycletest.Topology("n", 1, 4, cycletest.GPU("0000:01:00.0", 0)))
 			if tc.received >= 0 {
 				store.PutAt(&v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: "n"}}, now.Add(-tc.received))
 			}
-			ni := nodeInfo("n")
+			ni := cycletest.NodeInfo("n")
 			dp := NewWith(store, func(string) (fwk.NodeInfo, error) { return ni, nil })
 			dp.now = func() time.Time { return now }
 			state := cycletest.NewState()
-			p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
+			p := cycletest.Pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}, nil)
 			if _, st := dp.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
 			}

@@ -55,14 +55,14 @@ func TestPreemptionFreesHeldDevices(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var ann map[string]string
 			if tc.annotated {
-				ann = allocated(v1alpha1.KindGPU, a, b)
+				ann = cycletest.Allocated(v1alpha1.KindGPU, a, b)
 			}
-			victim := on("n", pod("victim", "", twoGPUs, ann))
-			topo := withDevice(withDevice(topology("n", 1, 4, gpu(a, 0), gpu(b, 0)), a, heldBy(tc.holder)), b, heldBy(tc.holder))
-			ni := nodeInfo("n", victim)
+			victim := cycletest.On("n", cycletest.Pod("victim", "", twoGPUs, ann))
+			topo := cycletest.WithDevice(cycletest.WithDevice(cycletest.Topology("n", 1, 4, cycletest.GPU(a, 0), cycletest.GPU(b, 0)), a, heldBy(tc.holder)), b, heldBy(tc.holder))
+			ni := cycletest.NodeInfo("n", victim)
 			dp := plugins(t, []*framework.NodeInfo{ni}, topo)
 			ctx := context.Background()
-			p := pod("p", "", twoGPUs, nil)
+			p := cycletest.Pod("p", "", twoGPUs, nil)
 			state := cycletest.NewState()
 			if _, st := dp.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)

@@ -51,7 +51,7 @@ func TestSilentAgentHeardAgainWakesPods(t *testing.T) {
 			wantMsg: msgInsufficient(v1alpha1.KindGPU), duringAttempt: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			topo := func() *v1alpha1.NodeTopology { return topology("n", 1, 4, gpu("0000:01:00.0", 0)) }
+			topo := func() *v1alpha1.NodeTopology { return cycletest.Topology("n", 1, 4, cycletest.GPU("0000:01:00.0", 0)) }
 			report := func() *v1alpha1.NodeBandwidth {
 				return &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: "n"}}
 			}
@@ -59,7 +59,7 @@ func TestSilentAgentHeardAgainWakesPods(t *testing.T) {
 			if tc.heard != never {
 				store.PutAt(report(), now.Add(-tc.heard))
 			}
-			ni := nodeInfo("n")
+			ni := cycletest.NodeInfo("n")
 			dp := NewWith(store, func(string) (fwk.NodeInfo, error) { return ni, nil })
 			dp.now = func() time.Time { return now }
 			var activated []string
@@ -72,7 +72,7 @@ func TestSilentAgentHeardAgainWakesPods(t *testing.T) {
 			store.AddListener(dp.listener())
 
 			state := cycletest.NewState()
-			p := pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: tc.gpus}, nil)
+			p := cycletest.Pod("p", "", map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: tc.gpus}, nil)
 			if _, st := dp.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
 			}
@@ -99,7 +99,7 @@ func TestSilentAgentHeardAgainWakesPods(t *testing.T) {
 				arrive()
 			}
 			if len(activated) != tc.wantActivated {
-				t.Errorf("activated %v, want %d pod(s); %d still waiting", activated, tc.wantActivated, dp.waiting.Len())
+				t.Errorf("activated %v, want %d cycletest.Pod(s); %d still waiting", activated, tc.wantActivated, dp.waiting.Len())
 			}
 		})
 	}
