@@ -256,8 +256,8 @@ func TestPrintResultsRounds(t *testing.T) {
 	}
 }
 
-// The ceiling is what every scheduler hit at --scheduler-qps 300: 5000 pods bound in
-// 15.7 s (319.2 pods/s) in each of three runs on a quiet machine.
+// The ceiling is what a scheduler can bind at most under the client's limiter: the
+// burst at once, the rest at the QPS.
 func TestLimiterCeiling(t *testing.T) {
 	for _, tc := range []struct {
 		bound, qps int
