@@ -18,7 +18,7 @@ func TestParseBandwidth(t *testing.T) {
 	}{
 		{name: "none", annotations: map[string]string{"other": "x"}, want: BandwidthRequest{Network: PodNetwork}},
 		{
-			name: "seed example",
+			name: "required and expected in, required out, a strategy",
 			annotations: map[string]string{
 				IngressRequired: "400M", IngressExpected: "500M",
 				EgressRequired: "1G", BandwidthStrategy: "most-headroom",

@@ -248,13 +248,13 @@ func podEvents(ns, name string) string {
 	return strings.Join(msgs, " | ")
 }
 
-// TestRankerSeedExample is the product's four-node worked example on the real API server: required
+// TestRankerFourNodeExample is the four-node worked example on the real API server: required
 // 400M, expected 500M; remaining 900M, 500M, 700M, 300M.
-func TestRankerSeedExample(t *testing.T) {
+func TestRankerFourNodeExample(t *testing.T) {
 	installCRDs(t)
 	deployChart(t)
 	ns := testNamespace(t)
-	prefix := "seed" + strings.TrimPrefix(ns, "e2e-")
+	prefix := "four" + strings.TrimPrefix(ns, "e2e-")
 	nodes := makeRankerNodes(t, prefix, []rankerNode{
 		{name: "node-1", ingressRemaining: "900M"}, {name: "node-2", ingressRemaining: "500M"},
 		{name: "node-3", ingressRemaining: "700M"}, {name: "node-4", ingressRemaining: "300M"},
@@ -262,7 +262,7 @@ func TestRankerSeedExample(t *testing.T) {
 	startRanker(t, rankerOptions{scheduler: prefix, port: 10361})
 	ctx := context.Background()
 	for _, c := range []struct{ strategy, want string }{{"best-fit", "node-2"}, {"most-headroom", "node-1"}} {
-		name := "seed-" + c.strategy
+		name := "four-" + c.strategy
 		_, err := local.kube.CoreV1().Pods(ns).Create(ctx, bandwidthPod(ns, name, prefix, map[string]string{
 			"bandwidth.sextant.io/ingress-required": "400M",
 			"bandwidth.sextant.io/ingress-expected": "500M",

@@ -18,9 +18,9 @@ import (
 	"sextant.io/sextant/ranker/heartbeat"
 )
 
-// seedReports are the seed's worked example (figures 8 and 9) plus node-4 below the
+// fourNodeReports are the four-node worked example (remaining 900M, 500M, 700M) plus node-4 below the
 // floor, with both directions equal so that either direction alone gives the same answer.
-func seedReports() []*v1alpha1.NodeBandwidth {
+func fourNodeReports() []*v1alpha1.NodeBandwidth {
 	return []*v1alpha1.NodeBandwidth{
 		report("node-1", "900M", "900M", now.Add(-5*time.Second)),
 		report("node-2", "500M", "500M", now.Add(-5*time.Second)),
@@ -29,7 +29,7 @@ func seedReports() []*v1alpha1.NodeBandwidth {
 	}
 }
 
-var seedNodes = []string{"node-1", "node-2", "node-3", "node-4"}
+var fourNodes = []string{"node-1", "node-2", "node-3", "node-4"}
 
 func TestFilter(t *testing.T) {
 	fresh := now.Add(-10 * time.Second)
@@ -123,8 +123,8 @@ func TestFilter(t *testing.T) {
 	}
 }
 
-// TestFilterStrictBestFitWindow: the seed's example under bestFitWindow strict (claim
-// 10). With required 400M and expected 500M the window is |available - 500M| <= 100M:
+// TestFilterStrictBestFitWindow: the four-node example under bestFitWindow strict. With
+// required 400M and expected 500M the window is |available - 500M| <= 100M:
 // only node-2 (500M) is in it; node-1 (900M) and node-3 (700M) are outside, node-4
 // (300M) below the floor. most-headroom pods and prefer keep today's answer.
 func TestFilterStrictBestFitWindow(t *testing.T) {
@@ -144,7 +144,7 @@ func TestFilterStrictBestFitWindow(t *testing.T) {
 		{"prefer best-fit", WindowPrefer, annotations.BestFit, "", map[string]string{"node-4": reasonIngress}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = tc.strategy; a.BestFitWindow = tc.window }), seedReports()...)
+			pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = tc.strategy; a.BestFitWindow = tc.window }), fourNodeReports()...)
 			ann := map[string]string{}
 			for k, v := range pod {
 				ann[k] = v
@@ -153,7 +153,7 @@ func TestFilterStrictBestFitWindow(t *testing.T) {
 				ann[annotations.BandwidthStrategy] = tc.podStrategy
 			}
 			p := testPod(ann)
-			c := schedule(t, pl, p, seedNodes, false)
+			c := schedule(t, pl, p, fourNodes, false)
 			if len(c.filtered) != len(tc.wantFiltered) {
 				t.Errorf("filtered %v, want %v", c.filtered, tc.wantFiltered)
 			}
@@ -188,11 +188,11 @@ func TestAbsDiff(t *testing.T) {
 	}
 }
 
-func TestFilterSeedExample(t *testing.T) {
+func TestFilterFourNodeExample(t *testing.T) {
 	for _, strategy := range []annotations.Strategy{annotations.BestFit, annotations.MostHeadroom} {
-		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = strategy }), seedReports()...)
+		pl := testPlugin(t, testArgs(func(a *Args) { a.Strategy = strategy }), fourNodeReports()...)
 		pod := testPod(map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"})
-		c := schedule(t, pl, pod, seedNodes, false)
+		c := schedule(t, pl, pod, fourNodes, false)
 		if len(c.filtered) != 1 || c.filtered["node-4"] == nil {
 			t.Fatalf("%s: want only node-4 filtered, got %v", strategy, c.filtered)
 		}
@@ -258,7 +258,7 @@ func TestPreFilter(t *testing.T) {
 	}
 	for _, m := range malformed {
 		t.Run("malformed "+m.key, func(t *testing.T) {
-			pl := testPlugin(t, testArgs(nil), seedReports()...)
+			pl := testPlugin(t, testArgs(nil), fourNodeReports()...)
 			pod := testPod(map[string]string{m.key: m.value})
 			before, _ := testutil.GetCounterMetricValue(filterRejections.WithLabelValues(reasonInvalidAnnotation))
 			_, st := pl.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)

@@ -35,7 +35,7 @@ func TestInFramework(t *testing.T) {
 	defer cancel()
 	schedmetrics.Register() // the framework instruments plugins with the scheduler's metrics
 
-	store := reportStore(seedReports()...)
+	store := reportStore(fourNodeReports()...)
 	saved := sharedStore
 	sharedStore = func(context.Context, *rest.Config) (*heartbeat.Store, error) { return store, nil }
 	t.Cleanup(func() { sharedStore = saved })
@@ -69,7 +69,7 @@ func TestInFramework(t *testing.T) {
 		frameworkruntime.WithInformerFactory(factory),
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithKubeConfig(&rest.Config{Host: "test"}),
-		frameworkruntime.WithSnapshotSharedLister(schedcache.NewSnapshot(nil, seedNodeObjects())),
+		frameworkruntime.WithSnapshotSharedLister(schedcache.NewSnapshot(nil, fourNodeObjects())),
 	)
 	if err != nil {
 		t.Fatalf("NewFramework: %v", err)
@@ -99,7 +99,7 @@ func TestInFramework(t *testing.T) {
 		if !state.GetSkipFilterPlugins().Has(Name) {
 			t.Error("Filter should be skipped")
 		}
-		if st := fw.RunPreScorePlugins(ctx, state, pod, nodeInfos(seedNodes...)); !st.IsSuccess() {
+		if st := fw.RunPreScorePlugins(ctx, state, pod, nodeInfos(fourNodes...)); !st.IsSuccess() {
 			t.Fatalf("PreScore: %v", st)
 		}
 		if !state.GetSkipScorePlugins().Has(Name) {
@@ -113,14 +113,14 @@ func TestInFramework(t *testing.T) {
 			t.Fatalf("got %v", st)
 		}
 	})
-	t.Run("seed example, most-headroom from args", func(t *testing.T) {
+	t.Run("four-node example, most-headroom from args", func(t *testing.T) {
 		state := framework.NewCycleState()
 		pod := testPod(map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"})
 		if _, st, _ := fw.RunPreFilterPlugins(ctx, state, pod); !st.IsSuccess() {
 			t.Fatalf("PreFilter: %v", st)
 		}
 		var feasible []fwk.NodeInfo
-		for _, n := range seedNodes {
+		for _, n := range fourNodes {
 			ni := nodeInfo(n)
 			if st := fw.RunFilterPlugins(ctx, state, pod, ni); st.IsSuccess() {
 				feasible = append(feasible, ni)
@@ -159,9 +159,9 @@ func TestInFramework(t *testing.T) {
 	})
 }
 
-func seedNodeObjects() []*v1.Node {
-	out := make([]*v1.Node, len(seedNodes))
-	for i, n := range seedNodes {
+func fourNodeObjects() []*v1.Node {
+	out := make([]*v1.Node, len(fourNodes))
+	for i, n := range fourNodes {
 		out[i] = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}
 	}
 	return out

@@ -15,8 +15,8 @@ import (
 	"sextant.io/sextant/api/v1alpha1"
 )
 
-func TestScoreSeedExample(t *testing.T) {
-	seedPod := map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"}
+func TestScoreFourNodeExample(t *testing.T) {
+	examplePod := map[string]string{annotations.IngressRequired: "400M", annotations.IngressExpected: "500M"}
 	bothDirections := map[string]string{
 		annotations.IngressRequired: "400M", annotations.IngressExpected: "500M",
 		annotations.EgressRequired: "400M", annotations.EgressExpected: "500M",
@@ -30,13 +30,13 @@ func TestScoreSeedExample(t *testing.T) {
 		wantScores  map[string]int64
 	}{
 		{
-			name: "best-fit from args", args: testArgs(nil), annotations: seedPod,
+			name: "best-fit from args", args: testArgs(nil), annotations: examplePod,
 			wantChosen: "node-2", wantOrder: []string{"node-2", "node-3", "node-1"},
 			// |remaining - 500M| = 400M, 0, 200M against the worst 400M.
 			wantScores: map[string]int64{"node-1": 0, "node-2": 100, "node-3": 50},
 		},
 		{
-			name: "most-headroom from args", args: testArgs(func(a *Args) { a.Strategy = annotations.MostHeadroom }), annotations: seedPod,
+			name: "most-headroom from args", args: testArgs(func(a *Args) { a.Strategy = annotations.MostHeadroom }), annotations: examplePod,
 			wantChosen: "node-1", wantOrder: []string{"node-1", "node-3", "node-2"},
 			wantScores: map[string]int64{"node-1": 100, "node-2": 56, "node-3": 78},
 		},
@@ -65,8 +65,8 @@ func TestScoreSeedExample(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			pl := testPlugin(t, tc.args, seedReports()...)
-			c := schedule(t, pl, testPod(tc.annotations), seedNodes, false)
+			pl := testPlugin(t, tc.args, fourNodeReports()...)
+			c := schedule(t, pl, testPod(tc.annotations), fourNodes, false)
 			if c.chosen != tc.wantChosen {
 				t.Errorf("chosen %q, want %q (scores %v)", c.chosen, tc.wantChosen, c.scores)
 			}
@@ -121,21 +121,21 @@ func TestScoreWeightsFlipDecision(t *testing.T) {
 }
 
 func TestScoreIgnoresPodsWithoutAnnotations(t *testing.T) {
-	pl := testPlugin(t, testArgs(nil), seedReports()...)
+	pl := testPlugin(t, testArgs(nil), fourNodeReports()...)
 	pod := testPod(map[string]string{"app": "web"})
 	state := framework.NewCycleState()
 	ctx := context.Background()
-	if st := pl.PreScore(ctx, state, pod, nodeInfos(seedNodes...)); !st.IsSkip() {
+	if st := pl.PreScore(ctx, state, pod, nodeInfos(fourNodes...)); !st.IsSkip() {
 		t.Fatalf("PreScore: got %v, want Skip", st)
 	}
 	// Even if the framework called Score anyway, it must not prefer any node.
-	for _, n := range seedNodes {
+	for _, n := range fourNodes {
 		if s, st := pl.Score(ctx, state, pod, nodeInfo(n)); s != 0 || !st.IsSuccess() {
 			t.Errorf("Score(%s) = %d, %v; want 0, success", n, s, st)
 		}
 	}
 	// And the full cycle neither filters nor reserves.
-	c := schedule(t, pl, pod, seedNodes, true)
+	c := schedule(t, pl, pod, fourNodes, true)
 	if len(c.filtered) != 0 || c.scores != nil {
 		t.Errorf("pod without annotations was filtered or scored: %+v", c)
 	}
@@ -145,9 +145,9 @@ func TestScoreIgnoresPodsWithoutAnnotations(t *testing.T) {
 }
 
 func TestScoreStrategyOnlyAnnotationSkips(t *testing.T) {
-	pl := testPlugin(t, testArgs(nil), seedReports()...)
+	pl := testPlugin(t, testArgs(nil), fourNodeReports()...)
 	pod := testPod(map[string]string{annotations.BandwidthStrategy: "most-headroom"})
-	c := schedule(t, pl, pod, seedNodes, true)
+	c := schedule(t, pl, pod, fourNodes, true)
 	if !c.preFilter.IsSkip() || c.scores != nil || pl.Ledger().Len() != 0 {
 		t.Errorf("a strategy without rates should change nothing: %+v", c)
 	}
@@ -262,7 +262,7 @@ func TestNormalizeScoreAllocatesNothing(t *testing.T) {
 }
 
 // TestNormalizeScoreLogsTopNodes: at -v=4 each pod's best nodes are logged with what
-// they had available and their score per direction, the seed's example here.
+// they had available and their score per direction, the four-node example here.
 func TestNormalizeScoreLogsTopNodes(t *testing.T) {
 	pl := testPlugin(t, testArgs(nil))
 	state := framework.NewCycleState()

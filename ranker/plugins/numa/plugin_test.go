@@ -18,13 +18,13 @@ import (
 	"sextant.io/sextant/ranker/plugins/numahint"
 )
 
-// The seed's example: a pod asking 2 CPUs and 4 GiB; node-1 has NUMA nodes of 2 CPUs and
+// The two-node example: a pod asking 2 CPUs and 4 GiB; node-1 has NUMA nodes of 2 CPUs and
 // 4 GiB, node-2 of 1 CPU and 2 GiB. Both can hold the pod; node-1 needs one NUMA node,
 // node-2 two, so node-1 wins and the pod gets one NUMA node.
-func TestSeedExample(t *testing.T) {
+func TestTwoNodeExample(t *testing.T) {
 	infos := []*framework.NodeInfo{nodeInfo("node-1"), nodeInfo("node-2")}
 	pl, client := newPlugin(t, infos, uniform("node-1", 32, 2, 4*gi), uniform("node-2", 64, 1, 2*gi))
-	p := pod("seed", "2", 4*gi, nil)
+	p := pod("two-node", "2", 4*gi, nil)
 	if _, err := client.CoreV1().Pods("default").Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
