@@ -3,10 +3,11 @@ package plugins_test
 import (
 	"context"
 	"fmt"
-	"sextant.io/sextant/ranker/plugins/cycletest"
 	"slices"
 	"strings"
 	"testing"
+
+	"sextant.io/sextant/ranker/plugins/cycletest"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -45,22 +46,7 @@ import (
 // snapshot, DeviceAware as NUMAAware's device provider.
 func bothPlugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) (*numa.NUMAAware, *devices.DeviceAware) {
 	t.Helper()
-	objs := make([]runtime.Object, 0, 2*len(topos))
-	for _, nt := range topos {
-		// Each node's agent is alive: its NodeBandwidth arrived just now.
-		objs = append(objs, nt, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: nt.Name}})
-	}
-	store := heartbeat.NewFromObjects(objs...)
-	byName := map[string]fwk.NodeInfo{}
-	for _, ni := range infos {
-		byName[ni.Node().Name] = ni
-	}
-	lookup := func(node string) (fwk.NodeInfo, error) {
-		if ni, ok := byName[node]; ok {
-			return ni, nil
-		}
-		return nil, fmt.Errorf("node %q not found", node)
-	}
+	store, lookup := cycletest.Heartbeats(topos...), cycletest.Snapshot(infos)
 	dp := devices.NewWith(store, lookup)
 	return numa.NewWith(store, lookup).WithDevices(dp), dp
 }

@@ -5,18 +5,22 @@ package cycletest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/heartbeat"
 	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/nodelookup"
 )
 
 // NewState is a cycle's state with SextantBinder's staging area open, as its PreFilter
@@ -207,4 +211,28 @@ func NodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
 	ni := framework.NewNodeInfo(pods...)
 	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
 	return ni
+}
+
+// Heartbeats is a heartbeat store holding topos, each node's agent alive: its
+// NodeBandwidth arrived just now.
+func Heartbeats(topos ...*v1alpha1.NodeTopology) *heartbeat.Store {
+	objs := make([]runtime.Object, 0, 2*len(topos))
+	for _, nt := range topos {
+		objs = append(objs, nt, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: nt.Name}})
+	}
+	return heartbeat.NewFromObjects(objs...)
+}
+
+// Snapshot looks nodes up among infos, as the scheduler's snapshot does.
+func Snapshot(infos []*framework.NodeInfo) nodelookup.NodeInfos {
+	byName := map[string]fwk.NodeInfo{}
+	for _, ni := range infos {
+		byName[ni.Node().Name] = ni
+	}
+	return func(node string) (fwk.NodeInfo, error) {
+		if ni, ok := byName[node]; ok {
+			return ni, nil
+		}
+		return nil, fmt.Errorf("node %q not found", node)
+	}
 }

@@ -3,18 +3,18 @@ package devices
 import (
 	"context"
 	"fmt"
-	"sextant.io/sextant/ranker/plugins/cycletest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"sextant.io/sextant/ranker/plugins/cycletest"
 
 	"sextant.io/sextant/ranker/plugins/binder"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/component-base/metrics/testutil"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -30,23 +30,7 @@ import (
 // plugins builds DeviceAware over the topologies and node snapshot.
 func plugins(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) *DeviceAware {
 	t.Helper()
-	objs := make([]runtime.Object, 0, 2*len(topos))
-	for _, nt := range topos {
-		// Each node's agent is alive: its NodeBandwidth arrived just now.
-		objs = append(objs, nt, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: nt.Name}})
-	}
-	store := heartbeat.NewFromObjects(objs...)
-	byName := map[string]fwk.NodeInfo{}
-	for _, ni := range infos {
-		byName[ni.Node().Name] = ni
-	}
-	lookup := func(node string) (fwk.NodeInfo, error) {
-		if ni, ok := byName[node]; ok {
-			return ni, nil
-		}
-		return nil, fmt.Errorf("node %q not found", node)
-	}
-	return NewWith(store, lookup)
+	return NewWith(cycletest.Heartbeats(topos...), cycletest.Snapshot(infos))
 }
 
 func picked(t *testing.T, state fwk.CycleState, node string) annotations.Allocation {

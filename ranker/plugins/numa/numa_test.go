@@ -2,23 +2,20 @@ package numa
 
 import (
 	"context"
-	"fmt"
 	"sort"
 	"testing"
-
-	"sextant.io/sextant/ranker/plugins/binder"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"sextant.io/sextant/api/v1alpha1"
-	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/cycletest"
 )
 
 const gi = int64(1) << 30
@@ -85,23 +82,7 @@ func nodeInfo(name string, pods ...*v1.Pod) *framework.NodeInfo {
 
 func newPlugin(t *testing.T, infos []*framework.NodeInfo, topos ...*v1alpha1.NodeTopology) (*NUMAAware, *fake.Clientset) {
 	t.Helper()
-	objs := make([]runtime.Object, 0, 2*len(topos))
-	for _, nt := range topos {
-		// Each node's agent is alive: its NodeBandwidth arrived just now.
-		objs = append(objs, nt, &v1alpha1.NodeBandwidth{ObjectMeta: metav1.ObjectMeta{Name: nt.Name}})
-	}
-	client := fake.NewClientset()
-	byName := map[string]fwk.NodeInfo{}
-	for _, ni := range infos {
-		byName[ni.Node().Name] = ni
-	}
-	pl := NewWith(heartbeat.NewFromObjects(objs...), func(node string) (fwk.NodeInfo, error) {
-		if ni, ok := byName[node]; ok {
-			return ni, nil
-		}
-		return nil, fmt.Errorf("node %q not found", node)
-	})
-	return pl, client
+	return NewWith(cycletest.Heartbeats(topos...), cycletest.Snapshot(infos)), fake.NewClientset()
 }
 
 // result is one scheduling cycle run by hand, the way the framework runs it.

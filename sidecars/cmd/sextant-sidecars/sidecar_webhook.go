@@ -97,18 +97,16 @@ func newSidecarWebhookCommand() *cobra.Command {
 // sidecarWebhookCommand is newSidecarWebhookCommand with the options its flags set.
 func sidecarWebhookCommand() (*cobra.Command, *webhookOptions) {
 	o := &webhookOptions{}
-	cmd := &cobra.Command{
-		Use:     "webhook",
-		Aliases: []string{"sidecar-webhook"},
-		Short:   "Serve sextant's admission webhook for pods and run the virtual-node sidecar controller",
-		Long: `webhook serves, over TLS on --listen-addr:
+	cmd := command("webhook",
+		"Serve sextant's admission webhook for pods and run the virtual-node sidecar controller",
+		`webhook serves, over TLS on --listen-addr:
 
-  ` + webhook.PathMutate + `    prepares the sidecars of Job-like pods (restartPolicy Never or OnFailure;
+  `+webhook.PathMutate+`    prepares the sidecars of Job-like pods (restartPolicy Never or OnFailure;
                  containers with env SEXTANT_SIDECAR=true or
                  KRUISE_TERMINATE_SIDECAR_WHEN_JOB_EXIT=true): converts them to native
                  sidecars and runs them under sextant-sidecar-wrapper, with their command
                  moved into a pod annotation the downward API hands back to them.
-  ` + webhook.PathValidate + `   refuses malformed bandwidth.sextant.io/* and numa.sextant.io/policy
+  `+webhook.PathValidate+`   refuses malformed bandwidth.sextant.io/* and numa.sextant.io/policy
                  annotations, naming the annotation and its accepted form, and (with
                  --bandwidth-quota) pods whose required rates would take their
                  namespace past one of its BandwidthQuotas, naming the quota.
@@ -117,21 +115,12 @@ With --virtual-nodes (the default) it also runs, on the replica that holds the l
 --leader-elect-name, the controller that stops finished sidecars on virtual-kubelet
 nodes (label type=virtual-kubelet or taint virtual-kubelet.io/provider) by swapping
 them in place to --exit-image.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if printVersion(cmd) {
-				return nil
-			}
-			if err := o.validateWebhook(); err != nil {
-				return err
-			}
-			return runSidecarWebhook(cmd.Context(), *o)
-		},
-	}
+		// Closures, not method values: those would copy o before its flags are parsed.
+		func() error { return o.validateWebhook() },
+		func(ctx context.Context) error { return runSidecarWebhook(ctx, *o) })
+	cmd.Aliases = []string{"sidecar-webhook"}
 	f := cmd.Flags()
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
+	o.addKubeconfigFlag(f)
 	f.StringVar(&o.listenAddr, "listen-addr", ":9443", "address the webhook serves HTTPS on")
 	o.serving = httpbound.Limits{
 		// The API server calls the webhook with a deadline of the configuration's
@@ -154,12 +143,9 @@ them in place to --exit-image.`,
 	f.StringVar(&o.wrapperImage, "wrapper-image", "", "image holding /sextant-sidecar-wrapper, which the injected init container copies into the pod (required)")
 	f.StringVar(&o.wrapperPullPolicy, "wrapper-pull-policy", string(corev1.PullIfNotPresent), "imagePullPolicy of the injected init container")
 	f.StringSliceVar(&o.imagePullSecrets, "image-pull-secrets", nil, "names of Secrets added to the imagePullSecrets of each pod given the init container, where absent (those that pull --wrapper-image)")
-	f.StringVar(&o.exitImage, "exit-image", "", "image a finished sidecar on a virtual node is swapped to (required with --virtual-nodes)")
-	f.StringSliceVar(&o.exitCommand, "exit-command", []string{"/exit0"}, "command of --exit-image that exits 0, written into the sidecar's command annotation")
 	f.BoolVar(&o.virtualNodes, "virtual-nodes", true, "run the virtual-node sidecar controller")
 	f.BoolVar(&o.bandwidthQuota, "bandwidth-quota", true, "refuse pods that would take their namespace past one of its BandwidthQuotas (reads the namespace's quotas and its pods' metadata from the API server for each pod that requires bandwidth)")
-	f.StringVar(&o.podSelector, "pod-selector", "", "label selector narrowing the pods the virtual-node controller looks at")
-	o.addLeaderFlags(f, "the virtual-node controller")
+	o.addControllerFlags(f, "required with --virtual-nodes", "the virtual-node controller", "the virtual-node controller")
 	o.addLoggingFlags(f)
 	return cmd, o
 }
@@ -271,32 +257,14 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	defer stop()
 
 	reg := newMetricsRegistry()
-	if o.metricsAddr != "" {
-		stopMetrics, err := serveMetrics(o.metricsAddr, reg, o.metricsLimits, log)
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
+	stopMetrics, err := o.startMetrics(reg, log)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 	var wg sync.WaitGroup
 	if o.virtualNodes {
-		cfg, err := kubeclient.Config(o.kubeconfig)
-		if err != nil {
-			return err
-		}
-		cfg.UserAgent = "sextant-sidecar-controller/" + version.Version
-		kube, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return fmt.Errorf("kubernetes client: %w", err)
-		}
-		ctrl, err := virtualnode.New(virtualnode.Config{
-			ExitImage: o.exitImage, ExitCommand: o.exitCommand, PodSelector: o.podSelector,
-			Metrics: virtualnode.NewMetrics(reg),
-		}, kube, log.WithName("virtual-node-controller"))
-		if err != nil {
-			return err
-		}
-		elect, err := o.election(kube)
+		ctrl, elect, err := o.newController(reg, log.WithName("virtual-node-controller"))
 		if err != nil {
 			return err
 		}
