@@ -61,7 +61,7 @@ type Terminator struct {
 
 	mu       sync.Mutex
 	inflight map[string]bool      // container IDs this process is stopping now
-	exits    map[string]cri.Exit  // recent exits seen as events, by container ID
+	exits    map[string]heardExit // recent exits seen as events, by container ID
 	settled  map[types.UID]bool   // finished pods with nothing left to do
 	recorded map[string]time.Time // container IDs whose stop this process recorded
 	left     map[leftKey]bool     // sidecars left running whose Event this process recorded
@@ -72,6 +72,12 @@ type Terminator struct {
 	// beat is marked while the pod cache syncs and whenever a worker takes the probe
 	// the resync puts in the queue.
 	beat liveness.Beat
+}
+
+// heardExit is an exit event and when it arrived.
+type heardExit struct {
+	cri.Exit
+	heard time.Time
 }
 
 // leftKey is one container of one pod, whatever its attempt.
@@ -114,7 +120,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sidecar"}),
 		inflight: map[string]bool{},
-		exits:    map[string]cri.Exit{},
+		exits:    map[string]heardExit{},
 		settled:  map[types.UID]bool{},
 		recorded: map[string]time.Time{},
 		left:     map[leftKey]bool{},
@@ -255,7 +261,7 @@ func (t *Terminator) watchExits(ctx context.Context) {
 
 func (t *Terminator) onExit(ctx context.Context, e cri.Exit) {
 	t.mu.Lock()
-	t.exits[e.ContainerID] = e
+	t.exits[e.ContainerID] = heardExit{Exit: e, heard: t.now()}
 	t.mu.Unlock()
 	c, err := t.rt.ContainerStatus(ctx, e.ContainerID)
 	if err != nil {
@@ -294,7 +300,7 @@ func (t *Terminator) processNext(ctx context.Context) bool {
 		t.beat.Mark(t.now())
 		return true
 	}
-	if err := t.process(ctx, key); err != nil {
+	if err := t.process(ctx, key, t.now()); err != nil {
 		if ctx.Err() == nil {
 			t.log.Error(err, "sidecar terminator: will look at the pod again", "pod", key)
 		}
@@ -305,9 +311,9 @@ func (t *Terminator) processNext(ctx context.Context) bool {
 	return true
 }
 
-// process looks at one pod: it finishes what an earlier run of the agent left half
-// done, then stops the sidecars the rules say to stop.
-func (t *Terminator) process(ctx context.Context, key string) error {
+// process looks at one pod, a pass a worker took up at taken: it finishes what an earlier
+// run of the agent left half done, then stops the sidecars the rules say to stop.
+func (t *Terminator) process(ctx context.Context, key string, taken time.Time) error {
 	obj, exists, err := t.informer.GetStore().GetByKey(key)
 	if err != nil || !exists {
 		return nil
@@ -353,14 +359,14 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 		case mark.Recorded:
 		case c.State == cri.StateExited:
 			// Stopped by an earlier run that did not live to record it.
-			if err := t.record(ctx, pod, c, mark, lastMainFinished(roles, states)); err != nil {
+			if err := t.record(ctx, pod, c, mark, stopTiming{mainFinished: lastMainFinished(roles, states)}); err != nil {
 				errs = append(errs, err)
 			}
 		case c.State == cri.StateRunning:
 			// An earlier run asked it to stop and died: see the stop through without
 			// signalling the container again.
 			pending = true
-			t.startStop(ctx, pod, c, mark, true, lastMainFinished(roles, states))
+			t.startStop(ctx, pod, c, mark, true, stopTiming{mainFinished: lastMainFinished(roles, states)})
 		}
 	}
 
@@ -377,8 +383,10 @@ func (t *Terminator) process(ctx context.Context, key string) error {
 			continue
 		}
 		pending = true
-		mark := stopMark{ID: c.ID, Requested: t.now(), Grace: roles.GracePeriod}
-		t.startStop(ctx, pod, c, mark, false, d.LastMainFinished)
+		timing := t.heard(roles, latest, taken)
+		timing.decided = t.now()
+		mark := stopMark{ID: c.ID, Requested: timing.decided, Grace: roles.GracePeriod}
+		t.startStop(ctx, pod, c, mark, false, timing)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -481,6 +489,27 @@ func stateOf(c cri.Container) sidecarrules.State {
 	return sidecarrules.State{Phase: sidecarrules.Waiting}
 }
 
+// heard is the start of a stop's timing: when the last main container finished, and
+// when the agent heard of it (its exit event, or the pass taken up at taken, whichever
+// came first).
+func (t *Terminator) heard(roles sidecarrules.Roles, latest map[string]cri.Container, taken time.Time) stopTiming {
+	s := stopTiming{heard: taken, taken: taken}
+	var last cri.Container
+	for _, m := range roles.Mains {
+		if c, ok := latest[m]; ok && c.State == cri.StateExited && c.FinishedAt.After(last.FinishedAt) {
+			last = c
+		}
+	}
+	s.mainFinished = last.FinishedAt
+	t.mu.Lock()
+	e, ok := t.exits[last.ID]
+	t.mu.Unlock()
+	if ok && e.heard.Before(s.heard) {
+		s.heard = e.heard
+	}
+	return s
+}
+
 func lastMainFinished(roles sidecarrules.Roles, states map[string]sidecarrules.State) time.Time {
 	var last time.Time
 	for _, m := range roles.Mains {
@@ -498,7 +527,7 @@ func (t *Terminator) stopping(id string) bool {
 }
 
 // startStop stops one container in the background, unless this process already is.
-func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, lastMain time.Time) {
+func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, timing stopTiming) {
 	t.mu.Lock()
 	if t.inflight[c.ID] {
 		t.mu.Unlock()
@@ -512,7 +541,7 @@ func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Conta
 			delete(t.inflight, c.ID)
 			t.mu.Unlock()
 		}()
-		if err := t.stop(ctx, pod, c, mark, adopted, lastMain); err != nil && ctx.Err() == nil {
+		if err := t.stop(ctx, pod, c, mark, adopted, timing); err != nil && ctx.Err() == nil {
 			t.metrics.stops.WithLabelValues(resultFailed).Inc()
 			t.log.Error(err, "stopping a sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID)
 			t.warn(ctx, pod, c.Name, err)
@@ -523,7 +552,7 @@ func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Conta
 	}()
 }
 
-func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, lastMain time.Time) error {
+func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, timing stopTiming) error {
 	// Stopping may take the whole grace period (an adopted stop: what is left of the
 	// first one, then a second); allow for it and a little more.
 	sctx, cancel := context.WithTimeout(ctx, 2*mark.Grace+30*time.Second)
@@ -534,9 +563,11 @@ func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container,
 		if err := t.rt.MarkStop(sctx, c.ID, mark.String()); err != nil {
 			return err
 		}
+		timing.marked = t.now()
 		if err := t.rt.StopContainer(sctx, c.ID, mark.Grace); err != nil {
 			return err
 		}
+		timing.stopped = t.now()
 	} else if err := t.finishStop(sctx, c.ID, mark); err != nil {
 		return err
 	}
@@ -547,7 +578,7 @@ func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container,
 	if st.State != cri.StateExited {
 		return fmt.Errorf("container %s still %s after the stop", c.ID, st.State)
 	}
-	return t.record(sctx, pod, st, mark, lastMain)
+	return t.record(sctx, pod, st, mark, timing)
 }
 
 // finishStop waits out the grace period an earlier agent gave the container, then, if
@@ -589,7 +620,7 @@ func (t *Terminator) finishStop(ctx context.Context, id string, mark stopMark) e
 // record notes a finished stop: an Event on the pod, the metrics, and the mark that
 // says it is recorded. The Event's name is derived from the container, so recording
 // twice (an agent that died between the Event and the mark) creates it once.
-func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, lastMain time.Time) (err error) {
+func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, timing stopTiming) (err error) {
 	// A pass over the pod that read the mark before the stop's own record finished
 	// would record it again: the runtime's mark is the memory across restarts, this
 	// claim the memory within one process.
@@ -609,7 +640,7 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 	}()
 
 	after, took := "after the last main container finished", time.Duration(-1)
-	if !lastMain.IsZero() && !c.FinishedAt.IsZero() {
+	if lastMain := timing.mainFinished; !lastMain.IsZero() && !c.FinishedAt.IsZero() {
 		took = max(c.FinishedAt.Sub(lastMain), 0)
 		after = fmt.Sprintf("%s after the last main container finished", took.Round(time.Millisecond))
 	}
@@ -623,12 +654,14 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 	if err := t.rt.MarkStop(ctx, c.ID, mark.String()); err != nil {
 		return err
 	}
+	timing.recorded = t.now()
 	if took >= 0 {
 		t.metrics.stopSeconds.Observe(took.Seconds())
 	}
+	timing.observe(t.metrics.phaseSeconds)
 	t.metrics.stops.WithLabelValues(resultStopped).Inc()
-	t.log.Info("stopped a sidecar", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID,
-		"exitCode", c.ExitCode, "afterLastMain", took.String())
+	t.log.Info("stopped a sidecar", append([]any{"pod", pod.Namespace + "/" + pod.Name, "container", c.Name, "id", c.ID,
+		"exitCode", c.ExitCode, "afterLastMain", took.String()}, timing.logValues()...)...)
 	return nil
 }
 

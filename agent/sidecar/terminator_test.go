@@ -319,6 +319,24 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 		t.Errorf("stop_seconds: %d samples summing to %vs; want one of at least the 20ms the stop took", hist.GetSampleCount(), hist.GetSampleSum())
 	}
 
+	// Each phase once, and the stop's own phase at least the 20ms the runtime took.
+	if got := phaseSamples(t, h.reg, phaseStopped); got.count != 1 || got.sum < 0.02 {
+		t.Errorf("phase stopped: %d samples summing to %vs; want one of at least 20ms", got.count, got.sum)
+	}
+	var phaseSum float64
+	for _, p := range phases {
+		got := phaseSamples(t, h.reg, p)
+		if got.count != 1 {
+			t.Errorf("phase %s: %d samples, want 1", p, got.count)
+		}
+		phaseSum += got.sum
+	}
+	// The phases follow one another from the main's exit to the record, so together
+	// they are at least the stop's total.
+	if phaseSum < hist.GetSampleSum() {
+		t.Errorf("phases sum to %vs, less than the stop's %vs", phaseSum, hist.GetSampleSum())
+	}
+
 	// The other pod's main exits 3: with Never, its sidecar is stopped too, and only then.
 	rt.exit("main-b", 3, time.Now())
 	waitFor(t, "the second stop", func() bool { return len(h.events(t)) == 2 })
@@ -517,6 +535,31 @@ func histogramOf(t *testing.T, reg *prometheus.Registry, name string) interface 
 	}
 	t.Fatalf("no histogram %s", name)
 	return nil
+}
+
+// phaseSamples is the count and sum of sextant_sidecar_stop_phase_seconds{phase}.
+func phaseSamples(t *testing.T, reg *prometheus.Registry, phase string) (got struct {
+	count uint64
+	sum   float64
+}) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "sextant_sidecar_stop_phase_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "phase" && l.GetValue() == phase {
+					got.count, got.sum = m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return got
 }
 
 // markFor is the mark an agent writes on container id.
