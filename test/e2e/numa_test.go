@@ -871,6 +871,11 @@ func TestDeviceHeldElsewhereAndKubeletRestart(t *testing.T) {
 	socket := podResourcesSocket(t)
 	h.create(h.plainDevicePod("other", 1))
 	held := h.waitHeldBy("other")
+	// The kubelet admits the pod, and so lists its device, before its container runs; a
+	// kubelet restarted in between allocates the pod's devices anew, and the check at
+	// the end (other still running on held) would judge that, not a restart of a running
+	// pod. Wait until the container has run.
+	h.printedDevices("other")
 
 	// A decision the node cannot carry out: a pod bound (by the test, in the ranker's
 	// place) with the held accelerator among its chosen ones. The kubelet cannot give it
