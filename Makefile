@@ -156,9 +156,12 @@ BENCH_RANKER_ARGS ?=
 bench-ranker: ## sextant-ranker against vanilla kube-scheduler on 500 and 5000 nodes; flags in BENCH_RANKER_ARGS (e.g. --shape 2numa,8numa-8gpu).
 	scripts/bench-ranker.sh $(BENCH_RANKER_ARGS)
 
+# Flags of scripts/bench-sidecar.sh, e.g. BENCH_SIDECAR_ARGS="--jobs 20 --runs 1".
+BENCH_SIDECAR_ARGS ?=
+
 .PHONY: bench-sidecar
-bench-sidecar: ## p50/p99 of main-container exit to sidecar stop over 20 Jobs.
-	scripts/bench-sidecar.sh
+bench-sidecar: ## p50/p99 of main-container exit to sidecar stop, bursts of 20 and 100 Jobs, 3 runs (BENCH_SIDECAR_ARGS).
+	scripts/bench-sidecar.sh $(BENCH_SIDECAR_ARGS)
 
 .PHONY: bench-numa
 bench-numa: ## 50 pods pinned to NUMA nodes on the real node: share pinned from the first instruction, pin latency p50/p99.

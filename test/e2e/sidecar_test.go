@@ -20,7 +20,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -444,13 +443,19 @@ func (h *sidecarHarness) jobPodSpec(policy corev1.RestartPolicy, mains, sidecars
 // job creates a Job of one pod with the given containers.
 func (h *sidecarHarness) job(name string, policy corev1.RestartPolicy, annotations map[string]string, mains, sidecars []corev1.Container) *batchv1.Job {
 	h.t.Helper()
+	return h.jobOf(name, annotations, h.jobPodSpec(policy, mains, sidecars))
+}
+
+// jobOf creates a Job of one pod of spec.
+func (h *sidecarHarness) jobOf(name string, annotations map[string]string, spec corev1.PodSpec) *batchv1.Job {
+	h.t.Helper()
 	job := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: h.ns},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{sidecarLabel: h.id}, Annotations: annotations},
-				Spec:       h.jobPodSpec(policy, mains, sidecars),
+				Spec:       spec,
 			},
 		},
 	}
@@ -528,9 +533,15 @@ func (h *sidecarHarness) describePods(job string) string {
 // stopEvents are the SidecarStopped events of a pod, by container (field path).
 func (h *sidecarHarness) stopEvents(pod *corev1.Pod) map[string]int {
 	h.t.Helper()
+	return h.eventsOf(pod, "SidecarStopped")
+}
+
+// eventsOf counts the pod's Events of reason by the field path they name.
+func (h *sidecarHarness) eventsOf(pod *corev1.Pod, reason string) map[string]int {
+	h.t.Helper()
 	list, err := local.kube.CoreV1().Events(h.ns).List(context.Background(), metav1.ListOptions{
 		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.uid", string(pod.UID)),
-			fields.OneTermEqualSelector("reason", "SidecarStopped")).String(),
+			fields.OneTermEqualSelector("reason", reason)).String(),
 	})
 	if err != nil {
 		h.t.Fatal(err)
@@ -1308,49 +1319,4 @@ func TestSidecarWebhookRejectsMalformedAnnotations(t *testing.T) {
 	if _, err := local.kube.CoreV1().Pods(h.ns).Create(context.Background(), good, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 		t.Errorf("well-formed annotations refused: %v", err)
 	}
-}
-
-// TestSidecarBench is `make bench-sidecar`: 20 Jobs at once, each a main container that
-// exits 0 and a `sleep 3600` sidecar; p50 and p99 of (main container finished → sidecar
-// finished), from the runtime's own timestamps. Goal: p99 <= 1 s.
-func TestSidecarBench(t *testing.T) {
-	if os.Getenv("SEXTANT_BENCH_SIDECAR") == "" {
-		t.Skip("a benchmark: run it with `make bench-sidecar`")
-	}
-	const jobs = 20
-	h := newSidecarHarness(t)
-	for i := range jobs {
-		// Staggered ends, so exits arrive both alone and close together.
-		h.job(fmt.Sprintf("bench-%02d", i), corev1.RestartPolicyNever, nil,
-			[]corev1.Container{h.main("main", fmt.Sprintf("sleep %d.%d; exit 0", 4+i%5, i%10))},
-			[]corev1.Container{h.sidecar("proxy", "sleep", "3600")})
-	}
-	var delays []time.Duration
-	for i := range jobs {
-		name := fmt.Sprintf("bench-%02d", i)
-		if got := h.waitJob(name, 5*time.Minute); got != batchv1.JobComplete {
-			t.Fatalf("job %s: %s", name, got)
-		}
-		pod := h.jobPod(name)
-		ctrs := h.containers(pod)
-		if n, most := h.stopEvents(pod)["spec.initContainers{proxy}"], mostStops(ctrs["proxy"]); n < 1 || n > most {
-			t.Errorf("job %s: %d SidecarStopped events, want 1 to %d: one for each container of the sidecar the agent stopped", name, n, most)
-		}
-		delays = append(delays, stopDelay(ctrs, "proxy", "main"))
-	}
-	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
-	pct := func(p float64) time.Duration {
-		// Nearest rank.
-		i := int(float64(len(delays))*p+0.999999) - 1
-		return delays[max(0, min(i, len(delays)-1))]
-	}
-	p50, p99 := pct(0.50), pct(0.99)
-	verdict := "met"
-	if p99 > time.Second {
-		verdict = "MISSED"
-	}
-	fmt.Printf("bench-sidecar: %d Jobs; main container finished -> sidecar finished (runtime timestamps)\n", jobs)
-	fmt.Printf("bench-sidecar: min %v  p50 %v  p99 %v  max %v  (goal p99 <= 1s: %s)\n",
-		delays[0].Round(time.Millisecond), p50.Round(time.Millisecond), p99.Round(time.Millisecond),
-		delays[len(delays)-1].Round(time.Millisecond), verdict)
 }
