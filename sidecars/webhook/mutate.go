@@ -42,13 +42,12 @@ const (
 	maxAnnotationsSize = apivalidation.TotalAnnotationSizeLimitB
 )
 
-// The install container's resources: requests equal to limits, so a ResourceQuota on
-// limits.cpu or limits.memory, a LimitRange's maxLimitRequestRatio, or a Guaranteed pod's
-// QoS class are not undone by it. Copying the wrapper (a static binary of a few MiB)
-// takes a few milliseconds of CPU, within one CFS period at 100m, and about 3 MiB.
+// The install container's default resources, requests equal to limits (see
+// MutatorConfig.InstallCPU). Copying the wrapper (a static binary of a few MiB) takes a
+// few milliseconds of CPU, within one CFS period at 100m, and about 3 MiB.
 var (
-	installCPU    = resource.MustParse("100m")
-	installMemory = resource.MustParse("32Mi")
+	DefaultInstallCPU    = resource.MustParse("100m")
+	DefaultInstallMemory = resource.MustParse("32Mi")
 )
 
 // MutatorConfig says what the webhook injects.
@@ -60,6 +59,14 @@ type MutatorConfig struct {
 	// it lacks them: WrapperImage may be in a private registry the pod's own images are
 	// not.
 	ImagePullSecrets []string
+	// InstallCPU and InstallMemory are the install container's requests and limits
+	// (zero: DefaultInstallCPU, DefaultInstallMemory). Requests equal limits, so a
+	// ResourceQuota on limits.cpu or limits.memory, a LimitRange's maxLimitRequestRatio,
+	// or a Guaranteed pod's QoS class are not undone by it. A pod requests at least what
+	// its largest init container does: on a node that runs many Jobs whose containers
+	// request little, a smaller InstallCPU lets more of them run at once, and makes the
+	// copy slower.
+	InstallCPU, InstallMemory resource.Quantity
 }
 
 // Result is what Mutate did.
@@ -319,6 +326,13 @@ func (cfg MutatorConfig) installContainer() corev1.Container {
 	if policy == "" {
 		policy = corev1.PullIfNotPresent
 	}
+	cpu, memory := cfg.InstallCPU, cfg.InstallMemory
+	if cpu.IsZero() {
+		cpu = DefaultInstallCPU
+	}
+	if memory.IsZero() {
+		memory = DefaultInstallMemory
+	}
 	return corev1.Container{
 		Name:            InstallContainer,
 		Image:           cfg.WrapperImage,
@@ -326,8 +340,8 @@ func (cfg MutatorConfig) installContainer() corev1.Container {
 		Command:         slices.Clone(installCommand),
 		VolumeMounts:    []corev1.VolumeMount{{Name: WrapperVolume, MountPath: WrapperDir}},
 		Resources: corev1.ResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceCPU: installCPU.DeepCopy(), corev1.ResourceMemory: installMemory.DeepCopy()},
-			Limits:   corev1.ResourceList{corev1.ResourceCPU: installCPU.DeepCopy(), corev1.ResourceMemory: installMemory.DeepCopy()},
+			Requests: corev1.ResourceList{corev1.ResourceCPU: cpu.DeepCopy(), corev1.ResourceMemory: memory.DeepCopy()},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: cpu.DeepCopy(), corev1.ResourceMemory: memory.DeepCopy()},
 		},
 		// Fits the "restricted" Pod Security Standard, so it never makes a pod
 		// inadmissible; the emptyDir is world-writable, so any user may copy into it.

@@ -422,6 +422,36 @@ func TestMutateAddsImagePullSecrets(t *testing.T) {
 	}
 }
 
+// The install container gets the configured resources, requests equal to limits, and the
+// defaults when none are configured.
+func TestInstallContainerResources(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		cpu, memory resource.Quantity
+		want        corev1.ResourceList
+	}{
+		{"defaults", resource.Quantity{}, resource.Quantity{}, corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
+		{"configured", resource.MustParse("10m"), resource.MustParse("16Mi"), corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}},
+	} {
+		mc := cfg
+		mc.InstallCPU, mc.InstallMemory = c.cpu, c.memory
+		res, err := mc.Mutate(jobPod(corev1.RestartPolicyNever, sidecar("proxy", "sleep", "3600")))
+		if err != nil || !res.Changed {
+			t.Fatalf("%s: Mutate: changed %v, err %v", c.name, res.Changed, err)
+		}
+		i := slices.IndexFunc(res.Pod.Spec.InitContainers, func(ic corev1.Container) bool { return ic.Name == InstallContainer })
+		if i < 0 {
+			t.Fatalf("%s: no install container", c.name)
+		}
+		got := res.Pod.Spec.InitContainers[i].Resources
+		for name, want := range c.want {
+			if r, l := got.Requests[name], got.Limits[name]; r.Cmp(want) != 0 || l.Cmp(want) != 0 {
+				t.Errorf("%s: install container %s request %s limit %s, want both %s", c.name, name, r.String(), l.String(), want.String())
+			}
+		}
+	}
+}
+
 // The install container must not be why a namespace's ResourceQuota or LimitRange refuses
 // a pod, nor why a Guaranteed pod becomes Burstable: its requests equal its limits.
 func TestInstallContainerAdmittedByQuotaAndLimitRange(t *testing.T) {

@@ -284,6 +284,9 @@ func (h *sidecarHarness) startWebhook() {
 	h.webhook = startProcess(t, sidecarsBinary(t), "webhook", "--logging-format=json", "--kubeconfig", kubeconfig,
 		"--listen-addr", net.JoinHostPort(ip, "0"), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
 		"--wrapper-image", wrapperImageE2, "--wrapper-pull-policy", "Never", "--exit-image", chartExitImage(t),
+		// The burst tests run up to 100 Jobs at once on the 2-CPU node: each pod requests
+		// what its install container does.
+		"--install-cpu", "10m",
 		"--pod-selector", sidecarLabel+"="+h.id, "--leader-elect-namespace", h.ns)
 	addr := waitForAddress(t, h.webhook, regexp.MustCompile(`"msg":"sidecar webhook serving".*?"addr":"([^"]+)"`), 30*time.Second)
 

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
@@ -50,6 +51,8 @@ type webhookOptions struct {
 	cert                 selfCertOptions
 	wrapperImage         string
 	wrapperPullPolicy    string
+	installCPU           string
+	installMemory        string
 	imagePullSecrets     []string
 	exitImage            string
 	exitCommand          []string
@@ -142,6 +145,8 @@ them in place to --exit-image.`,
 	o.cert.addFlags(f)
 	f.StringVar(&o.wrapperImage, "wrapper-image", "", "image holding /sextant-sidecar-wrapper, which the injected init container copies into the pod (required)")
 	f.StringVar(&o.wrapperPullPolicy, "wrapper-pull-policy", string(corev1.PullIfNotPresent), "imagePullPolicy of the injected init container")
+	f.StringVar(&o.installCPU, "install-cpu", webhook.DefaultInstallCPU.String(), "CPU request and limit of the injected init container; a pod requests at least this much, so on a node of many Jobs that request little, less lets more run at once (and copies the wrapper slower)")
+	f.StringVar(&o.installMemory, "install-memory", webhook.DefaultInstallMemory.String(), "memory request and limit of the injected init container (it copies a static binary of a few MiB)")
 	f.StringSliceVar(&o.imagePullSecrets, "image-pull-secrets", nil, "names of Secrets added to the imagePullSecrets of each pod given the init container, where absent (those that pull --wrapper-image)")
 	f.BoolVar(&o.virtualNodes, "virtual-nodes", true, "run the virtual-node sidecar controller")
 	f.BoolVar(&o.bandwidthQuota, "bandwidth-quota", true, "refuse pods that would take their namespace past one of its BandwidthQuotas (reads the namespace's quotas and its pods' metadata from the API server for each pod that requires bandwidth)")
@@ -179,6 +184,12 @@ func (o webhookOptions) validateWebhook() error {
 	case corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever:
 	default:
 		return fmt.Errorf("--wrapper-pull-policy %q: want Always, IfNotPresent or Never", o.wrapperPullPolicy)
+	}
+	if _, err := installQuantity("--install-cpu", o.installCPU, "100m"); err != nil {
+		return err
+	}
+	if _, err := installQuantity("--install-memory", o.installMemory, "32Mi"); err != nil {
+		return err
 	}
 	if o.wrapperImage == "" {
 		return errors.New("--wrapper-image is required")
@@ -241,7 +252,18 @@ func (o webhookOptions) validateController() error {
 	return nil
 }
 
+// installQuantity parses the quantity of flag, which must be positive.
+func installQuantity(flag, value, example string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(value)
+	if err != nil || q.Sign() <= 0 {
+		return resource.Quantity{}, fmt.Errorf("%s %q: want a positive quantity, such as %s", flag, value, example)
+	}
+	return q, nil
+}
+
 func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
+	installCPU, _ := installQuantity("--install-cpu", o.installCPU, "100m")
+	installMemory, _ := installQuantity("--install-memory", o.installMemory, "32Mi")
 	// Bound before anything else, so that an address that cannot be served fails the
 	// start, naming the flag.
 	ln, err := net.Listen("tcp", o.listenAddr)
@@ -276,7 +298,8 @@ func runSidecarWebhook(ctx context.Context, o webhookOptions) error {
 	probes := httpbound.NewInFlight(o.serving.MaxInFlight)
 	noBody := httpbound.NewBodies(httpbound.NoBodyBytes, 0)
 	h := &webhook.Handler{
-		Mutator:      webhook.MutatorConfig{WrapperImage: o.wrapperImage, WrapperPullPolicy: corev1.PullPolicy(o.wrapperPullPolicy), ImagePullSecrets: o.imagePullSecrets},
+		Mutator: webhook.MutatorConfig{WrapperImage: o.wrapperImage, WrapperPullPolicy: corev1.PullPolicy(o.wrapperPullPolicy), ImagePullSecrets: o.imagePullSecrets,
+			InstallCPU: installCPU, InstallMemory: installMemory},
 		Log:          log,
 		Metrics:      webhook.NewMetrics(reg),
 		Limit:        func(h http.Handler) http.Handler { return reviews.Limit(bodies.Limit(h)) },
