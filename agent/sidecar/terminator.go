@@ -34,7 +34,7 @@ type Config struct {
 	// Resync is how often every pod with sidecars is looked at again, whatever the
 	// events said: a safety net for a missed event, not the way stops are found.
 	Resync time.Duration
-	// Workers is how many pods are looked at concurrently.
+	// Workers is how many pods are looked at concurrently (default DefaultWorkers).
 	Workers int
 	// Component names the agent in the Events it records.
 	Component string
@@ -86,6 +86,11 @@ type leftKey struct {
 	container string
 }
 
+// DefaultWorkers is how many pods a Terminator looks at concurrently by default. A look
+// spends its time waiting on containerd, not on the CPU, so with only a couple the pods of
+// a burst of finishing Jobs queue behind one another (docs/design/0073).
+const DefaultWorkers = 16
+
 // exitMemory is how long an exit seen as an event overrides what the runtime's
 // container list says: the CRI plugin updates its own state from the same event, and
 // may not have done so when the terminator asks.
@@ -98,7 +103,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 		cfg.Resync = 30 * time.Second
 	}
 	if cfg.Workers <= 0 {
-		cfg.Workers = 2
+		cfg.Workers = DefaultWorkers
 	}
 	if cfg.Component == "" {
 		cfg.Component = "sextant-agent"
@@ -259,10 +264,18 @@ func (t *Terminator) watchExits(ctx context.Context) {
 	}
 }
 
+// onExit notes an exit and queues its pod. It runs in the one goroutine that reads the
+// runtime's events, so a burst of exits waits on each call it makes: the pod is found
+// from the kubelet's reports when they name the container, and only otherwise (a
+// container that exited before the kubelet reported it) by asking the runtime.
 func (t *Terminator) onExit(ctx context.Context, e cri.Exit) {
 	t.mu.Lock()
 	t.exits[e.ContainerID] = heardExit{Exit: e, heard: t.now()}
 	t.mu.Unlock()
+	if pod, ok := nodepods.ByContainerID(t.informer, e.ContainerID); ok {
+		t.enqueuePod(pod)
+		return
+	}
 	c, err := t.rt.ContainerStatus(ctx, e.ContainerID)
 	if err != nil {
 		return // a pod sandbox, or a container already removed: nothing of ours

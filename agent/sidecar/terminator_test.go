@@ -45,6 +45,7 @@ type fakeRuntime struct {
 	stopDelay time.Duration
 	exits     chan cri.Exit
 	signals   []string // IDs, one per Signal call
+	statuses  []string // IDs, one per ContainerStatus call
 	// signalLost are containers whose stop signal containerd counts as sent by an
 	// earlier, cut-off StopContainer: StopContainer then only kills them (137), unless
 	// Signal reached them first.
@@ -85,6 +86,7 @@ func (f *fakeRuntime) PodContainers(_ context.Context, uid string) ([]cri.Contai
 func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (cri.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.statuses = append(f.statuses, id)
 	c, ok := f.ctrs[id]
 	if !ok {
 		return cri.Container{}, status.Error(codes.NotFound, "no such container")
@@ -343,6 +345,26 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 	ids, _ = rt.stopCalls()
 	if len(ids) != 2 || ids[1] != "proxy-b" {
 		t.Errorf("StopContainer calls = %v, want proxy-a then proxy-b", ids)
+	}
+}
+
+// TestExitOfReportedContainerNeedsNoRuntimeCall: an exit of a container the kubelet has
+// reported in the pod's status finds its pod without asking the runtime: in a burst,
+// every such call would hold up the exits behind it.
+func TestExitOfReportedContainerNeedsNoRuntimeCall(t *testing.T) {
+	rt := newFakeRuntime()
+	pod := jobPod("job-a", "uid-a", corev1.RestartPolicyNever)
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://main-a"}}
+	now := time.Now()
+	rt.add(cri.Container{ID: "main-a", PodUID: "uid-a", Name: "main", State: cri.StateRunning, CreatedAt: now})
+	rt.add(cri.Container{ID: "proxy-a", PodUID: "uid-a", Name: "proxy", State: cri.StateRunning, CreatedAt: now})
+	h := start(t, rt, pod)
+	rt.exit("main-a", 0, time.Now())
+	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	if slices.Contains(rt.statuses, "main-a") {
+		t.Errorf("ContainerStatus calls %v: the runtime was asked about main-a, which the pod's status names", rt.statuses)
 	}
 }
 

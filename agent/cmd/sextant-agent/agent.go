@@ -188,7 +188,7 @@ func (a *agent) newPodParts() error {
 	}
 	if o.sidecarTerminator {
 		a.terminator, err = sidecar.New(sidecar.Config{
-			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync,
+			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync, Workers: o.sidecarWorkers,
 		}, a.kube, a.pods, a.rt, sidecar.NewMetrics(a.reg), a.log.WithName("sidecar"))
 		if err != nil {
 			return err

@@ -27,6 +27,7 @@ import (
 	"sextant.io/sextant/agent/devicefilter"
 	"sextant.io/sextant/agent/numapin"
 	"sextant.io/sextant/agent/podresources"
+	"sextant.io/sextant/agent/sidecar"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/delegatedauth"
 	"sextant.io/sextant/internal/httpbound"
@@ -66,6 +67,7 @@ type runOptions struct {
 	criLivenessDeadline time.Duration
 	containerdNamespace string
 	sidecarResync       time.Duration
+	sidecarWorkers      int
 	sidecarPodSelector  string
 
 	numaPinning        bool
@@ -169,6 +171,7 @@ NodeTopology says which (status.numaPinning).`,
 	f.DurationVar(&o.criLivenessDeadline, "cri-liveness-deadline", cri.DefaultLivenessDeadline, "fail /healthz (the liveness probe) once the runtime on --cri-endpoint has not answered for this long, so the kubelet restarts the agent: an agent that mounts containerd's socket file alone keeps the old, dead socket after containerd restarts; 0 disables the check")
 	f.StringVar(&o.containerdNamespace, "containerd-namespace", cri.DefaultNamespace, "containerd namespace of the kubelet's containers")
 	f.DurationVar(&o.sidecarResync, "sidecar-resync", 30*time.Second, "look at every pod with sidecars at least this often (a safety net: exits come as events)")
+	f.IntVar(&o.sidecarWorkers, "sidecar-workers", sidecar.DefaultWorkers, "pods the sidecar terminator looks at concurrently: each look asks containerd for the pod's containers, so when many Jobs finish at once the last waits for the looks ahead of it")
 	f.StringVar(&o.sidecarPodSelector, "sidecar-pod-selector", "", "label selector limiting the pods whose sidecars are stopped (default: all pods on the node)")
 	f.BoolVar(&o.numaPinning, "numa-pinning", true, "confine pods annotated numa.sextant.io/nodes to the CPUs and memory of those NUMA nodes")
 	f.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the node's cgroup hierarchies are mounted (a host mount in a container); --sysfs-root does not change it")
@@ -210,6 +213,8 @@ func (o runOptions) validate() error {
 		return errors.New("--heartbeats=false, --sidecar-terminator=false and --numa-pinning=false leave the agent nothing to do")
 	case o.sidecarTerminator && o.sidecarResync <= 0:
 		return fmt.Errorf("--sidecar-resync %s: want a positive duration", o.sidecarResync)
+	case o.sidecarTerminator && (o.sidecarWorkers < 1 || o.sidecarWorkers > 1000):
+		return fmt.Errorf("--sidecar-workers %d: want 1 to 1000, such as %d", o.sidecarWorkers, sidecar.DefaultWorkers)
 	case o.numaPinning && o.numaResync <= 0:
 		return fmt.Errorf("--numa-resync %s: want a positive duration", o.numaResync)
 	case (o.sidecarTerminator || o.numaPinning) && o.criLivenessDeadline < 0:
