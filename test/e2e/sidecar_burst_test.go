@@ -169,9 +169,10 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 	res.mainSpread = last.Sub(first)
 	sort.Slice(res.delays, func(i, j int) bool { return res.delays[i] < res.delays[j] })
 	// A stop's log line comes after its Event and mark, so it may trail the Job's
-	// completion: wait for a line for each sidecar, then read them all.
+	// completion by as long as the agent takes to write a burst's Events (its API
+	// client's rate limit, retries): wait for a line for each sidecar, then read them all.
 	var lines []agentStop
-	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
 		lines = agentStopLines(t, h.agent.output())
 		seen := 0
 		for _, l := range lines {
