@@ -82,7 +82,6 @@ func (b *barrier) release(t *testing.T, waiting func() int) {
 
 // burstResult is what one burst measured.
 type burstResult struct {
-	jobs int
 	// delays are, per Job, main container finished → sidecar finished, sorted.
 	delays []time.Duration
 	// mainSpread is from the first main container finishing to the last.
@@ -147,7 +146,7 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 			t.Fatalf("job %s: %s", name, got)
 		}
 	}
-	res := burstResult{jobs: len(names), phases: map[string][]time.Duration{}, stopsByContainer: map[string]int{}}
+	res := burstResult{phases: map[string][]time.Duration{}, stopsByContainer: map[string]int{}}
 	res.agentCPU = processCPU(t, h.agent.cmd.Process.Pid) - cpu0
 	res.agentPeakRSS = processPeakRSS(t, h.agent.cmd.Process.Pid)
 	var first, last time.Time
