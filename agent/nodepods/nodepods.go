@@ -80,17 +80,17 @@ func containerIDs(pod *corev1.Pod) []string {
 // ByContainerID returns the pod whose container has the runtime ID id, if the kubelet
 // has reported that container yet.
 func ByContainerID(inf cache.SharedIndexInformer, id string) (*corev1.Pod, bool) {
-	objs, err := inf.GetIndexer().ByIndex(ContainerIndex, id)
-	if err != nil || len(objs) == 0 {
-		return nil, false
-	}
-	pod, ok := objs[0].(*corev1.Pod)
-	return pod, ok
+	return byIndex(inf, ContainerIndex, id)
 }
 
 // ByUID returns the pod with uid from the informer's cache, if it holds one.
 func ByUID(inf cache.SharedIndexInformer, uid string) (*corev1.Pod, bool) {
-	objs, err := inf.GetIndexer().ByIndex(UIDIndex, uid)
+	return byIndex(inf, UIDIndex, uid)
+}
+
+// byIndex returns the first pod the informer's index holds under key.
+func byIndex(inf cache.SharedIndexInformer, index, key string) (*corev1.Pod, bool) {
+	objs, err := inf.GetIndexer().ByIndex(index, key)
 	if err != nil || len(objs) == 0 {
 		return nil, false
 	}

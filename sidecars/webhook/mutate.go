@@ -43,8 +43,8 @@ const (
 )
 
 // The install container's default resources, requests equal to limits (see
-// MutatorConfig.InstallCPU). Copying the wrapper (a static binary of a few MiB) takes a
-// few milliseconds of CPU, within one CFS period at 100m, and about 3 MiB.
+// MutatorConfig.InstallCPU): copying the wrapper, a static binary, needs little of
+// either (docs/sidecars.md).
 var (
 	DefaultInstallCPU    = resource.MustParse("100m")
 	DefaultInstallMemory = resource.MustParse("32Mi")

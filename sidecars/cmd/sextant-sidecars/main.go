@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
@@ -20,21 +21,14 @@ func main() {
 }
 
 func newRootCommand() *cobra.Command {
-	root := &cobra.Command{
-		Use:   "sextant-sidecars",
-		Short: "sextant's sidecar control plane: the admission webhook for pods and the virtual-node sidecar controller",
-		Long: `sextant-sidecars runs sextant's sidecar control plane. Each command is a Deployment of
+	root := command("sextant-sidecars",
+		"sextant's sidecar control plane: the admission webhook for pods and the virtual-node sidecar controller",
+		`sextant-sidecars runs sextant's sidecar control plane. Each command is a Deployment of
 the chart: the webhook, and the virtual-node controller.`,
-		Args:          cobra.NoArgs,
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if printVersion(cmd) {
-				return nil
-			}
+		func() error { return nil },
+		func(context.Context) error {
 			return fmt.Errorf("sextant-sidecars: a command is required: %s", "webhook, virtual-node-controller")
-		},
-	}
+		})
 	addVersionFlag(root)
 	root.AddCommand(newSidecarWebhookCommand())
 	root.AddCommand(newVirtualNodeControllerCommand())
