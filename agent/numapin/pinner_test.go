@@ -44,6 +44,11 @@ type tree struct {
 	root string // what the pinner is given as --cgroup-root
 	dir  string // the cpuset hierarchy
 	v2   bool
+	// mu orders the test's writes with the simulated kernel's (kernel): a kernel pass
+	// that read a request before the test settled a cgroup and wrote after would put
+	// back a stale set in force, and the pinner would narrow again a cgroup that has a
+	// container by then.
+	mu sync.Mutex
 }
 
 func newTree(t *testing.T, v2 bool) *tree {
@@ -62,6 +67,8 @@ func newTree(t *testing.T, v2 bool) *tree {
 
 func (tr *tree) write(dir, file, value string) {
 	tr.t.Helper()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(value+"\n"), 0o644); err != nil {
 		tr.t.Fatal(err)
 	}
@@ -156,6 +163,8 @@ func (tr *tree) kernel(ctx context.Context) {
 }
 
 func (tr *tree) settleQuietly(dir string) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
 	suffix := []string{"effective_cpus", "effective_mems"}
 	if tr.v2 {
 		suffix = []string{"cpus.effective", "mems.effective"}
