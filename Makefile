@@ -145,7 +145,7 @@ bench-meter: ## iperf3 over a veth with and without the eBPF meter; ratio and ns
 	scripts/bench-meter.sh
 
 .PHONY: bench-enforce
-bench-enforce: ## iperf3 over a veth with the meter alone and with bandwidth enforcement; ratio, CPU per packet, a pod's classes with 200 pods.
+bench-enforce: ## iperf3 over a veth with the meter alone and with bandwidth enforcement; ratio, CPU per packet, a pod's classes with 200 pods; the guarantees on the local cluster.
 	scripts/bench-enforce.sh
 
 # Flags added to make bench-ranker's, e.g. the 8-NUMA-node shape beside today's at 5000

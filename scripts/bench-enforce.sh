@@ -13,12 +13,19 @@
 # of each from /proc/stat, and the classifier's own cost per packet from the kernel's BPF
 # statistics; then what a pod's classes cost to add and to remove with 200 pods on the
 # node (go test -bench BenchmarkPodClasses).
-# Goals: ratio >= 0.97; a pod's classes in well under a second. Needs root, iperf3, ip,
-# tc, bpftool, jq.
+# Last, on the local cluster (brought up if it is not), the guarantees themselves: the
+# e2e test TestEnforcementKeepsGuaranteesAndLimits's pod placed for 400 Mbit/s each way
+# with three neighbours pushing through the same 1 Gbit/s uplink, alone, and a pod
+# capped at 100 Mbit/s. Its figures depend on how fast the machine pushes packets, so
+# they are judged here, not in the test.
+# Goals: ratio >= 0.97; a pod's classes in well under a second; the reserved pod under
+# contention >= 95% of its 400M, alone >= 90% of the uplink; the capped pod within 5% of
+# its 100M. Needs root, iperf3, ip, tc, bpftool, jq.
 #
 #   scripts/bench-enforce.sh      (make bench-enforce; no arguments)
 #
-# Env: ROUNDS (default 5), SECONDS_PER_RUN (default 5).
+# Env: ROUNDS (default 5), SECONDS_PER_RUN (default 5), GUARANTEES (default 1; 0 skips
+# the cluster part).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "$0")/lib.sh"
@@ -27,6 +34,7 @@ cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
+GUARANTEES=${GUARANTEES:-1}
 
 [[ $(id -u) == 0 ]] || die "bench-enforce needs root (network namespaces, BPF, qdiscs)"
 for tool in ip tc iperf3 bpftool jq; do
@@ -173,3 +181,25 @@ awk -v n="$cls_ns" -v c="$cls_cnt" 'BEGIN {
 echo "A pod's classes with 200 pods on the node (the plan, the classifier's maps, both qdiscs):"
 go test -run '^$' -bench 'BenchmarkPodClasses' -benchtime 200x ./agent/enforce/ |
   awk '/^BenchmarkPodClasses/ { n = $1; sub(/^BenchmarkPodClasses\//, "", n); sub(/-[0-9]+$/, "", n); printf "  %s: %.2f ms\n", n, $3 / 1e6 }'
+
+[[ $GUARANTEES == 1 ]] || exit 0
+echo "Guarantees on the local cluster (TestEnforcementKeepsGuaranteesAndLimits, 1 Gbit/s uplink):"
+if ! scripts/cluster.sh status >/dev/null 2>&1; then
+  log "bench-enforce: the local cluster is not up; starting it"
+  scripts/cluster.sh up
+fi
+out=$(KUBECONFIG=$(scripts/cluster.sh kubeconfig) go test -tags e2e -count=1 -run '^TestEnforcementKeepsGuaranteesAndLimits$' -timeout 20m ./test/e2e/ -v 2>&1) ||
+  { echo "$out" >&2; die "bench-enforce: the guarantees test failed"; }
+line=$(grep '^bench-enforce-guarantees:' <<<"$out") || { echo "$out" >&2; die "bench-enforce: the test printed no figures"; }
+awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } }
+  function judge(ok) { return ok ? "PASS" : "MISS" }
+  END {
+    r = v["required"]; u = v["uplink"]; c = v["capped"]
+    printf "  reserved pod, three neighbours pushing: egress %s, ingress %s Mbit/s with enforcement (%s, %s without); goal >= 95%% of %s: %s, %s\n",
+      v["contended_egress"], v["contended_ingress"], v["unenforced_egress"], v["unenforced_ingress"], r,
+      judge(v["contended_egress"] >= 0.95 * r), judge(v["contended_ingress"] >= 0.95 * r)
+    printf "  reserved pod alone: egress %s, ingress %s Mbit/s; goal >= 90%% of the %s uplink: %s, %s\n",
+      v["alone_egress"], v["alone_ingress"], u, judge(v["alone_egress"] >= 0.9 * u), judge(v["alone_ingress"] >= 0.9 * u)
+    printf "  pod capped at %s: egress %s, ingress %s Mbit/s; goal within 5%%: %s, %s\n", c, v["capped_egress"], v["capped_ingress"],
+      judge(v["capped_egress"] >= 0.95 * c && v["capped_egress"] <= 1.05 * c), judge(v["capped_ingress"] >= 0.95 * c && v["capped_ingress"] <= 1.05 * c)
+  }' <<<"$line"
