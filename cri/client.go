@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +22,6 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/fieldmaskpb"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -31,15 +31,29 @@ const DefaultEndpoint = "unix:///run/containerd/containerd.sock"
 // DefaultNamespace is the containerd namespace of the containers the CRI plugin makes.
 const DefaultNamespace = "k8s.io"
 
-// StopMarkLabel is the containerd label MarkStop writes. It lives on the container
-// object, so it survives the agent and vanishes with the container. containerd's CRI
-// plugin also copies the image's labels into the container's, so an image can put a
-// value here before MarkStop ever runs: its reader must tell its own marks (the agent's
-// name the container's ID).
+// StopMarkLabel is the containerd label agents wrote their stop marks in before the
+// marks moved to files in the agent's state directory; ContainerRecords still reads it,
+// so that an upgraded agent knows what an older one stopped. containerd's CRI plugin
+// also copies the image's labels into the container's, so an image can put a value
+// here: its reader must tell an agent's marks (which name the container's ID) from
+// others.
 const StopMarkLabel = "sextant.io/sidecar-stop"
 
-// exitTopic is containerd's event for a task's process having exited.
-const exitTopic = "/tasks/exit"
+// The containerd events of a task's process having started and exited.
+const (
+	startTopic = "/tasks/start"
+	exitTopic  = "/tasks/exit"
+)
+
+// The label and extension containerd's CRI plugin puts on the containerd containers it
+// makes: the kind ("container" or "sandbox"), and its own record of the container
+// (versioned JSON).
+const (
+	criKindLabel      = "io.cri-containerd.kind"
+	criKindContainer  = "container"
+	criMetadataKey    = "io.cri-containerd.container.metadata"
+	criMetadataFormat = "v1"
+)
 
 // DefaultTimeout bounds every call to the runtime unless Dial is told otherwise. A
 // containerd that is wedged (a stuck shim, a full disk under its metadata store) must
@@ -265,8 +279,79 @@ func (c *Client) stopMarks(ctx context.Context, podUID string) (map[string]strin
 	return marks, nil
 }
 
-// ContainerStatus implements Runtime. The stop mark is not filled in: PodContainers
-// does that.
+// ContainerRecords implements Runtime with containerd's own container list, a read of
+// its metadata store: the CRI's ListContainers reads every container's state on the
+// node, and waits for any of them whose exit the CRI is writing.
+func (c *Client) ContainerRecords(ctx context.Context, podUID string) ([]Container, error) {
+	resp, err := c.containers.List(c.namespaced(ctx), &containersapi.ListContainersRequest{
+		Filters: []string{fmt.Sprintf(`labels.%q==%q,labels.%q==%q`, LabelPodUID, podUID, criKindLabel, criKindContainer)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list containerd containers of pod %s: %w", podUID, err)
+	}
+	out := make([]Container, 0, len(resp.Containers))
+	for _, rc := range resp.Containers {
+		ctr := Container{
+			ID: rc.ID, PodUID: rc.Labels[LabelPodUID], Name: rc.Labels[LabelContainerName],
+			State: StateUnknown, StopMark: rc.Labels[StopMarkLabel],
+		}
+		if rc.CreatedAt != nil {
+			ctr.CreatedAt = rc.CreatedAt.AsTime()
+		}
+		if md, ok := rc.Extensions[criMetadataKey]; ok {
+			if m, err := parseCRIMetadata(md.GetValue()); err == nil {
+				ctr.Attempt, ctr.StopSignal = m.attempt, m.stopSignal
+				if ctr.Name == "" {
+					ctr.Name = m.name
+				}
+			}
+		}
+		out = append(out, ctr)
+	}
+	return out, nil
+}
+
+// criMetadata is what the agent reads of the CRI plugin's record of a container.
+type criMetadata struct {
+	name       string
+	attempt    uint32
+	stopSignal string // "SIGTERM" where the record names none: what the CRI then sends
+}
+
+// parseCRIMetadata reads the CRI plugin's JSON record of a container (its
+// internal/cri/store/container Metadata, the same in containerd 1.6 to 2.x). A record of
+// another version is an error: the fields may mean something else there.
+func parseCRIMetadata(b []byte) (criMetadata, error) {
+	var rec struct {
+		Version  string
+		Metadata struct {
+			StopSignal string
+			Config     *struct {
+				Metadata *struct {
+					Name    string `json:"name"`
+					Attempt uint32 `json:"attempt"`
+				} `json:"metadata"`
+			}
+		}
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return criMetadata{}, fmt.Errorf("cri metadata: %w", err)
+	}
+	if rec.Version != criMetadataFormat {
+		return criMetadata{}, fmt.Errorf("cri metadata version %q: want %s", rec.Version, criMetadataFormat)
+	}
+	m := criMetadata{stopSignal: rec.Metadata.StopSignal}
+	if m.stopSignal == "" {
+		m.stopSignal = "SIGTERM"
+	}
+	if cfg := rec.Metadata.Config; cfg != nil && cfg.Metadata != nil {
+		m.name, m.attempt = cfg.Metadata.Name, cfg.Metadata.Attempt
+	}
+	return m, nil
+}
+
+// ContainerStatus implements Runtime. The stop mark and the stop signal are not filled
+// in: ContainerRecords does that.
 func (c *Client) ContainerStatus(ctx context.Context, id string) (Container, error) {
 	resp, err := c.runtime.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
 	if err != nil {
@@ -312,32 +397,35 @@ func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) erro
 	return nil
 }
 
-// MarkStop implements Runtime.
-func (c *Client) MarkStop(ctx context.Context, id, mark string) error {
-	_, err := c.containers.Update(c.namespaced(ctx), &containersapi.UpdateContainerRequest{
-		Container:  &containersapi.Container{ID: id, Labels: map[string]string{StopMarkLabel: mark}},
-		UpdateMask: &fieldmaskpb.FieldMask{Paths: []string{"labels." + StopMarkLabel}},
-	})
+// TaskPID implements Runtime with containerd's task service.
+func (c *Client) TaskPID(ctx context.Context, id string) (uint32, error) {
+	resp, err := c.tasks.Get(c.namespaced(ctx), &tasksapi.GetRequest{ContainerID: id})
 	if err != nil {
-		return fmt.Errorf("mark container %s: %w", id, err)
+		return 0, fmt.Errorf("task of container %s: %w", id, err)
 	}
-	return nil
+	if resp.Process == nil || resp.Process.Pid == 0 {
+		return 0, fmt.Errorf("task of container %s: no process", id)
+	}
+	return resp.Process.Pid, nil
 }
 
-// Exits implements Runtime with containerd's event service.
-func (c *Client) Exits(ctx context.Context) (<-chan Exit, <-chan error) {
-	out := make(chan Exit, 64)
+// TaskEvents implements Runtime with containerd's event service.
+func (c *Client) TaskEvents(ctx context.Context) (<-chan TaskEvent, <-chan error) {
+	out := make(chan TaskEvent, 64)
 	errc := make(chan error, 1)
 	go func() {
 		defer close(out)
-		errc <- c.streamExits(ctx, out)
+		errc <- c.streamTaskEvents(ctx, out)
 	}()
 	return out, errc
 }
 
-func (c *Client) streamExits(ctx context.Context, out chan<- Exit) error {
+func (c *Client) streamTaskEvents(ctx context.Context, out chan<- TaskEvent) error {
 	stream, err := c.events.Subscribe(ctx, &eventsapi.SubscribeRequest{
-		Filters: []string{fmt.Sprintf(`topic==%q,namespace==%q`, exitTopic, c.namespace)},
+		Filters: []string{
+			fmt.Sprintf(`topic==%q,namespace==%q`, startTopic, c.namespace),
+			fmt.Sprintf(`topic==%q,namespace==%q`, exitTopic, c.namespace),
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("subscribe to containerd events: %w", err)
@@ -353,28 +441,47 @@ func (c *Client) streamExits(ctx context.Context, out chan<- Exit) error {
 			}
 			return fmt.Errorf("containerd event stream: %w", err)
 		}
-		if env.Event == nil || !strings.HasSuffix(env.Event.TypeUrl, "containerd.events.TaskExit") {
-			continue
-		}
-		var ev apievents.TaskExit
-		if err := proto.Unmarshal(env.Event.Value, &ev); err != nil {
+		ev, ok := taskEvent(env)
+		if !ok {
 			continue // not ours to fail on; the resync catches what this misses
 		}
-		// An exec'd process exiting has its own ID; only the container's own process
-		// ends the container.
-		if ev.ID != "" && ev.ID != ev.ContainerID {
-			continue
-		}
-		exit := Exit{ContainerID: ev.ContainerID, ExitCode: ev.ExitStatus}
-		if ev.ExitedAt != nil {
-			exit.ExitedAt = ev.ExitedAt.AsTime()
-		}
 		select {
-		case out <- exit:
+		case out <- ev:
 		case <-ctx.Done():
 			return nil
 		}
 	}
+}
+
+// taskEvent reads a start or exit of a container's main process from env.
+func taskEvent(env *eventsapi.Envelope) (TaskEvent, bool) {
+	if env.Event == nil {
+		return TaskEvent{}, false
+	}
+	switch {
+	case strings.HasSuffix(env.Event.TypeUrl, "containerd.events.TaskStart"):
+		var ev apievents.TaskStart
+		if err := proto.Unmarshal(env.Event.Value, &ev); err != nil || ev.ContainerID == "" {
+			return TaskEvent{}, false
+		}
+		return TaskEvent{ContainerID: ev.ContainerID, Started: true, Pid: ev.Pid}, true
+	case strings.HasSuffix(env.Event.TypeUrl, "containerd.events.TaskExit"):
+		var ev apievents.TaskExit
+		if err := proto.Unmarshal(env.Event.Value, &ev); err != nil || ev.ContainerID == "" {
+			return TaskEvent{}, false
+		}
+		// An exec'd process exiting has its own ID; only the container's own process
+		// ends the container.
+		if ev.ID != "" && ev.ID != ev.ContainerID {
+			return TaskEvent{}, false
+		}
+		out := TaskEvent{ContainerID: ev.ContainerID, ExitCode: ev.ExitStatus}
+		if ev.ExitedAt != nil {
+			out.ExitedAt = ev.ExitedAt.AsTime()
+		}
+		return out, true
+	}
+	return TaskEvent{}, false
 }
 
 // IsNotFound reports whether err says the runtime has no such container.

@@ -39,23 +39,36 @@ type Container struct {
 	FinishedAt time.Time
 	// ExitCode is meaningful only in StateExited.
 	ExitCode int32
-	// StopMark is the container's StopMarkLabel: what MarkStop last recorded on it, or
-	// what its image's labels put there; empty if nothing.
+	// StopMark is the container's StopMarkLabel: what an agent before stop marks were
+	// files wrote on it, or what its image's labels put there; empty if nothing. Only
+	// ContainerRecords fills it in.
 	StopMark string
+	// StopSignal is the signal containerd's CRI stops the container with (such as
+	// "SIGTERM" or "SIGQUIT"), as its CRI metadata records it; empty if unknown. Only
+	// ContainerRecords fills it in.
+	StopSignal string
 }
 
-// Exit is a container's main process having exited.
-type Exit struct {
+// TaskEvent is a container's main process having started or exited.
+type TaskEvent struct {
 	ContainerID string
-	ExitCode    uint32
-	ExitedAt    time.Time
+	// Started is true for a start, false for an exit.
+	Started bool
+	// Pid is the started process's ID in containerd's (the host's) PID namespace.
+	Pid uint32
+	// ExitCode and ExitedAt are an exit's.
+	ExitCode uint32
+	ExitedAt time.Time
 }
 
 // Runtime is what the sidecar terminator needs from the node's container runtime.
 type Runtime interface {
-	// PodContainers returns every container the runtime holds for the pod, each attempt
-	// of each container, exited ones included.
-	PodContainers(ctx context.Context, podUID string) ([]Container, error)
+	// ContainerRecords returns every container the runtime holds for the pod (each
+	// attempt of each container, exited ones included) as its metadata store records
+	// them: ID, name, attempt, creation time, stop mark and stop signal, but State
+	// StateUnknown. It does not wait on the containers' states, which the CRI guards
+	// with a lock per container that an exit being written holds.
+	ContainerRecords(ctx context.Context, podUID string) ([]Container, error)
 	// ContainerStatus returns one container; an error satisfying IsNotFound if the
 	// runtime has no such container.
 	ContainerStatus(ctx context.Context, id string) (Container, error)
@@ -64,10 +77,10 @@ type Runtime interface {
 	StopContainer(ctx context.Context, id string, timeout time.Duration) error
 	// Signal sends sig to the container's main process, and nothing more.
 	Signal(ctx context.Context, id string, sig syscall.Signal) error
-	// MarkStop records mark on the container itself, where it outlives the caller: a
-	// restarted agent reads it back as Container.StopMark (which the image can also set).
-	MarkStop(ctx context.Context, id, mark string) error
-	// Exits streams the exits of containers' main processes until ctx ends or the
-	// stream breaks; the error channel then receives why (nil when ctx ended).
-	Exits(ctx context.Context) (<-chan Exit, <-chan error)
+	// TaskPID returns the host PID of the container's main process.
+	TaskPID(ctx context.Context, id string) (uint32, error)
+	// TaskEvents streams the starts and exits of containers' main processes until ctx
+	// ends or the stream breaks; the error channel then receives why (nil when ctx
+	// ended).
+	TaskEvents(ctx context.Context) (<-chan TaskEvent, <-chan error)
 }

@@ -9,6 +9,7 @@ import (
 
 	containersapi "github.com/containerd/containerd/api/services/containers/v1"
 	eventsapi "github.com/containerd/containerd/api/services/events/v1"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -58,6 +59,17 @@ func (h *hungRuntime) StopContainer(ctx context.Context, _ *runtimeapi.StopConta
 	return nil, h.hang(ctx)
 }
 
+// hungTasks is hungRuntime's task service (a type of its own: some of its methods have
+// the names of other services').
+type hungTasks struct {
+	tasksapi.UnimplementedTasksServer
+	h *hungRuntime
+}
+
+func (t hungTasks) Get(ctx context.Context, _ *tasksapi.GetRequest) (*tasksapi.GetResponse, error) {
+	return nil, t.h.hang(ctx)
+}
+
 func (h *hungRuntime) Update(ctx context.Context, _ *containersapi.UpdateContainerRequest) (*containersapi.UpdateContainerResponse, error) {
 	return nil, h.hang(ctx)
 }
@@ -88,6 +100,7 @@ func serveHung(t *testing.T) (string, *hungRuntime) {
 	runtimeapi.RegisterRuntimeServiceServer(srv, h)
 	containersapi.RegisterContainersServer(srv, h)
 	eventsapi.RegisterEventsServer(srv, h)
+	tasksapi.RegisterTasksServer(srv, hungTasks{h: h})
 	go func() { _ = srv.Serve(l) }()
 	t.Cleanup(srv.Stop)
 	return sock, h
@@ -122,7 +135,8 @@ func TestHungRuntimeCallsHitTheDeadline(t *testing.T) {
 	within(t, "Version", timeout, func() error { _, err := c.Version(ctx); return err })
 	within(t, "PodContainers", timeout, func() error { _, err := c.PodContainers(ctx, "uid"); return err })
 	within(t, "ContainerStatus", timeout, func() error { _, err := c.ContainerStatus(ctx, "id"); return err })
-	within(t, "MarkStop", timeout, func() error { return c.MarkStop(ctx, "id", "v1:1:2") })
+	within(t, "ContainerRecords", timeout, func() error { _, err := c.ContainerRecords(ctx, "uid"); return err })
+	within(t, "TaskPID", timeout, func() error { _, err := c.TaskPID(ctx, "id"); return err })
 	within(t, "UpdateCpuset", timeout, func() error { return c.UpdateCpuset(ctx, "id", "0", "0") })
 	// StopContainer may take its own timeout (the grace period) on top of the client's.
 	before := time.Now()
@@ -172,7 +186,7 @@ func TestSilentSocketBoundsConnecting(t *testing.T) {
 	within(t, "Version", timeout, func() error { _, err := c.Version(context.Background()); return err })
 
 	start := time.Now()
-	exits, errc := c.Exits(context.Background())
+	exits, errc := c.TaskEvents(context.Background())
 	for range exits {
 		t.Error("an exit from a socket that says nothing")
 	}
@@ -197,7 +211,7 @@ func TestExitStreamOutlivesTheTimeout(t *testing.T) {
 	}
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
-	exits, errc := c.Exits(ctx)
+	exits, errc := c.TaskEvents(ctx)
 	select {
 	case err := <-errc:
 		t.Fatalf("the exit stream ended within %v: %v", 5*timeout, err)

@@ -115,7 +115,7 @@ func TestClientReconnectsAfterRuntimeRestart(t *testing.T) {
 	if _, err := c.Version(ctx); err != nil {
 		t.Fatalf("Version before the restart: %v", err)
 	}
-	exits, errc := c.Exits(ctx)
+	exits, errc := c.TaskEvents(ctx)
 	f.rt.exits <- &apievents.TaskExit{ContainerID: "a", ExitStatus: 1}
 	if e := <-exits; e.ContainerID != "a" {
 		t.Fatalf("exit before the restart: %+v", e)
@@ -133,7 +133,7 @@ func TestClientReconnectsAfterRuntimeRestart(t *testing.T) {
 
 	f.start()
 	until(t, "Version after the restart", func() bool { _, err := c.Version(ctx); return err == nil })
-	exits, _ = c.Exits(ctx)
+	exits, _ = c.TaskEvents(ctx)
 	f.rt.exits <- &apievents.TaskExit{ContainerID: "b", ExitStatus: 0}
 	if e := <-exits; e.ContainerID != "b" {
 		t.Fatalf("exit after the restart: %+v", e)

@@ -15,7 +15,7 @@ import (
 	"sextant.io/sextant/cri"
 )
 
-// blockingRuntime answers PodContainers only while open; closed, every call waits
+// blockingRuntime answers ContainerRecords only while open; closed, every call waits
 // (as on a runtime without a deadline that stopped answering).
 type blockingRuntime struct {
 	*fakeRuntime
@@ -24,13 +24,13 @@ type blockingRuntime struct {
 	blocked atomic.Int32
 }
 
-func (b *blockingRuntime) PodContainers(ctx context.Context, uid string) ([]cri.Container, error) {
+func (b *blockingRuntime) ContainerRecords(ctx context.Context, uid string) ([]cri.Container, error) {
 	if !b.open.Load() {
 		b.blocked.Add(1)
 		<-b.release
 		b.blocked.Add(-1)
 	}
-	return b.fakeRuntime.PodContainers(ctx, uid)
+	return b.fakeRuntime.ContainerRecords(ctx, uid)
 }
 
 // LastAlive moves with the resync while the workers work, stays put while the only
@@ -44,7 +44,7 @@ func TestLastAliveShowsBlockedWorkers(t *testing.T) {
 	}
 	informer := nodepods.NewInformer(kube, node)
 	const resync = 20 * time.Millisecond
-	term, err := New(Config{NodeName: node, Resync: resync, Workers: 1}, kube, informer, rt, nil, logr.Discard())
+	term, err := New(Config{NodeName: node, Resync: resync, Workers: 1, StateDir: t.TempDir()}, kube, informer, rt, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

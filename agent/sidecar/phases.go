@@ -18,7 +18,7 @@ const (
 	// phaseDecided: that pass began → it decided to stop the sidecar (the pod's
 	// containers read from the runtime, the rules applied).
 	phaseDecided = "decided"
-	// phaseMarked: decided → the stop mark written into the runtime's metadata, which
+	// phaseMarked: decided → the stop mark written to the agent's state directory, which
 	// must come before the signal (see stop).
 	phaseMarked = "marked"
 	// phaseStopped: the stop sent → the sidecar exited: its own shutdown, then the
@@ -39,6 +39,9 @@ type stopTiming struct {
 	marked       time.Time
 	stopped      time.Time
 	recorded     time.Time
+	// via says how the stop signal was sent (viaProcess, viaRuntime); empty when an
+	// earlier agent sent it.
+	via string
 }
 
 // durations are the phases' lengths in the order of phases, false when the stop did not

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"sextant.io/sextant/agent/nodepods"
+	"sextant.io/sextant/agent/procsignal"
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
@@ -41,12 +43,27 @@ type Config struct {
 	// APITimeout bounds each call to the API server (default 10s): a call that hangs
 	// must not hold a worker, and with every worker held, every stop on the node.
 	APITimeout time.Duration
+	// StateDir holds the stop marks, one file per container (required): a directory
+	// that outlives the agent, the agent's --state-dir.
+	StateDir string
+	// Signaller, if set, sends a sidecar's stop signal straight to its process, and the
+	// runtime is asked to stop the container only if it outlives its grace period. Nil,
+	// or for a container whose process or stop signal it cannot tell, the runtime's
+	// StopContainer does both.
+	Signaller Signaller
+}
+
+// Signaller sends a signal to a container's main process by its host PID, and refuses
+// when that process is not the container's (procsignal.Signaller).
+type Signaller interface {
+	Signal(pid uint32, containerID string, sig syscall.Signal) error
 }
 
 // Terminator stops the sidecars of its node's pods as the rules say. It learns of exits
 // from the runtime's event stream (and, slower, from the kubelet's pod status updates
-// and a periodic resync), reads the state of a pod's containers from the runtime, and
-// stops through it.
+// and a periodic resync), reads the state of a pod's containers from the exits it heard
+// and the runtime, and stops a sidecar by signalling its process (Config.Signaller) or
+// through the runtime.
 type Terminator struct {
 	cfg     Config
 	kube    kubernetes.Interface
@@ -58,10 +75,17 @@ type Terminator struct {
 	informer cache.SharedIndexInformer
 	selector labels.Selector
 	queue    workqueue.TypedRateLimitingInterface[string]
+	marks    markFiles
+	// stops are the stops running in goroutines of their own; Run waits for them.
+	stops sync.WaitGroup
 
 	mu       sync.Mutex
 	inflight map[string]bool      // container IDs this process is stopping now
 	exits    map[string]heardExit // recent exits seen as events, by container ID
+	pids     map[string]uint32    // host PIDs of running containers, from start events
+	// exited are closed when the exit of the container they are kept for is heard: a
+	// stop that signalled the process itself waits on one.
+	exited   map[string]chan struct{}
 	settled  map[types.UID]bool   // finished pods with nothing left to do
 	recorded map[string]time.Time // container IDs whose stop this process recorded
 	left     map[leftKey]bool     // sidecars left running whose Event this process recorded
@@ -76,7 +100,7 @@ type Terminator struct {
 
 // heardExit is an exit event and when it arrived.
 type heardExit struct {
-	cri.Exit
+	cri.TaskEvent
 	heard time.Time
 }
 
@@ -111,6 +135,9 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 	if cfg.APITimeout <= 0 {
 		cfg.APITimeout = 10 * time.Second
 	}
+	if cfg.StateDir == "" {
+		return nil, errors.New("sidecar terminator: no state directory for the stop marks")
+	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
@@ -120,12 +147,14 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 	}
 	t := &Terminator{
 		cfg: cfg, kube: kube, rt: rt, metrics: metrics, log: log, now: time.Now,
-		informer: pods, selector: selector,
+		informer: pods, selector: selector, marks: markFiles{dir: filepath.Join(cfg.StateDir, "sidecar-stops")},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](200*time.Millisecond, 30*time.Second),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "sidecar"}),
 		inflight: map[string]bool{},
 		exits:    map[string]heardExit{},
+		pids:     map[string]uint32{},
+		exited:   map[string]chan struct{}{},
 		settled:  map[types.UID]bool{},
 		recorded: map[string]time.Time{},
 		left:     map[leftKey]bool{},
@@ -146,6 +175,9 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 					}
 				}
 				t.mu.Unlock()
+				if err := t.marks.forgetPod(string(pod.UID)); err != nil {
+					t.log.Error(err, "sidecar terminator: stop marks left behind", "pod", pod.Namespace+"/"+pod.Name)
+				}
 			}
 		},
 	})
@@ -181,6 +213,7 @@ func (t *Terminator) Run(ctx context.Context) error {
 		}
 	}
 	t.synced.Store(true)
+	t.forgetGonePods()
 	t.queue.Add(liveness.ProbeKey)
 	var wg sync.WaitGroup
 	for range t.cfg.Workers {
@@ -206,6 +239,7 @@ func (t *Terminator) Run(ctx context.Context) error {
 	<-ctx.Done()
 	t.queue.ShutDown()
 	wg.Wait()
+	t.stops.Wait()
 	return nil
 }
 
@@ -241,11 +275,15 @@ func (t *Terminator) enqueueAll() {
 func (t *Terminator) watchExits(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
-		exits, errc := t.rt.Exits(ctx)
+		events, errc := t.rt.TaskEvents(ctx)
 		t.following.Store(true)
 		t.enqueueAll()
-		for e := range exits {
-			t.onExit(ctx, e)
+		for e := range events {
+			if e.Started {
+				t.onStart(e)
+			} else {
+				t.onExit(ctx, e)
+			}
 			backoff = time.Second
 		}
 		err := <-errc
@@ -268,9 +306,14 @@ func (t *Terminator) watchExits(ctx context.Context) {
 // runtime's events, so a burst of exits waits on each call it makes: the pod is found
 // from the kubelet's reports when they name the container, and only otherwise (a
 // container that exited before the kubelet reported it) by asking the runtime.
-func (t *Terminator) onExit(ctx context.Context, e cri.Exit) {
+func (t *Terminator) onExit(ctx context.Context, e cri.TaskEvent) {
 	t.mu.Lock()
-	t.exits[e.ContainerID] = heardExit{Exit: e, heard: t.now()}
+	t.exits[e.ContainerID] = heardExit{TaskEvent: e, heard: t.now()}
+	delete(t.pids, e.ContainerID)
+	if ch, ok := t.exited[e.ContainerID]; ok {
+		close(ch)
+		delete(t.exited, e.ContainerID)
+	}
 	t.mu.Unlock()
 	if pod, ok := nodepods.ByContainerID(t.informer, e.ContainerID); ok {
 		t.enqueuePod(pod)
@@ -285,6 +328,36 @@ func (t *Terminator) onExit(ctx context.Context, e cri.Exit) {
 		return // another node's pod cannot be here; a static pod
 	}
 	t.enqueuePod(pod)
+}
+
+// onStart keeps a started container's PID, for a stop that signals the process itself.
+// Every container on the node starts here, but only until it exits: the map holds the
+// running ones.
+func (t *Terminator) onStart(e cri.TaskEvent) {
+	if t.cfg.Signaller == nil || e.Pid == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.pids[e.ContainerID] = e.Pid
+	t.mu.Unlock()
+}
+
+// forgetGonePods removes the stop marks of pods that are no longer on the node (deleted
+// while no agent ran), once the pod cache has synced.
+func (t *Terminator) forgetGonePods() {
+	uids, err := t.marks.pods()
+	if err != nil {
+		t.log.Error(err, "sidecar terminator: stop marks of gone pods left behind")
+		return
+	}
+	for _, uid := range uids {
+		if _, ok := nodepods.ByUID(t.informer, uid); ok {
+			continue
+		}
+		if err := t.marks.forgetPod(uid); err != nil {
+			t.log.Error(err, "sidecar terminator: stop marks of a gone pod left behind", "uid", uid)
+		}
+	}
 }
 
 func (t *Terminator) forgetOldExits() {
@@ -336,11 +409,11 @@ func (t *Terminator) process(ctx context.Context, key string, taken time.Time) e
 	if !ok || pod.DeletionTimestamp != nil || !t.selector.Matches(labels.Set(pod.Labels)) {
 		return nil // being deleted: the kubelet stops every container itself
 	}
-	ctrs, err := t.rt.PodContainers(ctx, string(pod.UID))
+	ctrs, err := t.podContainers(ctx, pod)
 	if err != nil {
 		return err
 	}
-	latest := t.latest(ctrs)
+	latest := latestAttempts(ctrs)
 	states := map[string]sidecarrules.State{}
 	for name, c := range latest {
 		states[name] = stateOf(c)
@@ -471,23 +544,62 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 	return nil
 }
 
-// latest picks the newest attempt of each container, with exits seen as events laid
-// over the runtime's list.
-func (t *Terminator) latest(ctrs []cri.Container) map[string]cri.Container {
+// podContainers reads the pod's containers: the runtime's records of them (which do not
+// wait on the CRI's lock of any container's state), the state of each from its exit
+// event if the agent heard it and otherwise from the runtime, and the stop marks from
+// the agent's state directory or, where an agent from before those files wrote one,
+// the container's label.
+func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod) ([]cri.Container, error) {
+	recs, err := t.rt.ContainerRecords(ctx, string(pod.UID))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]cri.Container, 0, len(recs))
+	for _, c := range recs {
+		mark, err := t.marks.read(string(pod.UID), c.ID)
+		if err != nil {
+			return nil, err
+		}
+		if mark != "" {
+			c.StopMark = mark
+		}
+		if exited, ok := t.heardExit(c); ok {
+			out = append(out, exited)
+			continue
+		}
+		st, err := t.rt.ContainerStatus(ctx, c.ID)
+		if cri.IsNotFound(err) {
+			continue // made, or removed, between the two calls
+		}
+		if err != nil {
+			return nil, err
+		}
+		c.State, c.StartedAt, c.FinishedAt, c.ExitCode, c.Attempt = st.State, st.StartedAt, st.FinishedAt, st.ExitCode, st.Attempt
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// heardExit is c as it exited, if the agent heard its exit event.
+func (t *Terminator) heardExit(c cri.Container) (cri.Container, bool) {
+	t.mu.Lock()
+	e, ok := t.exits[c.ID]
+	t.mu.Unlock()
+	if !ok {
+		return c, false
+	}
+	c.State, c.ExitCode, c.FinishedAt = cri.StateExited, int32(e.ExitCode), e.ExitedAt
+	return c, true
+}
+
+// latestAttempts picks the newest attempt of each container.
+func latestAttempts(ctrs []cri.Container) map[string]cri.Container {
 	out := map[string]cri.Container{}
 	for _, c := range ctrs {
 		if cur, ok := out[c.Name]; ok && (c.Attempt < cur.Attempt || (c.Attempt == cur.Attempt && !c.CreatedAt.After(cur.CreatedAt))) {
 			continue
 		}
 		out[c.Name] = c
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for name, c := range out {
-		if e, ok := t.exits[c.ID]; ok && c.State != cri.StateExited {
-			c.State, c.ExitCode, c.FinishedAt = cri.StateExited, int32(e.ExitCode), e.ExitedAt
-			out[name] = c
-		}
 	}
 	return out
 }
@@ -548,7 +660,7 @@ func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Conta
 	}
 	t.inflight[c.ID] = true
 	t.mu.Unlock()
-	go func() {
+	t.stops.Go(func() {
 		defer func() {
 			t.mu.Lock()
 			delete(t.inflight, c.ID)
@@ -562,7 +674,7 @@ func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Conta
 				t.queue.AddRateLimited(key)
 			}
 		}
-	}()
+	})
 }
 
 func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, timing stopTiming) error {
@@ -570,28 +682,162 @@ func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container,
 	// first one, then a second); allow for it and a little more.
 	sctx, cancel := context.WithTimeout(ctx, 2*mark.Grace+30*time.Second)
 	defer cancel()
+	var st cri.Container
+	var err error
 	if !adopted {
 		// The mark goes first: if the agent dies during the stop, the next one knows
 		// the container was already told to stop.
-		if err := t.rt.MarkStop(sctx, c.ID, mark.String()); err != nil {
+		if err := t.marks.write(string(pod.UID), c.ID, mark.String()); err != nil {
 			return err
 		}
 		timing.marked = t.now()
-		if err := t.rt.StopContainer(sctx, c.ID, mark.Grace); err != nil {
+		if st, timing.via, err = t.stopContainer(sctx, c, mark.Grace); err != nil {
 			return err
 		}
 		timing.stopped = t.now()
-	} else if err := t.finishStop(sctx, c.ID, mark); err != nil {
-		return err
-	}
-	st, err := t.rt.ContainerStatus(sctx, c.ID)
-	if err != nil {
-		return err
-	}
-	if st.State != cri.StateExited {
-		return fmt.Errorf("container %s still %s after the stop", c.ID, st.State)
+	} else {
+		if err := t.finishStop(sctx, c.ID, mark); err != nil {
+			return err
+		}
+		if st, err = t.exitedContainer(sctx, c); err != nil {
+			return err
+		}
 	}
 	return t.record(sctx, pod, st, mark, timing)
+}
+
+// How a stop signal reached the sidecar, on the stop's log line.
+const (
+	viaProcess = "process" // the agent signalled the process itself
+	viaRuntime = "runtime" // the CRI's StopContainer
+)
+
+// exitPoll is how often a stop that signalled the process itself asks the runtime
+// whether the container exited, in case the exit event is lost: the event is what it
+// waits for.
+const exitPoll = 5 * time.Second
+
+// stopContainer stops c and returns it as it exited, and how it was signalled. The stop
+// signal goes straight to its process where the Signaller can send it, and the runtime
+// kills the container only if it outlives the grace period; otherwise the runtime's
+// StopContainer does both. The runtime's way passes the signal through containerd and
+// the container's shim to a new `runc kill` process, which under a burst of finishing
+// Jobs was most of a stop's time (docs/design/0074).
+func (t *Terminator) stopContainer(ctx context.Context, c cri.Container, grace time.Duration) (cri.Container, string, error) {
+	if exited, release, ok := t.signalProcess(ctx, c); ok {
+		defer release()
+		st, done, err := t.awaitExit(ctx, c, exited, grace)
+		if done || err != nil {
+			return st, viaProcess, err
+		}
+		// It outlived its grace period: the runtime kills it.
+		if err := t.rt.StopContainer(ctx, c.ID, 0); err != nil {
+			return cri.Container{}, viaProcess, err
+		}
+		st, err = t.exitedContainer(ctx, c)
+		return st, viaProcess, err
+	}
+	if err := t.rt.StopContainer(ctx, c.ID, grace); err != nil {
+		return cri.Container{}, viaRuntime, err
+	}
+	st, err := t.exitedContainer(ctx, c)
+	return st, viaRuntime, err
+}
+
+// awaitExit waits up to grace for signalled container c to exit (exited closed), and
+// returns it as it exited; done is false once grace has passed.
+func (t *Terminator) awaitExit(ctx context.Context, c cri.Container, exited <-chan struct{}, grace time.Duration) (st cri.Container, done bool, err error) {
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	poll := time.NewTicker(exitPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-exited:
+			st, err := t.exitedContainer(ctx, c)
+			return st, true, err
+		case <-poll.C:
+			if st, err := t.rt.ContainerStatus(ctx, c.ID); err == nil && st.State == cri.StateExited {
+				st.StopMark, st.StopSignal = c.StopMark, c.StopSignal
+				return st, true, nil
+			}
+		case <-timer.C:
+			return cri.Container{}, false, nil
+		case <-ctx.Done():
+			return cri.Container{}, false, ctx.Err()
+		}
+	}
+}
+
+// signalProcess sends c's stop signal to its process, if there is a Signaller and it can
+// tell the process and the signal. exited is closed once the container's exit is heard;
+// release forgets it.
+func (t *Terminator) signalProcess(ctx context.Context, c cri.Container) (exited <-chan struct{}, release func(), ok bool) {
+	if t.cfg.Signaller == nil {
+		return nil, nil, false
+	}
+	sig, ok := procsignal.SignalNumber(c.StopSignal)
+	if !ok {
+		return nil, nil, false // unknown to the agent: the runtime knows it
+	}
+	t.mu.Lock()
+	pid := t.pids[c.ID]
+	t.mu.Unlock()
+	if pid == 0 {
+		var err error
+		if pid, err = t.rt.TaskPID(ctx, c.ID); err != nil {
+			t.log.V(1).Info("stopping a sidecar through the runtime: its PID is unknown", "id", c.ID, "reason", err.Error())
+			return nil, nil, false
+		}
+	}
+	ch, release := t.exitWaiter(c.ID)
+	if err := t.cfg.Signaller.Signal(pid, c.ID, sig); err != nil {
+		release()
+		t.log.V(1).Info("stopping a sidecar through the runtime: its process could not be signalled", "id", c.ID, "pid", pid, "reason", err.Error())
+		return nil, nil, false
+	}
+	return ch, release, true
+}
+
+// exitWaiter returns a channel closed once container id's exit is heard (at once if it
+// was), and a function that forgets it.
+func (t *Terminator) exitWaiter(id string) (<-chan struct{}, func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.exits[id]; ok {
+		ch := make(chan struct{})
+		close(ch)
+		return ch, func() {}
+	}
+	ch, ok := t.exited[id]
+	if !ok {
+		ch = make(chan struct{})
+		t.exited[id] = ch
+	}
+	return ch, func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if t.exited[id] == ch {
+			delete(t.exited, id)
+		}
+	}
+}
+
+// exitedContainer is c once it exited: as its exit event said, or else as the runtime
+// says.
+func (t *Terminator) exitedContainer(ctx context.Context, c cri.Container) (cri.Container, error) {
+	if st, ok := t.heardExit(c); ok {
+		return st, nil
+	}
+	st, err := t.rt.ContainerStatus(ctx, c.ID)
+	if err != nil {
+		return cri.Container{}, err
+	}
+	if st.State != cri.StateExited {
+		return cri.Container{}, fmt.Errorf("container %s still %s after the stop", c.ID, st.State)
+	}
+	st.StopMark, st.StopSignal = c.StopMark, c.StopSignal
+	return st, nil
 }
 
 // finishStop waits out the grace period an earlier agent gave the container, then, if
@@ -664,7 +910,7 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 		return fmt.Errorf("record the stop of %s: %w", c.Name, err)
 	}
 	mark.Recorded = true
-	if err := t.rt.MarkStop(ctx, c.ID, mark.String()); err != nil {
+	if err := t.marks.write(string(pod.UID), c.ID, mark.String()); err != nil {
 		return err
 	}
 	timing.recorded = t.now()
@@ -674,7 +920,7 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 	timing.observe(t.metrics.phaseSeconds)
 	t.metrics.stops.WithLabelValues(resultStopped).Inc()
 	t.log.Info("stopped a sidecar", append([]any{"pod", pod.Namespace + "/" + pod.Name, "container", c.Name, "id", c.ID,
-		"exitCode", c.ExitCode, "afterLastMain", took.String()}, timing.logValues()...)...)
+		"exitCode", c.ExitCode, "afterLastMain", took.String(), "signalled", timing.via}, timing.logValues()...)...)
 	return nil
 }
 

@@ -3,6 +3,8 @@ package sidecar
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -43,9 +45,12 @@ type fakeRuntime struct {
 	timeouts  []time.Duration
 	stopExit  int32
 	stopDelay time.Duration
-	exits     chan cri.Exit
-	signals   []string // IDs, one per Signal call
-	statuses  []string // IDs, one per ContainerStatus call
+	exits     chan cri.TaskEvent
+	pids      map[string]uint32 // what TaskPID answers
+	// stateDir is the terminator's Config.StateDir, where mark reads its stop marks.
+	stateDir string
+	signals  []string // IDs, one per Signal call
+	statuses []string // IDs, one per ContainerStatus call
 	// signalLost are containers whose stop signal containerd counts as sent by an
 	// earlier, cut-off StopContainer: StopContainer then only kills them (137), unless
 	// Signal reached them first.
@@ -53,7 +58,7 @@ type fakeRuntime struct {
 }
 
 func newFakeRuntime() *fakeRuntime {
-	return &fakeRuntime{ctrs: map[string]*cri.Container{}, exits: make(chan cri.Exit, 16)}
+	return &fakeRuntime{ctrs: map[string]*cri.Container{}, exits: make(chan cri.TaskEvent, 16), pids: map[string]uint32{}}
 }
 
 func (f *fakeRuntime) add(c cri.Container) {
@@ -68,19 +73,32 @@ func (f *fakeRuntime) exit(id string, code int32, at time.Time) {
 	c := f.ctrs[id]
 	c.State, c.ExitCode, c.FinishedAt = cri.StateExited, code, at
 	f.mu.Unlock()
-	f.exits <- cri.Exit{ContainerID: id, ExitCode: uint32(code), ExitedAt: at}
+	f.exits <- cri.TaskEvent{ContainerID: id, ExitCode: uint32(code), ExitedAt: at}
 }
 
-func (f *fakeRuntime) PodContainers(_ context.Context, uid string) ([]cri.Container, error) {
+// ContainerRecords answers as containerd's metadata store does: no state. A container's
+// StopMark in the fake is its label, what an agent from before the mark files wrote.
+func (f *fakeRuntime) ContainerRecords(_ context.Context, uid string) ([]cri.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []cri.Container
 	for _, c := range f.ctrs {
 		if c.PodUID == uid {
-			out = append(out, *c)
+			rec := *c
+			rec.State, rec.ExitCode, rec.StartedAt, rec.FinishedAt = cri.StateUnknown, 0, time.Time{}, time.Time{}
+			out = append(out, rec)
 		}
 	}
 	return out, nil
+}
+
+func (f *fakeRuntime) TaskPID(_ context.Context, id string) (uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if pid, ok := f.pids[id]; ok {
+		return pid, nil
+	}
+	return 0, status.Error(codes.NotFound, "no such task")
 }
 
 func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (cri.Container, error) {
@@ -92,7 +110,7 @@ func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (cri.Contain
 		return cri.Container{}, status.Error(codes.NotFound, "no such container")
 	}
 	out := *c
-	out.StopMark = ""
+	out.StopMark, out.StopSignal = "", ""
 	return out, nil
 }
 
@@ -130,19 +148,8 @@ func (f *fakeRuntime) Signal(_ context.Context, id string, sig syscall.Signal) e
 	return nil
 }
 
-func (f *fakeRuntime) MarkStop(_ context.Context, id, mark string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	c, ok := f.ctrs[id]
-	if !ok {
-		return status.Error(codes.NotFound, "no such container")
-	}
-	c.StopMark = mark
-	return nil
-}
-
-func (f *fakeRuntime) Exits(ctx context.Context) (<-chan cri.Exit, <-chan error) {
-	out := make(chan cri.Exit)
+func (f *fakeRuntime) TaskEvents(ctx context.Context) (<-chan cri.TaskEvent, <-chan error) {
+	out := make(chan cri.TaskEvent)
 	errc := make(chan error, 1)
 	go func() {
 		defer close(out)
@@ -170,10 +177,15 @@ func (f *fakeRuntime) stopCalls() ([]string, []time.Duration) {
 	return append([]string(nil), f.stops...), append([]time.Duration(nil), f.timeouts...)
 }
 
+// mark is container id's stop mark: the terminator's file, else its label.
 func (f *fakeRuntime) mark(id string) string {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.ctrs[id].StopMark
+	c, dir := *f.ctrs[id], f.stateDir
+	f.mu.Unlock()
+	if b, err := os.ReadFile(filepath.Join(dir, "sidecar-stops", c.PodUID, id)); err == nil {
+		return string(b)
+	}
+	return c.StopMark
 }
 
 const node = "node-1"
@@ -233,6 +245,17 @@ func startWith(t *testing.T, s setup, rt *fakeRuntime, pods ...*corev1.Pod) *har
 	informer := nodepods.NewInformer(h.kube, node)
 	cfg := s.cfg
 	cfg.NodeName, cfg.Resync = node, time.Hour
+	// A terminator started again over the same runtime is the agent restarted: the
+	// state directory outlives it.
+	rt.mu.Lock()
+	if cfg.StateDir == "" {
+		cfg.StateDir = rt.stateDir
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	rt.stateDir = cfg.StateDir
+	rt.mu.Unlock()
 	var client kubernetes.Interface = h.kube
 	if s.client != nil {
 		client = s.client(h.kube)
@@ -350,7 +373,9 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 
 // TestExitOfReportedContainerNeedsNoRuntimeCall: an exit of a container the kubelet has
 // reported in the pod's status finds its pod without asking the runtime: in a burst,
-// every such call would hold up the exits behind it.
+// every such call would hold up the exits behind it. Nor does the pass that stops the
+// sidecar ask about the container whose exit it heard: the CRI holds that container's
+// state while it writes the exit.
 func TestExitOfReportedContainerNeedsNoRuntimeCall(t *testing.T) {
 	rt := newFakeRuntime()
 	pod := jobPod("job-a", "uid-a", corev1.RestartPolicyNever)
@@ -359,12 +384,21 @@ func TestExitOfReportedContainerNeedsNoRuntimeCall(t *testing.T) {
 	rt.add(cri.Container{ID: "main-a", PodUID: "uid-a", Name: "main", State: cri.StateRunning, CreatedAt: now})
 	rt.add(cri.Container{ID: "proxy-a", PodUID: "uid-a", Name: "proxy", State: cri.StateRunning, CreatedAt: now})
 	h := start(t, rt, pod)
+	// The first pass over the running pod asks about both containers.
+	waitFor(t, "the first pass", func() bool {
+		rt.mu.Lock()
+		defer rt.mu.Unlock()
+		return slices.Contains(rt.statuses, "main-a") && slices.Contains(rt.statuses, "proxy-a")
+	})
+	rt.mu.Lock()
+	before := len(rt.statuses)
+	rt.mu.Unlock()
 	rt.exit("main-a", 0, time.Now())
 	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if slices.Contains(rt.statuses, "main-a") {
-		t.Errorf("ContainerStatus calls %v: the runtime was asked about main-a, which the pod's status names", rt.statuses)
+	if after := rt.statuses[before:]; slices.Contains(after, "main-a") {
+		t.Errorf("ContainerStatus calls after the exit %v: the runtime was asked about main-a, whose exit was heard", after)
 	}
 }
 

@@ -215,8 +215,11 @@ type sidecarHarness struct {
 	sock            string
 	rt              *cri.Client
 	agentKubeconfig string
-	agent           *process
-	webhook         *process
+	// stateDir is the agent's --state-dir, which outlives each agent process: the stop
+	// marks are there.
+	stateDir string
+	agent    *process
+	webhook  *process
 }
 
 // newSidecarHarness makes a namespace, starts the webhook (registered for that namespace
@@ -236,7 +239,7 @@ func newSidecarHarness(t *testing.T) *sidecarHarness {
 	t.Cleanup(func() {
 		_ = local.kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
-	h := &sidecarHarness{t: t, ns: ns.Name, id: ns.Name, sock: sock}
+	h := &sidecarHarness{t: t, ns: ns.Name, id: ns.Name, sock: sock, stateDir: t.TempDir()}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := local.kube.CoreV1().ServiceAccounts(h.ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
@@ -259,7 +262,7 @@ func (h *sidecarHarness) startAgent() {
 	h.t.Helper()
 	h.agent = startProcess(h.t, agentBinary(h.t), "run", "--logging-format=json",
 		"--kubeconfig", h.agentKubeconfig, "--node-name", local.nodeName, "--heartbeats=false", "--numa-pinning=false", "--metrics-addr", "",
-		"--cri-endpoint", "unix://"+h.sock, "--sidecar-pod-selector", sidecarLabel+"="+h.id)
+		"--cri-endpoint", "unix://"+h.sock, "--sidecar-pod-selector", sidecarLabel+"="+h.id, "--state-dir", h.stateDir)
 	waitForOutput(h.t, h.agent, `"msg":"sextant-agent running"`, 30*time.Second)
 }
 
@@ -556,7 +559,8 @@ func (h *sidecarHarness) eventsOf(pod *corev1.Pod, reason string) map[string]int
 	return out
 }
 
-// containers is the runtime's view of the pod: the latest attempt of each container.
+// containers is the runtime's view of the pod: the latest attempt of each container,
+// with the stop mark the agent keeps for it in its state directory.
 func (h *sidecarHarness) containers(pod *corev1.Pod) map[string]cri.Container {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -568,6 +572,9 @@ func (h *sidecarHarness) containers(pod *corev1.Pod) map[string]cri.Container {
 	out := map[string]cri.Container{}
 	for _, c := range list {
 		if cur, ok := out[c.Name]; !ok || c.Attempt > cur.Attempt {
+			if b, err := os.ReadFile(filepath.Join(h.stateDir, "sidecar-stops", string(pod.UID), c.ID)); err == nil {
+				c.StopMark = string(b)
+			}
 			out[c.Name] = c
 		}
 	}

@@ -29,6 +29,7 @@ import (
 	"sextant.io/sextant/agent/nodepods"
 	"sextant.io/sextant/agent/numapin"
 	"sextant.io/sextant/agent/podresources"
+	"sextant.io/sextant/agent/procsignal"
 	"sextant.io/sextant/agent/report"
 	"sextant.io/sextant/agent/sidecar"
 	"sextant.io/sextant/agent/topology"
@@ -187,9 +188,14 @@ func (a *agent) newPodParts() error {
 		}
 	}
 	if o.sidecarTerminator {
-		a.terminator, err = sidecar.New(sidecar.Config{
+		cfg := sidecar.Config{
 			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync, Workers: o.sidecarWorkers,
-		}, a.kube, a.pods, a.rt, sidecar.NewMetrics(a.reg), a.log.WithName("sidecar"))
+			StateDir: o.enforcement.stateDir,
+		}
+		if o.sidecarSignal == sidecarSignalProcess {
+			cfg.Signaller = procsignal.Signaller{}
+		}
+		a.terminator, err = sidecar.New(cfg, a.kube, a.pods, a.rt, sidecar.NewMetrics(a.reg), a.log.WithName("sidecar"))
 		if err != nil {
 			return err
 		}

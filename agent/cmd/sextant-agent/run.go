@@ -69,6 +69,7 @@ type runOptions struct {
 	sidecarResync       time.Duration
 	sidecarWorkers      int
 	sidecarPodSelector  string
+	sidecarSignal       string
 
 	numaPinning        bool
 	cgroupRoot         string
@@ -172,6 +173,7 @@ NodeTopology says which (status.numaPinning).`,
 	f.StringVar(&o.containerdNamespace, "containerd-namespace", cri.DefaultNamespace, "containerd namespace of the kubelet's containers")
 	f.DurationVar(&o.sidecarResync, "sidecar-resync", 30*time.Second, "look at every pod with sidecars at least this often (a safety net: exits come as events)")
 	f.IntVar(&o.sidecarWorkers, "sidecar-workers", sidecar.DefaultWorkers, "pods the sidecar terminator looks at concurrently: each look asks containerd for the pod's containers, so when many Jobs finish at once the last waits for the looks ahead of it")
+	f.StringVar(&o.sidecarSignal, "sidecar-signal", sidecarSignalRuntime, "how a sidecar's stop signal is sent: "+sidecarSignalRuntime+" leaves the signal and the kill after the grace period to the runtime's CRI StopContainer; "+sidecarSignalProcess+" signals the sidecar's process straight, by its host PID (the agent needs hostPID and CAP_KILL; a process it cannot verify as the container's is stopped through the runtime), and has the runtime kill it only if it outlives its grace period: faster when many Jobs finish at once")
 	f.StringVar(&o.sidecarPodSelector, "sidecar-pod-selector", "", "label selector limiting the pods whose sidecars are stopped (default: all pods on the node)")
 	f.BoolVar(&o.numaPinning, "numa-pinning", true, "confine pods annotated numa.sextant.io/nodes to the CPUs and memory of those NUMA nodes")
 	f.StringVar(&o.cgroupRoot, "cgroup-root", "/sys/fs/cgroup", "where the node's cgroup hierarchies are mounted (a host mount in a container); --sysfs-root does not change it")
@@ -188,6 +190,12 @@ NodeTopology says which (status.numaPinning).`,
 	o.enforcement.addFlags(f)
 	return cmd
 }
+
+// The values of --sidecar-signal.
+const (
+	sidecarSignalProcess = "process"
+	sidecarSignalRuntime = "runtime"
+)
 
 // actsOnPods reports whether a part of the agent watches the node's pods and records
 // events on them: the sidecar terminator, NUMA pinning, the device plugin's audit, and
@@ -215,6 +223,10 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--sidecar-resync %s: want a positive duration", o.sidecarResync)
 	case o.sidecarTerminator && (o.sidecarWorkers < 1 || o.sidecarWorkers > 1000):
 		return fmt.Errorf("--sidecar-workers %d: want 1 to 1000, such as %d", o.sidecarWorkers, sidecar.DefaultWorkers)
+	case o.sidecarTerminator && o.sidecarSignal != sidecarSignalProcess && o.sidecarSignal != sidecarSignalRuntime:
+		return fmt.Errorf("--sidecar-signal %q: want %s or %s", o.sidecarSignal, sidecarSignalProcess, sidecarSignalRuntime)
+	case o.sidecarTerminator && o.enforcement.stateDir == "":
+		return errors.New("--state-dir is empty: the sidecar terminator keeps its stop marks there; want a directory that outlives the agent, e.g. /var/lib/sextant-agent")
 	case o.numaPinning && o.numaResync <= 0:
 		return fmt.Errorf("--numa-resync %s: want a positive duration", o.numaResync)
 	case (o.sidecarTerminator || o.numaPinning) && o.criLivenessDeadline < 0:
