@@ -90,6 +90,8 @@ type burstResult struct {
 	phases map[string][]time.Duration
 	// stopsByContainer counts the agent's "stopped a sidecar" lines per container ID.
 	stopsByContainer map[string]int
+	// signalled counts those lines by how the stop signal was sent (process, runtime).
+	signalled map[string]int
 	// agentCPU is the CPU time the agent used from just before the release to the
 	// last Job complete; agentPeakRSS its peak resident memory over its life.
 	agentCPU     time.Duration
@@ -146,7 +148,7 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 			t.Fatalf("job %s: %s", name, got)
 		}
 	}
-	res := burstResult{phases: map[string][]time.Duration{}, stopsByContainer: map[string]int{}}
+	res := burstResult{phases: map[string][]time.Duration{}, stopsByContainer: map[string]int{}, signalled: map[string]int{}}
 	res.agentCPU = processCPU(t, h.agent.cmd.Process.Pid) - cpu0
 	res.agentPeakRSS = processPeakRSS(t, h.agent.cmd.Process.Pid)
 	var first, last time.Time
@@ -183,6 +185,7 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 	})
 	for _, line := range lines {
 		res.stopsByContainer[line.id]++
+		res.signalled[line.signalled]++
 		for p, d := range line.phases {
 			res.phases[p] = append(res.phases[p], d)
 		}
@@ -195,8 +198,9 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 
 // agentStop is one "stopped a sidecar" line of the agent's JSON log.
 type agentStop struct {
-	id     string
-	phases map[string]time.Duration
+	id        string
+	signalled string
+	phases    map[string]time.Duration
 }
 
 func agentStopLines(t *testing.T, log string) []agentStop {
@@ -214,6 +218,7 @@ func agentStopLines(t *testing.T, log string) []agentStop {
 		}
 		s := agentStop{phases: map[string]time.Duration{}}
 		s.id, _ = m["id"].(string)
+		s.signalled, _ = m["signalled"].(string)
 		for _, p := range stopPhases {
 			if ms, ok := m[p+"Ms"].(float64); ok {
 				s.phases[p] = time.Duration(ms * float64(time.Millisecond))
@@ -274,10 +279,15 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 
 // TestSidecarBurstStopsEachOnce: 50 Jobs whose main containers finish together. The
 // agent stops each sidecar, each container once, never before its main container
-// finished, and every Job completes.
+// finished, and every Job completes. The agent signals the sidecars' processes itself
+// (--sidecar-signal=process), and did so for every stop: the other sidecar tests stop
+// through the CRI.
 func TestSidecarBurstStopsEachOnce(t *testing.T) {
-	h := newSidecarHarness(t)
+	h := newSidecarHarnessSignalling(t, "process")
 	res := runBurst(t, h, 50)
+	if n := res.signalled["process"]; n != len(res.pods) || len(res.signalled) != 1 {
+		t.Errorf("stops by how they were signalled: %v; want all %d by the agent to the process", res.signalled, len(res.pods))
+	}
 	t.Logf("50 Jobs: mains finished within %v; stop p50 %v, p99 %v",
 		res.mainSpread.Round(time.Millisecond), percentile(res.delays, 0.5).Round(time.Millisecond), percentile(res.delays, 0.99).Round(time.Millisecond))
 	checkStoppedOnce(t, h, res)
@@ -322,7 +332,9 @@ func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 // TestSidecarBench is `make bench-sidecar`: SEXTANT_BENCH_SIDECAR_JOBS Jobs (default
 // 20), each a main container and a `sleep 3600` sidecar. In the burst mode (the
 // default) the mains finish together, held at a barrier; with
-// SEXTANT_BENCH_SIDECAR_MODE=staggered they finish over five seconds. It prints p50
+// SEXTANT_BENCH_SIDECAR_MODE=staggered they finish over five seconds. The agent stops
+// the sidecars as SEXTANT_BENCH_SIDECAR_SIGNAL says (its --sidecar-signal: runtime, the
+// default, or process). It prints p50
 // and p99 of (main container finished → sidecar finished) from the runtime's own
 // timestamps, the same of each phase of the agent's stops, and the agent's CPU time and
 // peak memory; scripts/bench-sidecar.sh judges the goals over several runs.
@@ -339,7 +351,15 @@ func TestSidecarBench(t *testing.T) {
 		jobs = n
 	}
 	mode := os.Getenv("SEXTANT_BENCH_SIDECAR_MODE")
-	h := newSidecarHarness(t)
+	signal := os.Getenv("SEXTANT_BENCH_SIDECAR_SIGNAL")
+	switch signal {
+	case "":
+		signal = "runtime"
+	case "runtime", "process":
+	default:
+		t.Fatalf("SEXTANT_BENCH_SIDECAR_SIGNAL %q: want runtime or process (the agent's --sidecar-signal)", signal)
+	}
+	h := newSidecarHarnessSignalling(t, signal)
 	var res burstResult
 	switch mode {
 	case "", "burst":
@@ -352,7 +372,7 @@ func TestSidecarBench(t *testing.T) {
 	}
 	checkStoppedOnce(t, h, res)
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
-	fmt.Printf("bench-sidecar: %d Jobs, %s: main containers finished within %s ms\n", jobs, mode, ms(res.mainSpread))
+	fmt.Printf("bench-sidecar: %d Jobs, %s, --sidecar-signal=%s: main containers finished within %s ms; stops signalled %v\n", jobs, mode, signal, ms(res.mainSpread), res.signalled)
 	fmt.Printf("bench-sidecar: main container finished -> sidecar finished (runtime timestamps): min %s  p50 %s  p99 %s  max %s ms\n",
 		ms(res.delays[0]), ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.delays[len(res.delays)-1]))
 	var parts []string
@@ -362,8 +382,8 @@ func TestSidecarBench(t *testing.T) {
 	fmt.Printf("bench-sidecar: phases p50/p99 ms (%d stops): %s\n", len(res.phases[stopPhases[0]]), strings.Join(parts, ", "))
 	fmt.Printf("bench-sidecar: agent CPU %s ms for the burst, peak RSS %.1f MiB\n", ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
 	// One line for scripts/bench-sidecar.sh to collect across runs.
-	fmt.Printf("bench-sidecar-result: jobs=%d mode=%s p50_ms=%s p99_ms=%s spread_ms=%s cpu_ms=%s rss_mib=%.1f\n",
-		jobs, mode, ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.mainSpread), ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
+	fmt.Printf("bench-sidecar-result: jobs=%d mode=%s signal=%s p50_ms=%s p99_ms=%s spread_ms=%s cpu_ms=%s rss_mib=%.1f\n",
+		jobs, mode, signal, ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.mainSpread), ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
 }
 
 // runStaggered is the bench's staggered mode: mains that sleep 4 to 8.9 s, so that

@@ -218,14 +218,22 @@ type sidecarHarness struct {
 	// stateDir is the agent's --state-dir, which outlives each agent process: the stop
 	// marks are there.
 	stateDir string
-	agent    *process
-	webhook  *process
+	// signal is the agent's --sidecar-signal: runtime (the default) or process.
+	signal  string
+	agent   *process
+	webhook *process
 }
 
 // newSidecarHarness makes a namespace, starts the webhook (registered for that namespace
 // only, failure policy Fail so a webhook that is not called fails the test) and the
-// agent for the local node.
+// agent for the local node, which stops sidecars through the CRI.
 func newSidecarHarness(t *testing.T) *sidecarHarness {
+	t.Helper()
+	return newSidecarHarnessSignalling(t, "runtime")
+}
+
+// newSidecarHarnessSignalling is newSidecarHarness with the agent's --sidecar-signal.
+func newSidecarHarnessSignalling(t *testing.T, signal string) *sidecarHarness {
 	t.Helper()
 	sock := containerdSocket(t)
 	importSidecarImages(t, sock)
@@ -239,7 +247,7 @@ func newSidecarHarness(t *testing.T) *sidecarHarness {
 	t.Cleanup(func() {
 		_ = local.kube.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
 	})
-	h := &sidecarHarness{t: t, ns: ns.Name, id: ns.Name, sock: sock, stateDir: t.TempDir()}
+	h := &sidecarHarness{t: t, ns: ns.Name, id: ns.Name, sock: sock, stateDir: t.TempDir(), signal: signal}
 	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := local.kube.CoreV1().ServiceAccounts(h.ns).Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
@@ -262,7 +270,8 @@ func (h *sidecarHarness) startAgent() {
 	h.t.Helper()
 	h.agent = startProcess(h.t, agentBinary(h.t), "run", "--logging-format=json",
 		"--kubeconfig", h.agentKubeconfig, "--node-name", local.nodeName, "--heartbeats=false", "--numa-pinning=false", "--metrics-addr", "",
-		"--cri-endpoint", "unix://"+h.sock, "--sidecar-pod-selector", sidecarLabel+"="+h.id, "--state-dir", h.stateDir)
+		"--cri-endpoint", "unix://"+h.sock, "--sidecar-pod-selector", sidecarLabel+"="+h.id, "--state-dir", h.stateDir,
+		"--sidecar-signal", h.signal)
 	waitForOutput(h.t, h.agent, `"msg":"sextant-agent running"`, 30*time.Second)
 }
 
