@@ -62,7 +62,9 @@ func TestContainerRecords(t *testing.T) {
 		{ID: "c1", PodUID: "uid", Name: "proxy", Attempt: 2, State: StateUnknown, CreatedAt: created, StopMark: "v2:c1:1:30", StopSignal: "SIGQUIT"},
 		{ID: "c2", PodUID: "uid", Name: "main", State: StateUnknown},
 	}
-	if !slices.EqualFunc(got, want, func(a, b Container) bool { return a.CreatedAt.Equal(b.CreatedAt) && a.StopMark == b.StopMark && a.ID == b.ID && a.Name == b.Name && a.Attempt == b.Attempt && a.StopSignal == b.StopSignal && a.State == b.State && a.PodUID == b.PodUID }) {
+	if !slices.EqualFunc(got, want, func(a, b Container) bool {
+		return a.CreatedAt.Equal(b.CreatedAt) && a.StopMark == b.StopMark && a.ID == b.ID && a.Name == b.Name && a.Attempt == b.Attempt && a.StopSignal == b.StopSignal && a.State == b.State && a.PodUID == b.PodUID
+	}) {
 		t.Errorf("ContainerRecords = %+v, want %+v", got, want)
 	}
 	// One filter: the pod's containers, not its sandbox (which has the pod's label too).

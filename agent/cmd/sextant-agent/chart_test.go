@@ -185,3 +185,43 @@ func TestChartMountsTheCRISocket(t *testing.T) {
 		})
 	}
 }
+
+// The agent runs in the host's PID namespace with CAP_KILL exactly when the chart has
+// it signal sidecars' processes itself.
+func TestChartGivesHostPIDOnlyToSignalProcesses(t *testing.T) {
+	for _, signal := range []string{"runtime", "process"} {
+		for _, terminator := range []bool{false, true} {
+			t.Run(fmt.Sprintf("signal=%s,terminator=%v", signal, terminator), func(t *testing.T) {
+				objs := charttest.Objects(t, charttest.Render(t, map[string]any{
+					"sidecar": map[string]any{"terminator": terminator, "signal": signal},
+				}))
+				var o runOptions
+				if err := newRunCommandFor(&o).ParseFlags(agentArgs(t, objs)); err != nil {
+					t.Fatalf("the agent does not take the chart's flags: %v", err)
+				}
+				want := terminator && signal == "process"
+				if got := o.sidecarTerminator && o.sidecarSignal == sidecarSignalProcess; got != want {
+					t.Errorf("the agent signals processes: %v, want %v", got, want)
+				}
+				ds := objs["DaemonSet/sextant-agent"]
+				spec, _ := ds["spec"].(map[string]any)
+				tmpl, _ := spec["template"].(map[string]any)
+				pod, _ := tmpl["spec"].(map[string]any)
+				if got, _ := pod["hostPID"].(bool); got != want {
+					t.Errorf("hostPID %v, want %v", got, want)
+				}
+				var caps []string
+				for _, c := range charttest.Containers(ds) {
+					if c["name"] == "agent" {
+						sc, _ := c["securityContext"].(map[string]any)
+						cp, _ := sc["capabilities"].(map[string]any)
+						caps = charttest.Strings(cp["add"])
+					}
+				}
+				if got := slices.Contains(caps, "KILL"); got != want {
+					t.Errorf("capabilities %v: KILL %v, want %v", caps, got, want)
+				}
+			})
+		}
+	}
+}
