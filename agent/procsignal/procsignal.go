@@ -1,7 +1,7 @@
 // Package procsignal signals a container's main process directly, by its PID on the
 // host, without a round trip through the container runtime: containerd's task service
 // passes a signal to the container's shim, which runs `runc kill`, a new process,
-// and under a burst of finishing Jobs that took over a second (docs/design/0074).
+// and under a burst of finishing Jobs that was most of a stop's time (docs/design/0074).
 //
 // The PID comes from containerd. Between learning it and signalling, the process can
 // exit and its PID go to another; so the signal goes through a pidfd, which names one
