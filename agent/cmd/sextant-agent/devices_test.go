@@ -247,7 +247,10 @@ func (a *auditTest) servePlugin(addrs ...string) pluginapi.DevicePluginClient {
 	a.plugin.Update(devs, nil)
 	sock := a.plugin.Socket(v1alpha1.KindGPU)
 	waitUntil(a.t, "the plugin's socket", func() bool { _, err := os.Stat(sock); return err == nil })
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// The socket's file exists from its bind, a moment before the plugin listens on it:
+	// the calls wait for the connection instead of failing on a refusal.
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
 	if err != nil {
 		a.t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+
 	"sextant.io/sextant/agent/bandwidth"
 	"sextant.io/sextant/agent/topology"
 	"sextant.io/sextant/api/v1alpha1"
