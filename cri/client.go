@@ -39,10 +39,11 @@ const DefaultNamespace = "k8s.io"
 // others.
 const StopMarkLabel = "sextant.io/sidecar-stop"
 
-// The containerd events of a task's process having started and exited.
+// The containerd events of a task's process having started, exited, and been deleted.
 const (
-	startTopic = "/tasks/start"
-	exitTopic  = "/tasks/exit"
+	startTopic  = "/tasks/start"
+	exitTopic   = "/tasks/exit"
+	deleteTopic = "/tasks/delete"
 )
 
 // The label and extension containerd's CRI plugin puts on the containerd containers it
@@ -425,6 +426,7 @@ func (c *Client) streamTaskEvents(ctx context.Context, out chan<- TaskEvent) err
 		Filters: []string{
 			fmt.Sprintf(`topic==%q,namespace==%q`, startTopic, c.namespace),
 			fmt.Sprintf(`topic==%q,namespace==%q`, exitTopic, c.namespace),
+			fmt.Sprintf(`topic==%q,namespace==%q`, deleteTopic, c.namespace),
 		},
 	})
 	if err != nil {
@@ -453,7 +455,7 @@ func (c *Client) streamTaskEvents(ctx context.Context, out chan<- TaskEvent) err
 	}
 }
 
-// taskEvent reads a start or exit of a container's main process from env.
+// taskEvent reads a start, exit or deletion of a container's main process from env.
 func taskEvent(env *eventsapi.Envelope) (TaskEvent, bool) {
 	if env.Event == nil {
 		return TaskEvent{}, false
@@ -480,6 +482,15 @@ func taskEvent(env *eventsapi.Envelope) (TaskEvent, bool) {
 			out.ExitedAt = ev.ExitedAt.AsTime()
 		}
 		return out, true
+	case strings.HasSuffix(env.Event.TypeUrl, "containerd.events.TaskDelete"):
+		var ev apievents.TaskDelete
+		if err := proto.Unmarshal(env.Event.Value, &ev); err != nil || ev.ContainerID == "" {
+			return TaskEvent{}, false
+		}
+		if ev.ID != "" && ev.ID != ev.ContainerID {
+			return TaskEvent{}, false
+		}
+		return TaskEvent{ContainerID: ev.ContainerID, Deleted: true, ExitCode: ev.ExitStatus}, true
 	}
 	return TaskEvent{}, false
 }

@@ -109,6 +109,8 @@ func TestTaskEvent(t *testing.T) {
 		{"start", envelope(&apievents.TaskStart{ContainerID: "c", Pid: 42}), TaskEvent{ContainerID: "c", Started: true, Pid: 42}, true},
 		{"exit", envelope(&apievents.TaskExit{ContainerID: "c", ID: "c", ExitStatus: 143, ExitedAt: timestamppb.New(at)}), TaskEvent{ContainerID: "c", ExitCode: 143, ExitedAt: at}, true},
 		{"exit without the process ID", envelope(&apievents.TaskExit{ContainerID: "c", ExitStatus: 1}), TaskEvent{ContainerID: "c", ExitCode: 1}, true},
+		{"delete", envelope(&apievents.TaskDelete{ContainerID: "c", ID: "c", ExitStatus: 143}), TaskEvent{ContainerID: "c", Deleted: true, ExitCode: 143}, true},
+		{"an exec'd process's delete", envelope(&apievents.TaskDelete{ContainerID: "c", ID: "exec-1"}), TaskEvent{}, false},
 		{"an exec'd process's exit", envelope(&apievents.TaskExit{ContainerID: "c", ID: "exec-1", ExitStatus: 0}), TaskEvent{}, false},
 		{"another event", envelope(&apievents.TaskOOM{ContainerID: "c"}), TaskEvent{}, false},
 		{"no event", &eventsapi.Envelope{}, TaskEvent{}, false},
@@ -116,7 +118,7 @@ func TestTaskEvent(t *testing.T) {
 	}
 	for _, c := range cases {
 		got, ok := taskEvent(c.env)
-		if ok != c.ok || !got.ExitedAt.Equal(c.want.ExitedAt) || got.ContainerID != c.want.ContainerID || got.Started != c.want.Started || got.Pid != c.want.Pid || got.ExitCode != c.want.ExitCode {
+		if ok != c.ok || !got.ExitedAt.Equal(c.want.ExitedAt) || got.ContainerID != c.want.ContainerID || got.Started != c.want.Started || got.Deleted != c.want.Deleted || got.Pid != c.want.Pid || got.ExitCode != c.want.ExitCode {
 			t.Errorf("%s: taskEvent = %+v, %v; want %+v, %v", c.name, got, ok, c.want, c.ok)
 		}
 	}

@@ -49,11 +49,14 @@ type Container struct {
 	StopSignal string
 }
 
-// TaskEvent is a container's main process having started or exited.
+// TaskEvent is a container's main process having started, exited, or been deleted.
 type TaskEvent struct {
 	ContainerID string
-	// Started is true for a start, false for an exit.
+	// Started is true for a start. Deleted is true for the deletion of an exited task,
+	// which containerd's CRI does as it records the container's exit: the CRI reports
+	// the container exited soon after. Both false: an exit.
 	Started bool
+	Deleted bool
 	// Pid is the started process's ID in containerd's (the host's) PID namespace.
 	Pid uint32
 	// ExitCode and ExitedAt are an exit's.
@@ -79,7 +82,7 @@ type Runtime interface {
 	Signal(ctx context.Context, id string, sig syscall.Signal) error
 	// TaskPID returns the host PID of the container's main process.
 	TaskPID(ctx context.Context, id string) (uint32, error)
-	// TaskEvents streams the starts and exits of containers' main processes until ctx
+	// TaskEvents streams the starts, exits and deletions of containers' main processes until ctx
 	// ends or the stream breaks; the error channel then receives why (nil when ctx
 	// ended).
 	TaskEvents(ctx context.Context) (<-chan TaskEvent, <-chan error)

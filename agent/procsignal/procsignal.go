@@ -39,32 +39,43 @@ func (s Signaller) Signal(pid uint32, id string, sig syscall.Signal) error {
 	if pid == 0 || id == "" {
 		return fmt.Errorf("signal process %d of container %q: want a PID and a container ID", pid, id)
 	}
-	fd, err := unix.PidfdOpen(int(pid), 0)
-	if err != nil {
-		return fmt.Errorf("signal process %d of container %s: pidfd_open: %w", pid, id, err)
-	}
-	defer unix.Close(fd)
-	root := s.ProcRoot
-	if root == "" {
-		root = "/proc"
-	}
-	cg, err := os.ReadFile(filepath.Join(root, strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	fd, err := openOwned(s.ProcRoot, pid, id)
 	if err != nil {
 		return fmt.Errorf("signal process %d of container %s: %w", pid, id, err)
 	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+		return fmt.Errorf("signal process %d of container %s (%s): %w", pid, id, sig, err)
+	}
+	return nil
+}
+
+// openOwned opens a pidfd for process pid once it is shown to be container id's.
+func openOwned(procRoot string, pid uint32, id string) (int, error) {
+	fd, err := unix.PidfdOpen(int(pid), 0)
+	if err != nil {
+		return -1, fmt.Errorf("pidfd_open: %w", err)
+	}
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	cg, err := os.ReadFile(filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
 	if !strings.Contains(string(cg), id) {
-		return fmt.Errorf("signal process %d of container %s: its cgroup is %q: %w", pid, id, strings.TrimSpace(string(cg)), ErrNotContainer)
+		unix.Close(fd)
+		return -1, fmt.Errorf("its cgroup is %q: %w", strings.TrimSpace(string(cg)), ErrNotContainer)
 	}
 	// The cgroup was read at the PID after the pidfd was opened. If the pidfd's process
 	// still lives now, it lived then, and the PID was still its own: the cgroup read
 	// was its cgroup.
 	if err := unix.PidfdSendSignal(fd, 0, nil, 0); err != nil {
-		return fmt.Errorf("signal process %d of container %s: %w", pid, id, err)
+		unix.Close(fd)
+		return -1, err
 	}
-	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
-		return fmt.Errorf("signal process %d of container %s (%s): %w", pid, id, sig, err)
-	}
-	return nil
+	return fd, nil
 }
 
 // SignalNumber reads a stop signal as containerd's CRI records it ("SIGTERM", "TERM",

@@ -18,7 +18,10 @@ const (
 	// phaseDecided: that pass began → it decided to stop the sidecar (the pod's
 	// containers read from the runtime, the rules applied).
 	phaseDecided = "decided"
-	// phaseMarked: decided → the stop mark written to the agent's state directory, which
+	// phaseConfirmed: decided → the CRI reports every main container exited, which a
+	// native sidecar's stop waits for (unreportedExits); nothing for a regular one.
+	phaseConfirmed = "confirmed"
+	// phaseMarked: confirmed → the stop mark written to the agent's state directory, which
 	// must come before the signal (see stop).
 	phaseMarked = "marked"
 	// phaseStopped: the stop sent → the sidecar exited: its own shutdown, then the
@@ -28,7 +31,7 @@ const (
 	phaseRecorded = "recorded"
 )
 
-var phases = []string{phaseHeard, phaseQueued, phaseDecided, phaseMarked, phaseStopped, phaseRecorded}
+var phases = []string{phaseHeard, phaseQueued, phaseDecided, phaseConfirmed, phaseMarked, phaseStopped, phaseRecorded}
 
 // stopTiming is when each phase of one stop ended, as far as it has come.
 type stopTiming struct {
@@ -36,19 +39,23 @@ type stopTiming struct {
 	heard        time.Time
 	taken        time.Time // the deciding pass began
 	decided      time.Time
+	confirmed    time.Time
 	marked       time.Time
 	stopped      time.Time
 	recorded     time.Time
 	// via says how the stop signal was sent (viaProcess, viaRuntime); empty when an
 	// earlier agent sent it.
 	via string
+	// confirm are the main containers whose exits the CRI must report before the stop
+	// signal (unreportedExits).
+	confirm []string
 }
 
 // durations are the phases' lengths in the order of phases, false when the stop did not
 // run them all: an adopted stop (an earlier agent began it), or a main container the
 // runtime gave no exit time.
 func (s stopTiming) durations() ([]time.Duration, bool) {
-	ends := []time.Time{s.mainFinished, s.heard, s.taken, s.decided, s.marked, s.stopped, s.recorded}
+	ends := []time.Time{s.mainFinished, s.heard, s.taken, s.decided, s.confirmed, s.marked, s.stopped, s.recorded}
 	out := make([]time.Duration, 0, len(phases))
 	for i := 1; i < len(ends); i++ {
 		if ends[i-1].IsZero() || ends[i].IsZero() {

@@ -8,9 +8,9 @@ import (
 func TestStopTimingDurations(t *testing.T) {
 	t0 := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	full := stopTiming{mainFinished: at(0), heard: at(3), taken: at(10), decided: at(14), marked: at(20), stopped: at(45), recorded: at(51)}
+	full := stopTiming{mainFinished: at(0), heard: at(3), taken: at(10), decided: at(14), confirmed: at(16), marked: at(20), stopped: at(45), recorded: at(51)}
 	d, ok := full.durations()
-	want := []time.Duration{3, 7, 4, 6, 25, 6}
+	want := []time.Duration{3, 7, 4, 2, 4, 25, 6}
 	if !ok || len(d) != len(want) {
 		t.Fatalf("durations = %v, %v; want %v", d, ok, want)
 	}

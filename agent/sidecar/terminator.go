@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -51,6 +52,18 @@ type Config struct {
 	// or for a container whose process or stop signal it cannot tell, the runtime's
 	// StopContainer does both.
 	Signaller Signaller
+	// Exits, if set, reports the exits of restartPolicy Never pods' main containers as
+	// their processes end (procsignal.Exits), before containerd's exit event; the
+	// terminator's ProcessExited must be its callback. Only Never pods are watched: their
+	// sidecars stop once every main exited, whatever its exit code, which only
+	// containerd can tell.
+	Exits ExitWatcher
+}
+
+// ExitWatcher reports the exit of a container's process, by its host PID, once
+// (procsignal.Exits).
+type ExitWatcher interface {
+	Watch(pid uint32, containerID string) error
 }
 
 // Signaller sends a signal to a container's main process by its host PID, and refuses
@@ -85,7 +98,16 @@ type Terminator struct {
 	pids     map[string]uint32    // host PIDs of running containers, from start events
 	// exited are closed when the exit of the container they are kept for is heard: a
 	// stop that signalled the process itself waits on one.
-	exited   map[string]chan struct{}
+	exited map[string]chan struct{}
+	// watching are the main containers whose processes Config.Exits watches, and the
+	// keys of their pods: the kubelet may not yet have reported a container's ID.
+	watching map[string]string
+	// reported is closed, and replaced, whenever containerd deletes an exited task: the
+	// CRI is recording that container's exit, which a stop of a native sidecar waits for.
+	reported chan struct{}
+	// records are containerd's records of the node's sidecar pods' containers, by ID:
+	// what never changes for a container (pod, name, attempt, creation, stop signal).
+	records  map[string]cri.Container
 	settled  map[types.UID]bool   // finished pods with nothing left to do
 	recorded map[string]time.Time // container IDs whose stop this process recorded
 	left     map[leftKey]bool     // sidecars left running whose Event this process recorded
@@ -102,6 +124,9 @@ type Terminator struct {
 type heardExit struct {
 	cri.TaskEvent
 	heard time.Time
+	// fromProcess is an exit Config.Exits reported, before containerd's event: the exit
+	// code is unknown (zero).
+	fromProcess bool
 }
 
 // leftKey is one container of one pod, whatever its attempt.
@@ -155,6 +180,9 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 		exits:    map[string]heardExit{},
 		pids:     map[string]uint32{},
 		exited:   map[string]chan struct{}{},
+		watching: map[string]string{},
+		records:  map[string]cri.Container{},
+		reported: make(chan struct{}),
 		settled:  map[types.UID]bool{},
 		recorded: map[string]time.Time{},
 		left:     map[leftKey]bool{},
@@ -169,6 +197,11 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 			if pod, ok := obj.(*corev1.Pod); ok {
 				t.mu.Lock()
 				delete(t.settled, pod.UID)
+				for id, c := range t.records {
+					if c.PodUID == string(pod.UID) {
+						delete(t.records, id)
+					}
+				}
 				for k := range t.left {
 					if k.pod == pod.UID {
 						delete(t.left, k)
@@ -279,9 +312,12 @@ func (t *Terminator) watchExits(ctx context.Context) {
 		t.following.Store(true)
 		t.enqueueAll()
 		for e := range events {
-			if e.Started {
+			switch {
+			case e.Started:
 				t.onStart(e)
-			} else {
+			case e.Deleted:
+				t.onDelete()
+			default:
 				t.onExit(ctx, e)
 			}
 			backoff = time.Second
@@ -307,14 +343,7 @@ func (t *Terminator) watchExits(ctx context.Context) {
 // from the kubelet's reports when they name the container, and only otherwise (a
 // container that exited before the kubelet reported it) by asking the runtime.
 func (t *Terminator) onExit(ctx context.Context, e cri.TaskEvent) {
-	t.mu.Lock()
-	t.exits[e.ContainerID] = heardExit{TaskEvent: e, heard: t.now()}
-	delete(t.pids, e.ContainerID)
-	if ch, ok := t.exited[e.ContainerID]; ok {
-		close(ch)
-		delete(t.exited, e.ContainerID)
-	}
-	t.mu.Unlock()
+	t.noteExit(heardExit{TaskEvent: e, heard: t.now()})
 	if pod, ok := nodepods.ByContainerID(t.informer, e.ContainerID); ok {
 		t.enqueuePod(pod)
 		return
@@ -330,11 +359,60 @@ func (t *Terminator) onExit(ctx context.Context, e cri.TaskEvent) {
 	t.enqueuePod(pod)
 }
 
-// onStart keeps a started container's PID, for a stop that signals the process itself.
-// Every container on the node starts here, but only until it exits: the map holds the
-// running ones.
+// noteExit keeps an exit heard, from containerd or from the process. containerd's event,
+// which has the exit code, replaces the process's report, but the exit counts as heard
+// when it was first.
+func (t *Terminator) noteExit(h heardExit) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	id := h.ContainerID
+	if prev, ok := t.exits[id]; ok {
+		if h.fromProcess {
+			return // containerd's event came first, and has more to say
+		}
+		h.heard = minTime(h.heard, prev.heard)
+	}
+	t.exits[id] = h
+	delete(t.pids, id)
+	delete(t.watching, id)
+	if ch, ok := t.exited[id]; ok {
+		close(ch)
+		delete(t.exited, id)
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// ProcessExited is Config.Exits' report that the process of container id ended at at: a
+// main container of a Never pod, whose pod is looked at again straight away.
+func (t *Terminator) ProcessExited(id string, at time.Time) {
+	t.mu.Lock()
+	key := t.watching[id]
+	t.mu.Unlock()
+	t.noteExit(heardExit{TaskEvent: cri.TaskEvent{ContainerID: id, ExitedAt: at}, heard: at, fromProcess: true})
+	if key != "" {
+		t.queue.Add(key)
+	}
+}
+
+// onDelete wakes the stops waiting for the CRI to record a main container's exit.
+func (t *Terminator) onDelete() {
+	t.mu.Lock()
+	close(t.reported)
+	t.reported = make(chan struct{})
+	t.mu.Unlock()
+}
+
+// onStart keeps a started container's PID, for a stop that signals the process itself
+// and for watching a main container's process. Every container on the node starts here,
+// but only until it exits: the map holds the running ones.
 func (t *Terminator) onStart(e cri.TaskEvent) {
-	if t.cfg.Signaller == nil || e.Pid == 0 {
+	if (t.cfg.Signaller == nil && t.cfg.Exits == nil) || e.Pid == 0 {
 		return
 	}
 	t.mu.Lock()
@@ -409,7 +487,7 @@ func (t *Terminator) process(ctx context.Context, key string, taken time.Time) e
 	if !ok || pod.DeletionTimestamp != nil || !t.selector.Matches(labels.Set(pod.Labels)) {
 		return nil // being deleted: the kubelet stops every container itself
 	}
-	ctrs, err := t.podContainers(ctx, pod)
+	ctrs, err := t.podContainers(ctx, pod, roles)
 	if err != nil {
 		return err
 	}
@@ -417,6 +495,9 @@ func (t *Terminator) process(ctx context.Context, key string, taken time.Time) e
 	states := map[string]sidecarrules.State{}
 	for name, c := range latest {
 		states[name] = stateOf(c)
+	}
+	if t.cfg.Exits != nil && pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+		t.watchMains(ctx, key, roles, latest)
 	}
 
 	// A failure to record (the API refusing an Event for now) holds up nothing else:
@@ -472,6 +553,7 @@ func (t *Terminator) process(ctx context.Context, key string, taken time.Time) e
 		timing := t.heard(roles, latest, taken)
 		timing.decided = t.now()
 		mark := stopMark{ID: c.ID, Requested: timing.decided, Grace: roles.GracePeriod}
+		timing.confirm = unreportedExits(pod, name, roles, latest)
 		t.startStop(ctx, pod, c, mark, false, timing)
 	}
 	if len(errs) > 0 {
@@ -483,6 +565,111 @@ func (t *Terminator) process(ctx context.Context, key string, taken time.Time) e
 		t.mu.Unlock()
 	}
 	return nil
+}
+
+// unreportedExits are the IDs of the main containers whose exits the CRI must report
+// before sidecar is signalled: none for a regular sidecar, every main container the pod's
+// status does not yet show terminated for a native one. The kubelet starts a native
+// sidecar again when it sees it exited while a main container runs, and it sees both
+// through the CRI, which records an exit well after containerd's event under a burst
+// (docs/design/0076): the sidecar's exit must not be seen before its mains'.
+func unreportedExits(pod *corev1.Pod, sidecar string, roles sidecarrules.Roles, latest map[string]cri.Container) []string {
+	if !slices.ContainsFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == sidecar }) {
+		return nil
+	}
+	var out []string
+	for _, m := range roles.Mains {
+		c, ok := latest[m]
+		if !ok {
+			continue
+		}
+		if slices.ContainsFunc(pod.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool {
+			return cs.State.Terminated != nil && runtimeID(cs.ContainerID) == c.ID
+		}) {
+			continue
+		}
+		out = append(out, c.ID)
+	}
+	return out
+}
+
+// Waiting for the CRI to record exits: how often it is asked at first and at most, and
+// for how long before the stop fails and is retried.
+const (
+	reportPollFirst = 5 * time.Millisecond
+	reportPollMax   = 200 * time.Millisecond
+	reportDeadline  = 30 * time.Second
+)
+
+// awaitReportedExits returns once the CRI reports every container of ids exited (or
+// gone). It asks again whenever containerd deletes a task, the step before the CRI's
+// record, and otherwise at intervals growing to reportPollMax.
+func (t *Terminator) awaitReportedExits(ctx context.Context, ids []string) error {
+	deadline := t.now().Add(reportDeadline)
+	wait := reportPollFirst
+	for {
+		t.mu.Lock()
+		reported := t.reported
+		t.mu.Unlock()
+		var left []string
+		for _, id := range ids {
+			st, err := t.rt.ContainerStatus(ctx, id)
+			if cri.IsNotFound(err) || (err == nil && st.State == cri.StateExited) {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("await the runtime's record of main container %s: %w", id, err)
+			}
+			left = append(left, id)
+		}
+		if len(left) == 0 {
+			return nil
+		}
+		ids = left
+		if t.now().After(deadline) {
+			return fmt.Errorf("the runtime has not recorded the exit of main container %s after %s", ids[0], reportDeadline)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-reported:
+		case <-timer.C:
+		}
+		timer.Stop()
+		wait = min(2*wait, reportPollMax)
+	}
+}
+
+// watchMains has Config.Exits watch the processes of the running main containers.
+func (t *Terminator) watchMains(ctx context.Context, key string, roles sidecarrules.Roles, latest map[string]cri.Container) {
+	for _, m := range roles.Mains {
+		c, ok := latest[m]
+		if !ok || c.State != cri.StateRunning {
+			continue
+		}
+		t.mu.Lock()
+		pid := t.pids[c.ID]
+		_, watching := t.watching[c.ID]
+		if !watching {
+			t.watching[c.ID] = key // one attempt per container: the exit event is the fallback
+		}
+		t.mu.Unlock()
+		if watching {
+			continue
+		}
+		if pid == 0 {
+			var err error
+			if pid, err = t.rt.TaskPID(ctx, c.ID); err != nil {
+				t.log.V(1).Info("not watching a main container's process: its PID is unknown", "id", c.ID, "reason", err.Error())
+				continue
+			}
+		}
+		if err := t.cfg.Exits.Watch(pid, c.ID); err != nil {
+			t.log.V(1).Info("not watching a main container's process", "id", c.ID, "pid", pid, "reason", err.Error())
+		}
+	}
 }
 
 // leftRunning reports whether the agent leaves running a sidecar the rules say to stop
@@ -545,14 +732,22 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 }
 
 // podContainers reads the pod's containers: the runtime's records of them (which do not
-// wait on the CRI's lock of any container's state), the state of each from its exit
+// wait on the CRI's lock of any container's state; known ones from memory), the state of each from its exit
 // event if the agent heard it and otherwise from the runtime, and the stop marks from
 // the agent's state directory or, where an agent from before those files wrote one,
 // the container's label.
-func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod) ([]cri.Container, error) {
-	recs, err := t.rt.ContainerRecords(ctx, string(pod.UID))
-	if err != nil {
-		return nil, err
+func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles sidecarrules.Roles) ([]cri.Container, error) {
+	recs, ok := t.knownRecords(pod, roles)
+	if !ok {
+		var err error
+		if recs, err = t.rt.ContainerRecords(ctx, string(pod.UID)); err != nil {
+			return nil, err
+		}
+		t.mu.Lock()
+		for _, c := range recs {
+			t.records[c.ID] = c
+		}
+		t.mu.Unlock()
 	}
 	out := make([]cri.Container, 0, len(recs))
 	for _, c := range recs {
@@ -578,6 +773,57 @@ func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod) ([]cri.
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// knownRecords are the records of the pod's containers without asking containerd, when
+// the kubelet has reported a container for each of its mains and sidecars and the agent
+// has read the records of every container the kubelet reports (the current and the last
+// attempt of each). containerd's list reads every container of the node before it
+// filters, and under a burst of exits took hundreds of milliseconds a pass
+// (docs/design/0074); it is needed only when a container the agent has not seen appears.
+// A report that lags shows an older attempt as the newest, which only delays a stop: the
+// pod's next status update brings the new one.
+func (t *Terminator) knownRecords(pod *corev1.Pod, roles sidecarrules.Roles) ([]cri.Container, bool) {
+	reported := map[string]string{} // container name → its current container's ID
+	var ids []string
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if id := runtimeID(cs.ContainerID); id != "" {
+				reported[cs.Name] = id
+				ids = append(ids, id)
+			}
+			if last := cs.LastTerminationState.Terminated; last != nil {
+				if id := runtimeID(last.ContainerID); id != "" {
+					ids = append(ids, id)
+				}
+			}
+		}
+	}
+	for _, name := range slices.Concat(roles.Mains, roles.Sidecars) {
+		if reported[name] == "" {
+			return nil, false
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]cri.Container, 0, len(ids))
+	for _, id := range ids {
+		c, ok := t.records[id]
+		if !ok {
+			return nil, false
+		}
+		out = append(out, c)
+	}
+	return out, true
+}
+
+// runtimeID is the container ID in a pod status's "<runtime>://<id>".
+func runtimeID(statusID string) string {
+	_, id, ok := strings.Cut(statusID, "://")
+	if !ok {
+		return ""
+	}
+	return id
 }
 
 // heardExit is c as it exited, if the agent heard its exit event.
@@ -685,6 +931,12 @@ func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container,
 	var st cri.Container
 	var err error
 	if !adopted {
+		if len(timing.confirm) > 0 {
+			if err := t.awaitReportedExits(sctx, timing.confirm); err != nil {
+				return err
+			}
+		}
+		timing.confirmed = t.now()
 		// The mark goes first: if the agent dies during the stop, the next one knows
 		// the container was already told to stop.
 		if err := t.marks.write(string(pod.UID), c.ID, mark.String()); err != nil {

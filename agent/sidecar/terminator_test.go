@@ -51,10 +51,14 @@ type fakeRuntime struct {
 	stateDir string
 	signals  []string // IDs, one per Signal call
 	statuses []string // IDs, one per ContainerStatus call
+	lists    int      // ContainerRecords calls
 	// signalLost are containers whose stop signal containerd counts as sent by an
 	// earlier, cut-off StopContainer: StopContainer then only kills them (137), unless
 	// Signal reached them first.
 	signalLost map[string]bool
+	// unrecorded are containers whose exits the CRI has not yet recorded: ContainerStatus
+	// reports them running after their exit events, until recordExit.
+	unrecorded map[string]bool
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -81,6 +85,7 @@ func (f *fakeRuntime) exit(id string, code int32, at time.Time) {
 func (f *fakeRuntime) ContainerRecords(_ context.Context, uid string) ([]cri.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.lists++
 	var out []cri.Container
 	for _, c := range f.ctrs {
 		if c.PodUID == uid {
@@ -111,7 +116,19 @@ func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (cri.Contain
 	}
 	out := *c
 	out.StopMark, out.StopSignal = "", ""
+	if f.unrecorded[id] {
+		out.State, out.ExitCode, out.FinishedAt = cri.StateRunning, 0, time.Time{}
+	}
 	return out, nil
+}
+
+// recordExit has the CRI record container id's exit, as containerd's CRI does after it
+// deleted the task.
+func (f *fakeRuntime) recordExit(id string) {
+	f.mu.Lock()
+	delete(f.unrecorded, id)
+	f.mu.Unlock()
+	f.exits <- cri.TaskEvent{ContainerID: id, Deleted: true}
 }
 
 func (f *fakeRuntime) StopContainer(_ context.Context, id string, timeout time.Duration) error {
@@ -205,6 +222,7 @@ func jobPod(name string, uid types.UID, policy corev1.RestartPolicy) *corev1.Pod
 }
 
 type harness struct {
+	term    *Terminator
 	rt      *fakeRuntime
 	kube    *fake.Clientset
 	reg     *prometheus.Registry
@@ -266,6 +284,7 @@ func startWith(t *testing.T, s setup, rt *fakeRuntime, pods ...*corev1.Pod) *har
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel = cancel
+	h.term = term
 	go informer.Run(ctx.Done())
 	go func() { defer close(h.done); _ = term.Run(ctx) }()
 	t.Cleanup(h.stop)
@@ -378,7 +397,9 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 // state while it writes the exit.
 func TestExitOfReportedContainerNeedsNoRuntimeCall(t *testing.T) {
 	rt := newFakeRuntime()
-	pod := jobPod("job-a", "uid-a", corev1.RestartPolicyNever)
+	// A regular sidecar: a native one waits for the CRI's record of the exit
+	// (TestNativeSidecarWaitsForTheRuntimesRecord).
+	pod := regularSidecarPod("job-a", "uid-a", corev1.RestartPolicyNever, nil)
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://main-a"}}
 	now := time.Now()
 	rt.add(cri.Container{ID: "main-a", PodUID: "uid-a", Name: "main", State: cri.StateRunning, CreatedAt: now})

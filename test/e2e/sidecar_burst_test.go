@@ -22,10 +22,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/api/annotations"
 )
 
 // stopPhases are the phases the agent logs for each stop, in order (agent/sidecar).
-var stopPhases = []string{"heard", "queued", "decided", "marked", "stopped", "recorded"}
+var stopPhases = []string{"heard", "queued", "decided", "confirmed", "marked", "stopped", "recorded"}
 
 // barrier holds the main containers of a burst until release: each reads a FIFO on the
 // host, which blocks without using CPU, and they all read end-of-file together when the
@@ -101,15 +103,16 @@ type burstResult struct {
 }
 
 // runBurst runs jobs Jobs, each a main container held at a barrier and a sidecar that
-// runs until stopped, waits until every main runs, releases them together, and waits
-// for every Job to complete.
-func runBurst(t *testing.T, h *sidecarHarness, jobs int) burstResult {
+// runs until stopped (a native sidecar, or a regular container with the annotations
+// SidecarNative: "false"), waits until every main runs, releases them together, and
+// waits for every Job to complete.
+func runBurst(t *testing.T, h *sidecarHarness, jobs int, podAnnotations map[string]string) burstResult {
 	t.Helper()
 	b := newBarrier(t)
 	names := make([]string, jobs)
 	for i := range names {
 		names[i] = fmt.Sprintf("burst-%03d", i)
-		h.jobOf(names[i], nil, b.spec(h, []corev1.Container{b.main(h)}, []corev1.Container{h.sidecar("proxy", "sleep", "3600")}))
+		h.jobOf(names[i], podAnnotations, b.spec(h, []corev1.Container{b.main(h)}, []corev1.Container{h.sidecar("proxy", "sleep", "3600")}))
 	}
 	mainsRunning := func() (running, total int) {
 		list, err := local.kube.CoreV1().Pods(h.ns).List(context.Background(), metav1.ListOptions{LabelSelector: sidecarLabel + "=" + h.id})
@@ -284,7 +287,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // through the CRI.
 func TestSidecarBurstStopsEachOnce(t *testing.T) {
 	h := newSidecarHarnessSignalling(t, "process")
-	res := runBurst(t, h, 50)
+	res := runBurst(t, h, 50, nil)
 	if n := res.signalled["process"]; n != len(res.pods) || len(res.signalled) != 1 {
 		t.Errorf("stops by how they were signalled: %v; want all %d by the agent to the process", res.signalled, len(res.pods))
 	}
@@ -294,7 +297,11 @@ func TestSidecarBurstStopsEachOnce(t *testing.T) {
 }
 
 // checkStoppedOnce: each Job's sidecar stopped by the agent, each container once, and
-// never before its main container finished.
+// never before its main container finished; and the kubelet started hardly any again. It
+// starts a native sidecar again when it sees it exited while its main runs: with stops
+// that did not wait for the CRI's record of the main's exit, 27 of 50 in this burst. A
+// kubelet sync that reads the main before that record and the sidecar after its stop
+// still can, rarely; that sidecar is stopped again.
 func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 	t.Helper()
 	for id, n := range res.stopsByContainer {
@@ -302,7 +309,7 @@ func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 			t.Errorf("container %s: the agent logged %d stops, want 1", id, n)
 		}
 	}
-	stopped := 0
+	stopped, restarted := 0, 0
 	for _, pod := range res.pods {
 		ctrs := h.containers(pod)
 		proxy, main := ctrs["proxy"], ctrs["main"]
@@ -315,7 +322,15 @@ func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 		if res.stopsByContainer[proxy.ID] == 1 {
 			stopped++
 		}
-		if n, most := h.stopEvents(pod)["spec.initContainers{proxy}"], mostStops(proxy); n < 1 || n > most {
+		if s := statusOf(pod, "proxy"); s != nil && s.RestartCount > 0 {
+			restarted++
+			t.Logf("pod %s: the kubelet started the sidecar again (restartCount %d)", pod.Name, s.RestartCount)
+		}
+		path := "spec.containers{proxy}"
+		if findContainer(pod.Spec.InitContainers, "proxy") != nil {
+			path = "spec.initContainers{proxy}"
+		}
+		if n, most := h.stopEvents(pod)[path], mostStops(proxy); n < 1 || n > most {
 			t.Errorf("pod %s: %d SidecarStopped events, want 1 to %d: one for each container of the sidecar the agent stopped", pod.Name, n, most)
 		}
 		// A stop whose call to containerd outlived --cri-timeout is reported and tried
@@ -327,6 +342,9 @@ func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 	if stopped != len(res.pods) {
 		t.Errorf("the agent logged a stop of the latest sidecar container of %d of %d pods", stopped, len(res.pods))
 	}
+	if most := max(1, len(res.pods)/25); restarted > most {
+		t.Errorf("the kubelet started the sidecars of %d of %d pods again, want at most %d", restarted, len(res.pods), most)
+	}
 }
 
 // TestSidecarBench is `make bench-sidecar`: SEXTANT_BENCH_SIDECAR_JOBS Jobs (default
@@ -334,7 +352,8 @@ func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 // default) the mains finish together, held at a barrier; with
 // SEXTANT_BENCH_SIDECAR_MODE=staggered they finish over five seconds. The agent stops
 // the sidecars as SEXTANT_BENCH_SIDECAR_SIGNAL says (its --sidecar-signal: runtime, the
-// default, or process). It prints p50
+// default, or process). The sidecars are native ones, or regular containers with
+// SEXTANT_BENCH_SIDECAR_KIND=regular (burst mode only). It prints p50
 // and p99 of (main container finished → sidecar finished) from the runtime's own
 // timestamps, the same of each phase of the agent's stops, and the agent's CPU time and
 // peak memory; scripts/bench-sidecar.sh judges the goals over several runs.
@@ -359,20 +378,34 @@ func TestSidecarBench(t *testing.T) {
 	default:
 		t.Fatalf("SEXTANT_BENCH_SIDECAR_SIGNAL %q: want runtime or process (the agent's --sidecar-signal)", signal)
 	}
+	kind := os.Getenv("SEXTANT_BENCH_SIDECAR_KIND")
+	var podAnnotations map[string]string
+	switch kind {
+	case "":
+		kind = "native"
+	case "native":
+	case "regular":
+		podAnnotations = map[string]string{annotations.SidecarNative: "false"}
+	default:
+		t.Fatalf("SEXTANT_BENCH_SIDECAR_KIND %q: want native or regular", kind)
+	}
 	h := newSidecarHarnessSignalling(t, signal)
 	var res burstResult
 	switch mode {
 	case "", "burst":
 		mode = "burst"
-		res = runBurst(t, h, jobs)
+		res = runBurst(t, h, jobs, podAnnotations)
 	case "staggered":
+		if kind != "native" {
+			t.Fatalf("SEXTANT_BENCH_SIDECAR_KIND %s: the staggered mode runs native sidecars only", kind)
+		}
 		res = runStaggered(t, h, jobs)
 	default:
 		t.Fatalf("SEXTANT_BENCH_SIDECAR_MODE %q: want burst or staggered", mode)
 	}
 	checkStoppedOnce(t, h, res)
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
-	fmt.Printf("bench-sidecar: %d Jobs, %s, --sidecar-signal=%s: main containers finished within %s ms; stops signalled %v\n", jobs, mode, signal, ms(res.mainSpread), res.signalled)
+	fmt.Printf("bench-sidecar: %d Jobs, %s, %s sidecars, --sidecar-signal=%s: main containers finished within %s ms; stops signalled %v\n", jobs, mode, kind, signal, ms(res.mainSpread), res.signalled)
 	fmt.Printf("bench-sidecar: main container finished -> sidecar finished (runtime timestamps): min %s  p50 %s  p99 %s  max %s ms\n",
 		ms(res.delays[0]), ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.delays[len(res.delays)-1]))
 	var parts []string
@@ -382,8 +415,8 @@ func TestSidecarBench(t *testing.T) {
 	fmt.Printf("bench-sidecar: phases p50/p99 ms (%d stops): %s\n", len(res.phases[stopPhases[0]]), strings.Join(parts, ", "))
 	fmt.Printf("bench-sidecar: agent CPU %s ms for the burst, peak RSS %.1f MiB\n", ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
 	// One line for scripts/bench-sidecar.sh to collect across runs.
-	fmt.Printf("bench-sidecar-result: jobs=%d mode=%s signal=%s p50_ms=%s p99_ms=%s spread_ms=%s cpu_ms=%s rss_mib=%.1f\n",
-		jobs, mode, signal, ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.mainSpread), ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
+	fmt.Printf("bench-sidecar-result: jobs=%d mode=%s kind=%s signal=%s p50_ms=%s p99_ms=%s spread_ms=%s cpu_ms=%s rss_mib=%.1f\n",
+		jobs, mode, kind, signal, ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.mainSpread), ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
 }
 
 // runStaggered is the bench's staggered mode: mains that sleep 4 to 8.9 s, so that

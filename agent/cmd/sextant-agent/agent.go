@@ -192,8 +192,17 @@ func (a *agent) newPodParts() error {
 			NodeName: o.nodeName, PodSelector: o.sidecarPodSelector, Resync: o.sidecarResync, Workers: o.sidecarWorkers,
 			StateDir: o.enforcement.stateDir,
 		}
+		var exits *procsignal.Exits
 		if o.sidecarSignal == sidecarSignalProcess {
 			cfg.Signaller = procsignal.Signaller{}
+			// The exits of main processes are heard through pidfds, which need the same
+			// host PID namespace as the signals; the callback reaches the terminator made
+			// below, and no exit is watched before it runs.
+			if exits, err = procsignal.NewExits("", func(id string, at time.Time) { a.terminator.ProcessExited(id, at) }); err != nil {
+				return err
+			}
+			a.closers = append(a.closers, func() { exits.Close() })
+			cfg.Exits = exits
 		}
 		a.terminator, err = sidecar.New(cfg, a.kube, a.pods, a.rt, sidecar.NewMetrics(a.reg), a.log.WithName("sidecar"))
 		if err != nil {
