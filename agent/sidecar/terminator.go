@@ -732,10 +732,10 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 }
 
 // podContainers reads the pod's containers: the runtime's records of them (which do not
-// wait on the CRI's lock of any container's state; known ones from memory), the state of each from its exit
-// event if the agent heard it and otherwise from the runtime, and the stop marks from
-// the agent's state directory or, where an agent from before those files wrote one,
-// the container's label.
+// wait on the CRI's lock of any container's state; known ones from memory), the state
+// of each from its exit event if the agent heard it and otherwise from the runtime, and
+// the stop marks from the agent's state directory or, where an agent from before those
+// files wrote one, the container's label.
 func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles sidecarrules.Roles) ([]cri.Container, error) {
 	recs, ok := t.knownRecords(pod, roles)
 	if !ok {

@@ -135,6 +135,7 @@ func newAgent(ctx context.Context, o runOptions) (_ *agent, err error) {
 		return nil, err
 	}
 	cfg.UserAgent = "sextant-agent/" + version.Version
+	cfg.QPS, cfg.Burst = float32(o.kubeQPS), o.kubeBurst
 	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -159,6 +160,7 @@ func newAgent(ctx context.Context, o runOptions) (_ *agent, err error) {
 		// limiter a flood of made-up tokens fills instead of the heartbeats'.
 		authCfg := rest.CopyConfig(cfg)
 		authCfg.UserAgent += " metrics-auth"
+		authCfg.QPS, authCfg.Burst = 0, 0 // client-go's defaults: a flood needs no burst
 		authClient, err := kubernetes.NewForConfig(authCfg)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes client for the metrics server's reviews: %w", err)

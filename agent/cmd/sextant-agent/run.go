@@ -36,8 +36,11 @@ import (
 )
 
 type runOptions struct {
-	logging     *logsapi.LoggingConfiguration
-	kubeconfig  string
+	logging    *logsapi.LoggingConfiguration
+	kubeconfig string
+	// kubeQPS and kubeBurst are the API client's rate limit.
+	kubeQPS     float64
+	kubeBurst   int
 	nodeName    string
 	metricsAddr string
 	// metricsLimits bound the metrics server; metricsAuthCacheTTL is how long the API
@@ -137,6 +140,8 @@ NodeTopology says which (status.numaPinning).`,
 	o.logging = logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(o.logging, f)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, then the in-cluster configuration)")
+	f.Float64Var(&o.kubeQPS, "kube-api-qps", 20, "requests per second the agent sends the API server at most, after a burst of --kube-api-burst (client-go's default of 5 makes the Events of many Jobs finishing at once wait, and the node's other writes behind them)")
+	f.IntVar(&o.kubeBurst, "kube-api-burst", 100, "requests the agent may send the API server at once before --kube-api-qps applies: one Event per sidecar stopped, for a node whose Jobs finish together")
 	f.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "name of this node's Node object (default: $NODE_NAME)")
 	f.StringVar(&o.metricsAddr, "metrics-addr", ":9464", "address serving /metrics (HTTPS, a bearer token allowed to get /metrics), /healthz and /readyz (HTTPS, anyone); empty disables it")
 	o.metricsLimits = httpbound.Limits{
@@ -209,6 +214,10 @@ func (o runOptions) validate() error {
 	switch {
 	case o.nodeName == "":
 		return errors.New("--node-name is required (or set $NODE_NAME, e.g. from the downward API spec.nodeName)")
+	case !(o.kubeQPS > 0 && o.kubeQPS <= 1000): // NaN too
+		return fmt.Errorf("--kube-api-qps %v: want requests per second from above 0 to 1000, e.g. 20", o.kubeQPS)
+	case o.kubeBurst < 1 || o.kubeBurst > 10000:
+		return fmt.Errorf("--kube-api-burst %d: want 1 to 10000, e.g. 100", o.kubeBurst)
 	case !(o.threshold > 0 && o.threshold < 1): // NaN too
 		return fmt.Errorf("--report-threshold %v: want a fraction between 0 and 1, e.g. 0.05", o.threshold)
 	case o.minInterval <= 0 || o.maxInterval < o.minInterval:

@@ -66,6 +66,11 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--metrics-auth-cache-ttl", "-1s"}, "--metrics-auth-cache-ttl -1s"},
 		{[]string{"--metrics-auth-cache-ttl", "0s"}, ""},
 		{[]string{"--metrics-max-inflight", "0", "--metrics-addr", ""}, ""},
+		{[]string{"--kube-api-qps", "0"}, "--kube-api-qps 0: want"},
+		{[]string{"--kube-api-qps", "NaN"}, "--kube-api-qps NaN: want"},
+		{[]string{"--kube-api-qps", "2.5"}, ""},
+		{[]string{"--kube-api-burst", "0"}, "--kube-api-burst 0: want 1 to 10000"},
+		{[]string{"--kube-api-burst", "1"}, ""},
 	} {
 		o := parseRun(t, append([]string{"--node-name", "n1"}, tc.args...)...)
 		err := o.validate()
