@@ -298,9 +298,9 @@ func TestSidecarBurstStopsEachOnce(t *testing.T) {
 
 // checkStoppedOnce: each Job's sidecar stopped by the agent, each container once, and
 // never before its main container finished; and the kubelet started hardly any again. It
-// starts a native sidecar again when it sees it exited while its main runs: with stops
-// that did not wait for the CRI's record of the main's exit, 27 of 50 in this burst. A
-// kubelet sync that reads the main before that record and the sidecar after its stop
+// starts a native sidecar again when it sees it exited while its main runs, which stops
+// that did not wait for the CRI's record of the main's exit made common (design 0076).
+// A kubelet sync that reads the main before that record and the sidecar after its stop
 // still can, rarely; that sidecar is stopped again.
 func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 	t.Helper()
