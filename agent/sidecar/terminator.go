@@ -779,8 +779,8 @@ func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles s
 // the kubelet has reported a container for each of its mains and sidecars and the agent
 // has read the records of every container the kubelet reports (the current and the last
 // attempt of each). containerd's list reads every container of the node before it
-// filters, and under a burst of exits took hundreds of milliseconds a pass
-// (docs/design/0074); it is needed only when a container the agent has not seen appears.
+// filters, which a burst of exits makes slow (docs/design/0074); it is needed only when
+// a container the agent has not seen appears.
 // A report that lags shows an older attempt as the newest, which only delays a stop: the
 // pod's next status update brings the new one.
 func (t *Terminator) knownRecords(pod *corev1.Pod, roles sidecarrules.Roles) ([]cri.Container, bool) {
