@@ -50,6 +50,9 @@ type Config struct {
 	// CDISpecDirs are read for CDI specs naming the devices (the host's /etc/cdi and
 	// /var/run/cdi as the agent sees them); none: no CDI devices are returned.
 	CDISpecDirs []string
+	// SkipKinds are kinds served another way (the agent's DRA driver): the plugin
+	// registers no endpoint for them, so the kubelet does not advertise them.
+	SkipKinds []v1alpha1.DeviceKind
 
 	// Pods lists the pods bound to this node (the shared node pod informer's store).
 	Pods func() ([]*corev1.Pod, error)
@@ -161,6 +164,9 @@ func (m *Manager) Update(devs []v1alpha1.PCIDevice, excluded map[string]string) 
 	m.all, m.excluded = slices.Clone(devs), maps.Clone(excluded)
 	started := false
 	for _, kind := range v1alpha1.RequestableDeviceKinds {
+		if slices.Contains(m.cfg.SkipKinds, kind) {
+			continue
+		}
 		var list []*pluginapi.Device
 		healthy := 0
 		for _, d := range devs {
@@ -596,69 +602,22 @@ func Admitting(list []*podresourcesapi.PodResources, cands []*corev1.Pod, resour
 func (m *Manager) containerResponse(kind v1alpha1.DeviceKind, ids []string) *pluginapi.ContainerAllocateResponse {
 	ids = slices.Clone(ids)
 	slices.SortFunc(ids, comparePCIAddress)
-	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvName(kind): strings.Join(ids, ",")}}
-	var own, shared []string
-	ownBy := map[string][]string{}
-	for _, id := range ids {
-		n, warnings := FindDeviceNodes(m.cfg.SysfsRoot, m.cfg.DevRoot, id)
-		for _, w := range warnings {
-			m.log.Error(w, "reading a device's nodes", "device", id)
-		}
-		for _, rel := range n.Own {
-			own = append(own, rel)
-			ownBy[id] = append(ownBy[id], hostPath(m.cfg.HostDevDir, rel))
-		}
-		shared = append(shared, n.Shared...)
-	}
-	nodes := append(own, shared...)
-	slices.Sort(nodes)
-	for _, rel := range slices.Compact(nodes) {
-		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{
-			HostPath: hostPath(m.cfg.HostDevDir, rel), ContainerPath: hostPath(containerDev, rel), Permissions: "rw",
-		})
-	}
-	m.metrics.allocations.WithLabelValues(string(kind.ResourceName())).Inc()
-	if len(m.cfg.CDISpecDirs) == 0 {
-		return resp
-	}
-	specs, warnings := loadCDI(m.cfg.CDISpecDirs)
-	for _, w := range warnings {
-		m.log.Error(w, "reading CDI specs")
-	}
-	if len(specs) == 0 {
-		return resp
-	}
-	others := m.othersOwnNodes(ids)
-	var names []string
-	for _, id := range ids {
-		for _, n := range matchCDI(specs, id, ownBy[id], others) {
-			if !slices.Contains(names, n) {
-				names = append(names, n)
-			}
-		}
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: n})
-	}
-	return resp
-}
-
-// othersOwnNodes are the own device nodes (host paths) of the node's devices other than
-// ids: a CDI device listing one of them stands for more than these devices.
-func (m *Manager) othersOwnNodes(ids []string) map[string]bool {
 	m.mu.Lock()
 	all := slices.Clone(m.all)
 	m.mu.Unlock()
-	out := map[string]bool{}
-	for _, d := range all {
-		if d.Kind == v1alpha1.KindOther || slices.Contains(ids, d.Address) {
-			continue
-		}
-		n, _ := FindDeviceNodes(m.cfg.SysfsRoot, m.cfg.DevRoot, d.Address)
-		for _, rel := range n.Own {
-			out[hostPath(m.cfg.HostDevDir, rel)] = true
-		}
+	edits := m.locator().Edits(ids, all)
+	resp := &pluginapi.ContainerAllocateResponse{Envs: map[string]string{EnvName(kind): strings.Join(ids, ",")}}
+	for _, n := range edits.Nodes {
+		resp.Devices = append(resp.Devices, &pluginapi.DeviceSpec{HostPath: n.HostPath, ContainerPath: n.ContainerPath, Permissions: "rw"})
 	}
-	return out
+	for _, n := range edits.CDI {
+		resp.CdiDevices = append(resp.CdiDevices, &pluginapi.CDIDevice{Name: n})
+	}
+	m.metrics.allocations.WithLabelValues(string(kind.ResourceName())).Inc()
+	return resp
+}
+
+// locator finds device nodes and CDI devices where the plugin is configured to.
+func (m *Manager) locator() Locator {
+	return Locator{SysfsRoot: m.cfg.SysfsRoot, DevRoot: m.cfg.DevRoot, HostDevDir: m.cfg.HostDevDir, CDISpecDirs: m.cfg.CDISpecDirs, Log: m.log}
 }

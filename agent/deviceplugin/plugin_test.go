@@ -754,3 +754,19 @@ func TestPluginDirRecreated(t *testing.T) {
 	// there again after: the kubelet takes a registration anew, so one or two are right.
 	eventually(t, "registration in the new directory", func() bool { return k2.registered("sextant.io/gpu") >= 1 })
 }
+
+// A kind served through DRA gets no endpoint; the others still do.
+func TestSkipKinds(t *testing.T) {
+	dir := socketDir(t)
+	k := startKubelet(t, dir)
+	h := startManager(t, dir, func(c *Config) { c.SkipKinds = []v1alpha1.DeviceKind{v1alpha1.KindGPU} })
+	nic := v1alpha1.PCIDevice{Address: "0000:5e:00.0", Kind: v1alpha1.KindNIC, Health: v1alpha1.Healthy}
+	h.m.Update(append(gpus(v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy, v1alpha1.Healthy), nic), nil)
+	eventually(t, "the NIC endpoint registered", func() bool { return k.registered("sextant.io/nic") == 1 })
+	if n := k.registered("sextant.io/gpu"); n != 0 {
+		t.Errorf("%d registrations of sextant.io/gpu, a skipped kind", n)
+	}
+	if _, err := os.Stat(h.m.Socket(v1alpha1.KindGPU)); !os.IsNotExist(err) {
+		t.Errorf("socket of a skipped kind: %v", err)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"sextant.io/sextant/agent/deviceaudit"
 	"sextant.io/sextant/agent/devicefilter"
 	"sextant.io/sextant/agent/deviceplugin"
+	"sextant.io/sextant/agent/dra"
 	"sextant.io/sextant/agent/podresources"
 	"sextant.io/sextant/agent/report"
 	"sextant.io/sextant/api/v1alpha1"
@@ -41,6 +42,7 @@ type devices struct {
 
 	selector *devicefilter.Selector
 	plugin   *deviceplugin.Manager // nil without --device-plugin
+	dra      *dra.Driver           // nil without --dra-kinds
 	// afterSettle pokes the audit a settle after an Allocate or a pod leaving.
 	afterSettle *coalescer
 	// audit is made by start, seeded with the holders the node published before.
@@ -65,6 +67,23 @@ func (a *agent) newDevices(nodeIPs []net.IP) (*devices, error) {
 		}
 	}
 	d.selector = &devicefilter.Selector{Root: o.sysfsRoot, Rules: o.deviceFilter, NodeAddresses: func() []netip.Addr { return addrs }}
+	draKinds, err := o.draDeviceKinds()
+	if err != nil {
+		return nil, err
+	}
+	if len(draKinds) > 0 {
+		locator := deviceplugin.Locator{SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir, CDISpecDirs: o.cdiSpecDirs, Log: d.log.WithName("dra")}
+		if locator.HostDevDir == "" {
+			locator.HostDevDir = o.devRoot
+		}
+		d.dra, err = dra.New(dra.Config{
+			NodeName: o.nodeName, Kinds: draKinds, Kube: a.kube,
+			PluginDir: o.draPluginDir, RegistrarDir: o.draRegistrarDir, CDIDir: o.cdiDir, Locator: locator,
+		}, dra.NewMetrics(d.reg), d.log.WithName("dra"))
+		if err != nil {
+			return nil, err
+		}
+	}
 	if !o.devicePlugin {
 		return d, nil
 	}
@@ -75,10 +94,9 @@ func (a *agent) newDevices(nodeIPs []net.IP) (*devices, error) {
 	// A pod that leaves the node gets the same delayed pass (see start's pod handlers).
 	d.afterSettle = newCoalescer(clock.RealClock{}, allocSettle)
 	freshPods := func(ctx context.Context) ([]*corev1.Pod, error) { return listNodePods(ctx, d.kube, d.nodeName) }
-	var err error
 	d.plugin, err = deviceplugin.New(deviceplugin.Config{
 		PluginDir: o.devicePluginDir, SysfsRoot: o.sysfsRoot, DevRoot: o.devRoot, HostDevDir: o.hostDevDir,
-		CDISpecDirs: o.cdiSpecDirs, Pods: d.listPods, FreshPods: freshPods, KubeletPods: d.kubelet.List,
+		CDISpecDirs: o.cdiSpecDirs, SkipKinds: draKinds, Pods: d.listPods, FreshPods: freshPods, KubeletPods: d.kubelet.List,
 		OnAllocated: func(string) { d.afterSettle.poke() }, InUse: d.inUse,
 	}, deviceplugin.NewMetrics(d.reg), d.log)
 	if err != nil {
@@ -133,6 +151,9 @@ func (d *devices) onDevices(devs []v1alpha1.PCIDevice) map[string]string {
 	if d.plugin != nil {
 		d.plugin.Update(devs, excluded)
 	}
+	if d.dra != nil {
+		d.dra.Update(devs, excluded)
+	}
 	return excluded
 }
 
@@ -152,9 +173,14 @@ func listNodePods(ctx context.Context, kube kubernetes.Interface, nodeName strin
 // start starts the device plugin, the audit, seeded with the holders published before,
 // and the removal of stale capacity; setHolders is told which pod holds each device. A
 // plugin that stops is fatal: without it the kubelet hands out none of the node's
-// devices, while the node's heartbeats would still say the agent is alive. Without
-// --device-plugin it starts nothing.
+// devices, while the node's heartbeats would still say the agent is alive. The DRA
+// driver, with --dra-kinds, is as fatal. Without either it starts nothing.
 func (d *devices) start(ctx context.Context, g *group, published map[string]v1alpha1.DeviceHolder, setHolders func(map[string]v1alpha1.DeviceHolder)) error {
+	if d.dra != nil {
+		// As with the device plugin: without the driver the kubelet prepares no claim
+		// for the node's devices.
+		g.goFatal(ctx, "DRA driver", d.dra.Run)
+	}
 	if d.plugin == nil {
 		return nil
 	}

@@ -28,6 +28,7 @@ import (
 	"sextant.io/sextant/agent/numapin"
 	"sextant.io/sextant/agent/podresources"
 	"sextant.io/sextant/agent/sidecar"
+	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/cri"
 	"sextant.io/sextant/internal/delegatedauth"
 	"sextant.io/sextant/internal/httpbound"
@@ -87,6 +88,11 @@ type runOptions struct {
 	cdiSpecDirs         []string
 	deviceFilter        devicefilter.Rules
 	deviceAuditInterval time.Duration
+
+	draKinds        []string
+	draPluginDir    string
+	draRegistrarDir string
+	cdiDir          string
 
 	enforcement enforcementOptions
 }
@@ -191,6 +197,10 @@ NodeTopology says which (status.numaPinning).`,
 	f.StringSliceVar(&o.cdiSpecDirs, "cdi-spec-dirs", nil, "directories of CDI specs (the host's /etc/cdi and /var/run/cdi as the agent sees them): a device a spec names is also handed out as that CDI device")
 	f.Var(&o.deviceFilter, "device-filter", "include:FIELD=VALUE or exclude:FIELD=VALUE, FIELD address, kind or driver; repeatable or comma-separated, the last matching rule wins, applied after the default exclusion of the node's own NICs and boot drives")
 	f.DurationVar(&o.deviceAuditInterval, "device-audit-interval", 30*time.Second, "compare the kubelet's PodResources with the pods' devices.sextant.io/allocated at least this often (and when a pod starts)")
+	f.StringSliceVar(&o.draKinds, "dra-kinds", nil, "device kinds (gpu, nic, nvme, accelerator) to publish as DRA ResourceSlices of driver sextant.io and prepare for ResourceClaims, instead of serving them through the device plugin; empty: no DRA driver; needs --heartbeats")
+	f.StringVar(&o.draPluginDir, "dra-plugin-dir", "/var/lib/kubelet/plugins/sextant.io", "where the DRA driver's socket goes, under the kubelet's plugins directory")
+	f.StringVar(&o.draRegistrarDir, "dra-registrar-dir", "/var/lib/kubelet/plugins_registry", "the kubelet's plugin registration directory, where the DRA driver registers")
+	f.StringVar(&o.cdiDir, "cdi-dir", "/var/run/cdi", "where the DRA driver writes each prepared claim's CDI spec: a directory the container runtime reads CDI specs from (the host's /var/run/cdi as the agent sees it)")
 	f.DurationVar(&o.numaResync, "numa-resync", 30*time.Second, "check every pinned pod's cgroup at least this often, and narrow it again if something widened it")
 	o.enforcement.addFlags(f)
 	return cmd
@@ -255,8 +265,15 @@ func (o runOptions) validate() error {
 	case slices.Contains(strings.Split(o.kubepodsCgroup, "/"), ".."):
 		// NUMA pinning writes cpusets under it: it must stay inside --cgroup-root.
 		return fmt.Errorf("--kubepods-cgroup %q: want a cgroup path under the cpuset hierarchy without '..', such as kubepods.slice", o.kubepodsCgroup)
+	case len(o.draKinds) > 0 && !o.heartbeats:
+		return errors.New("--dra-kinds needs --heartbeats: the DRA driver publishes the devices the topology reporter reads")
+	case len(o.draKinds) > 0 && (o.draPluginDir == "" || o.draRegistrarDir == "" || o.cdiDir == ""):
+		return errors.New("--dra-plugin-dir, --dra-registrar-dir and --cdi-dir must not be empty with --dra-kinds")
 	case o.hostDevDir != "" && !filepath.IsAbs(o.hostDevDir):
 		return fmt.Errorf("--host-dev-dir %q: want an absolute path, the host's /dev as the kubelet sees it", o.hostDevDir)
+	}
+	if _, err := o.draDeviceKinds(); err != nil {
+		return err
 	}
 	if errs := validation.IsDNS1123Subdomain(o.nodeName); len(errs) > 0 {
 		return fmt.Errorf("--node-name %q: %s (want a Node's name, e.g. from the downward API spec.nodeName)", o.nodeName, strings.Join(errs, "; "))
@@ -375,4 +392,19 @@ func nodeInternalIPs(ctx context.Context, kube kubernetes.Interface, nodeName st
 		}
 	}
 	return ips
+}
+
+// draDeviceKinds are --dra-kinds as device kinds, each once.
+func (o runOptions) draDeviceKinds() ([]v1alpha1.DeviceKind, error) {
+	var out []v1alpha1.DeviceKind
+	for _, k := range o.draKinds {
+		kind := v1alpha1.DeviceKind(strings.TrimSpace(k))
+		if !slices.Contains(v1alpha1.RequestableDeviceKinds[:], kind) {
+			return nil, fmt.Errorf("--dra-kinds: unknown device kind %q (want gpu, nic, nvme or accelerator)", k)
+		}
+		if !slices.Contains(out, kind) {
+			out = append(out, kind)
+		}
+	}
+	return out, nil
 }

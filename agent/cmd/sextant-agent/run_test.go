@@ -71,6 +71,11 @@ func TestRunRefusesBadFlags(t *testing.T) {
 		{[]string{"--kube-api-qps", "2.5"}, ""},
 		{[]string{"--kube-api-burst", "0"}, "--kube-api-burst 0: want 1 to 10000"},
 		{[]string{"--kube-api-burst", "1"}, ""},
+		{[]string{"--dra-kinds", "accelerator,gpu"}, ""},
+		{[]string{"--dra-kinds", "tpu"}, `--dra-kinds: unknown device kind "tpu" (want gpu, nic, nvme or accelerator)`},
+		{[]string{"--dra-kinds", "other"}, `unknown device kind "other"`},
+		{[]string{"--dra-kinds", "gpu", "--heartbeats=false"}, "--dra-kinds needs --heartbeats"},
+		{[]string{"--dra-kinds", "gpu", "--cdi-dir", ""}, "must not be empty with --dra-kinds"},
 	} {
 		o := parseRun(t, append([]string{"--node-name", "n1"}, tc.args...)...)
 		err := o.validate()
