@@ -64,6 +64,7 @@ lint: ## helm lint --strict of the chart (values checked against values.schema.j
 	go tool helm lint --strict --kube-version $(LINT_KUBE_VERSION) charts/sextant
 	go tool helm lint --strict --kube-version $(LINT_KUBE_VERSION) charts/sextant \
 	  --set serviceMonitor.enabled=true,prometheusRule.enabled=true,priorityClasses.create=false \
+	  --set 'agent.devices.dra.kinds={accelerator,gpu}' \
 	  --set-json 'imagePullSecrets=[{"name":"regcred"}]' --set image.agent.digest=sha256:$$(printf '0%.0s' $$(seq 64))
 
 .PHONY: verify

@@ -225,3 +225,51 @@ func TestChartGivesHostPIDOnlyToSignalProcesses(t *testing.T) {
 		}
 	}
 }
+
+// With agent.devices.dra.kinds, the agent gets --dra-kinds and what the driver needs:
+// ResourceSlices and claims in its ClusterRole, the policy that keeps it to its node's
+// slices, and a DeviceClass per kind; without, none of it. With the device plugin off,
+// the driver still gets the host's /dev.
+func TestChartDRA(t *testing.T) {
+	for _, tc := range []struct {
+		kinds  []any
+		plugin bool
+	}{{nil, true}, {[]any{"accelerator", "gpu"}, true}, {[]any{"accelerator"}, false}} {
+		t.Run(fmt.Sprintf("kinds=%v,plugin=%v", tc.kinds, tc.plugin), func(t *testing.T) {
+			objs := charttest.Objects(t, charttest.Render(t, map[string]any{
+				"agent": map[string]any{"devices": map[string]any{"plugin": tc.plugin, "dra": map[string]any{"kinds": tc.kinds}}},
+			}))
+			var o runOptions
+			if err := newRunCommandFor(&o).ParseFlags(agentArgs(t, objs)); err != nil {
+				t.Fatalf("the agent does not take the chart's flags: %v", err)
+			}
+			kinds, err := o.draDeviceKinds()
+			if err != nil || len(kinds) != len(tc.kinds) {
+				t.Fatalf("--dra-kinds = %v (%v), want %v", kinds, err, tc.kinds)
+			}
+			on := len(tc.kinds) > 0
+			if on && (!o.heartbeats || o.draPluginDir == "" || o.draRegistrarDir == "" || o.cdiDir == "") {
+				t.Errorf("the DRA driver without heartbeats (%v) or one of its directories: %q, %q, %q", o.heartbeats, o.draPluginDir, o.draRegistrarDir, o.cdiDir)
+			}
+			if on && (o.devRoot != "/host/dev" || o.hostDevDir != "/dev") {
+				t.Errorf("--dev-root %q, --host-dev-dir %q: want the host's /dev", o.devRoot, o.hostDevDir)
+			}
+			rules := grants(t, objs["ClusterRole/sextant-agent"])
+			for _, want := range []string{"resourceslices.resource.k8s.io create", "resourceslices.resource.k8s.io update", "resourceslices.resource.k8s.io delete", "resourceslices.resource.k8s.io watch", "resourceclaims.resource.k8s.io get"} {
+				if rules[want] != on {
+					t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v", want, rules[want], on)
+				}
+			}
+			for _, key := range []string{"ValidatingAdmissionPolicy/sextant-agent-dra", "ValidatingAdmissionPolicyBinding/sextant-agent-dra"} {
+				if _, got := objs[key]; got != on {
+					t.Errorf("%s rendered: %v, want %v", key, got, on)
+				}
+			}
+			for _, k := range tc.kinds {
+				if _, ok := objs[fmt.Sprintf("DeviceClass/%s.sextant.io", k)]; !ok {
+					t.Errorf("no DeviceClass for kind %s", k)
+				}
+			}
+		})
+	}
+}
