@@ -2,6 +2,7 @@ package numa
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -81,7 +82,7 @@ func shortResource(free []Free, req Request) string {
 // agent back; the agent's first fresh report brings the pod back (reportArrived).
 func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.IsZero() {
+	if !ok || s.idle() {
 		return nil
 	}
 	node := nodeInfo.Node()
@@ -109,6 +110,9 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 			return fwk.NewStatus(fwk.Unschedulable, msgNoPinning)
 		}
 	}
+	if s.claims != nil {
+		return pl.filterClaims(ctx, s, nf, topo, node)
+	}
 	req := nf.effective(s.req, s.policy)
 	switch reason, uneven := fit(nf.free(), req, s.policy); reason {
 	case reasonNoFit:
@@ -123,6 +127,37 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 		}
 		return nil
 	}
+}
+
+// filterClaims is Filter for a pod with DRA claims: the best set that holds the NUMA
+// nodes DynamicResources would put its devices on must cover the pod, and be one NUMA
+// node under single-numa-node. A node DynamicResources cannot allocate on is left to it
+// to refuse.
+func (pl *NUMAAware) filterClaims(ctx context.Context, s *cycleState, nf *nodeFree, topo *v1alpha1.NodeTopology, node *v1.Node) *fwk.Status {
+	p, err := s.claims.placement(ctx, node, topo)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("numa filter on node %s: predicting the DRA allocation: %w", node.Name, err))
+	}
+	if !p.allocatable {
+		return nil
+	}
+	ch, ok, refusal, err := s.choose(ctx, nf, topo, node)
+	switch {
+	case err != nil:
+		return fwk.AsStatus(err)
+	case refusal != nil:
+		return refusal
+	case !ok:
+		filterRejections.WithLabelValues(reasonNoFit).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgNoFit(shortResource([]Free{totalFree(nf.free())}, nf.effective(s.req, s.policy))))
+	case s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1:
+		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode(shortResource(nf.free(), nf.effective(s.req, s.policy))))
+	}
+	if len(ch.Nodes) > 1 || ch.Distance != 0 {
+		s.markUneven()
+	}
+	return nil
 }
 
 // fit is Filter's decision on a node with this free capacity per NUMA node: a rejection

@@ -18,6 +18,11 @@ const (
 	reasonMalformedPolicy = "malformed_policy"
 	reasonNodeNotFound    = "node_not_found"
 	reasonNoPinning       = "no_pinning"
+	// A pod's DRA devices: spread over NUMA nodes, of no known NUMA node, or allocated
+	// by DynamicResources elsewhere than predicted (Reserve).
+	reasonDRASpread  = "dra_devices_spread"
+	reasonDRAUnknown = "dra_device_numa_unknown"
+	reasonDRAMoved   = "dra_allocation_moved"
 )
 
 // Registered with legacyregistry because that is the registry kube-scheduler serves on
@@ -40,7 +45,7 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(filterRejections, reservations)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
-		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound, reasonNoPinning, silence.Reason} {
+		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound, reasonNoPinning, silence.Reason, reasonDRASpread, reasonDRAUnknown, reasonDRAMoved} {
 			filterRejections.WithLabelValues(r)
 		}
 	})

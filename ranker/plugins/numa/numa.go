@@ -58,6 +58,7 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/draclaims"
 	"sextant.io/sextant/ranker/plugins/nodecache"
 	"sextant.io/sextant/ranker/plugins/nodelookup"
 	"sextant.io/sextant/ranker/plugins/numahint"
@@ -93,6 +94,9 @@ type NUMAAware struct {
 	snapshot func() ([]fwk.NodeInfo, error)
 	// silentNodes are the nodes Filter rejected as silent and not heard from since.
 	silentNodes silence.Nodes
+	// dra predicts and reads back the allocations of pods' DRA claims; its Manager is
+	// nil without DRA in the profile, and pods' claims are then not placed.
+	dra draclaims.Allocator
 }
 
 // WithDevices makes p the source of the NUMA nodes' free devices and of pods' device
@@ -150,6 +154,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("numa plugin: %w", err)
 	}
 	pl := NewWith(store, nodelookup.Snapshot(h)).WithProfile(h)
+	if h.SharedDRAManager() != nil {
+		pl.dra = draAllocator(h)
+	}
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
 	store.AddListener(pl.listener())
@@ -216,7 +223,13 @@ type cycleState struct {
 	// bare are the snapshot's nodes without NodeTopology when PreFilter skipped Filter
 	// (see floor): PreScore's question is then whether one of them is feasible.
 	bare []fwk.NodeInfo
+	// claims are the pod's DRA claims; nil for a pod without any.
+	claims *claims
 }
+
+// idle reports whether the plugin has nothing to decide for the pod: no CPU, memory or
+// devices asked for, and no DRA claims whose devices place it.
+func (s *cycleState) idle() bool { return s.req.IsZero() && s.claims == nil }
 
 var _ numahint.Choice = (*cycleState)(nil)
 
@@ -243,7 +256,7 @@ func readState(state fwk.CycleState) (*cycleState, bool) {
 // Chosen implements numahint.Choice: NUMAAware's choice for the pod on the node, what
 // DeviceAware prefers devices from.
 func (s *cycleState) Chosen(nodeInfo fwk.NodeInfo) ([]int32, bool) {
-	if s.req.IsZero() {
+	if s.idle() {
 		return nil, false
 	}
 	node := nodeInfo.Node()
@@ -257,8 +270,8 @@ func (s *cycleState) Chosen(nodeInfo fwk.NodeInfo) ([]int32, bool) {
 	if !ok {
 		return nil, false
 	}
-	ch, ok := nf.choose(topo, s.req, s.policy)
-	if !ok || s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
+	ch, ok, refusal, err := s.choose(context.Background(), nf, topo, node)
+	if !ok || refusal != nil || err != nil || s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		return nil, false // Filter rejects the node: there is no choice on it
 	}
 	return ch.Nodes, true

@@ -405,9 +405,27 @@ func oneNUMANode(id int32) []int32 {
 // so CPU, memory and each device kind count alike. It takes O(n²) steps for n NUMA
 // nodes, and its set is not always the smallest.
 func greedyChoice(free []Free, dist [][]int64, req Request) (Choice, bool) {
+	return greedyChoiceFrom(free, dist, req, nil)
+}
+
+// greedyChoiceFrom is greedyChoice starting from the set start (indexes into free)
+// instead of from nothing.
+func greedyChoiceFrom(free []Free, dist [][]int64, req Request, start []int) (Choice, bool) {
 	taken := make([]bool, len(free))
-	var set []int
+	set := slices.Clone(start)
 	var have Request
+	for _, i := range set {
+		taken[i] = true
+		have.MilliCPU += free[i].MilliCPU
+		have.Memory += free[i].Memory
+		for k, c := range free[i].Devices {
+			have.Devices[k] += c
+		}
+	}
+	if len(set) > 0 && req.within(have) {
+		slices.Sort(set)
+		return Choice{Nodes: ids(free, set), Distance: setDistance(dist, set)}, true
+	}
 	for len(set) < len(free) {
 		best, bestGain, bestDist := -1, -1.0, int64(0)
 		for i := range free {

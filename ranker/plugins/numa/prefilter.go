@@ -2,11 +2,13 @@ package numa
 
 import (
 	"context"
+	"fmt"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/ranker/plugins/draclaims"
 )
 
 // PreFilter computes the pod's CPU and memory request and parses its policy once per
@@ -14,7 +16,7 @@ import (
 // message names the annotation and the accepted form); a pod asking for neither CPU nor
 // memory skips NUMAAware's Filter, and so does one that fits one NUMA node of every
 // node or, without a policy, all NUMA nodes of every node together (see floor).
-func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *NUMAAware) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	policy, err := annotations.PodNUMAPolicy(pod.Annotations)
 	if err != nil {
 		filterRejections.WithLabelValues(reasonMalformedPolicy).Inc()
@@ -23,6 +25,17 @@ func (pl *NUMAAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.
 	s := &cycleState{req: PodRequest(pod), policy: policy, pl: pl, topologyVersion: pl.nodes.TopologyVersion()}
 	if dp := pl.deviceProvider(); dp != nil {
 		s.req.Devices = dp.Want(pod)
+	}
+	if draclaims.HasClaims(pod) && pl.dra.Manager != nil {
+		// Every node is asked where DynamicResources would put the pod's devices:
+		// neither the floor nor a zero request skips Filter.
+		p, err := pl.dra.New(ctx, pod)
+		if err != nil {
+			return nil, fwk.AsStatus(fmt.Errorf("numa prefilter: the pod's DRA claims: %w", err))
+		}
+		s.claims = &claims{predictor: p}
+		state.Write(stateKey, s)
+		return nil, nil
 	}
 	state.Write(stateKey, s)
 	if s.req.IsZero() {

@@ -18,9 +18,9 @@ import (
 // (remembered with the node's free capacity), recomputed if the snapshot has moved on.
 // On a node whose agent does not pin (NodeTopology's numaPinning) or is silent
 // (silence.After), nothing is held or staged.
-func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+func (pl *NUMAAware) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.IsZero() {
+	if !ok || s.idle() {
 		return nil
 	}
 	rec := pl.nodes.Node(nodeName)
@@ -39,7 +39,13 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 		return fwk.AsStatus(fmt.Errorf("numa reserve: look up node %s: %w", nodeName, err))
 	}
 	nf := pl.free(rec, topo, nodeInfo)
-	ch, ok := nf.choose(topo, s.req, s.policy)
+	ch, ok, refusal, err := s.choose(ctx, nf, topo, nodeInfo.Node())
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	if refusal != nil {
+		return refusal
+	}
 	if !ok {
 		// Filter passed the node, or the floor promised room (then an event that took
 		// it is still on its way to the plugin): the pod is retried, the floor redone.
@@ -50,6 +56,11 @@ func (pl *NUMAAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.Po
 	if s.policy == annotations.PolicySingleNUMANode && len(ch.Nodes) > 1 {
 		filterRejections.WithLabelValues(reasonSingleNUMANode).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgSingleNUMANode(shortResource(nf.free(), nf.effective(s.req, s.policy))))
+	}
+	if s.claims != nil {
+		if st := pl.checkAllocated(s, pod, topo, ch); st != nil {
+			return st
+		}
 	}
 	pins := pl.pins(rec, topo)
 	if !pins && s.policy == annotations.PolicySingleNUMANode {

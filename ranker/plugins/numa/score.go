@@ -28,7 +28,7 @@ func decode(raw int64) (count, distance int64) {
 // (see floor), that is when no feasible node lacks NodeTopology.
 func (pl *NUMAAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodes []fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.req.IsZero() {
+	if !ok || s.idle() {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	if len(s.bare) > 0 && !s.uneven.Load() && anyOf(nodes, s.bare) {
@@ -42,9 +42,9 @@ func (pl *NUMAAware) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod
 
 // Score returns the encoded best choice for the node (see encode); NormalizeScore turns
 // it into a score where fewer NUMA nodes always win.
-func (pl *NUMAAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+func (pl *NUMAAware) Score(ctx context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, ok := readState(state)
-	if !ok || s.req.IsZero() {
+	if !ok || s.idle() {
 		return 0, nil
 	}
 	node := nodeInfo.Node()
@@ -55,8 +55,11 @@ func (pl *NUMAAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, n
 	if !ok {
 		return 0, nil
 	}
-	ch, ok := nf.choose(topo, s.req, s.policy)
-	if !ok {
+	ch, ok, refusal, err := s.choose(ctx, nf, topo, node)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	if !ok || refusal != nil {
 		return 0, nil
 	}
 	return encode(ch), nil

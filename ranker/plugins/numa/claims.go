@@ -1,0 +1,200 @@
+package numa
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/dynamic-resource-allocation/cel"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+
+	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/plugins/draclaims"
+)
+
+// The messages of a node refused for a pod's DRA devices.
+const (
+	msgDRASpread  = Name + ": the pod's DRA devices would sit on more than one NUMA node (numa.sextant.io/policy single-numa-node)"
+	msgDRAUnknown = Name + ": a DRA device for the pod has no known NUMA node (no resource.kubernetes.io/numaNode, no pciBusID in the node's NodeTopology) and the pod's policy is single-numa-node"
+)
+
+// draAllocator is the profile's DRA plumbing as DynamicResources has it: the same
+// features, from the same feature gates, and a CEL cache of the same size.
+func draAllocator(h fwk.Handle) draclaims.Allocator {
+	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
+	return draclaims.Allocator{
+		Manager:  h.SharedDRAManager(),
+		Features: dynamicresources.AllocatorFeatures(fts),
+		CEL: cel.NewCache(10, cel.Features{
+			EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
+			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes,
+		}),
+	}
+}
+
+// claimPlacement is where a pod's DRA devices would sit on one node.
+type claimPlacement struct {
+	// numa are the NUMA nodes of the devices, ascending; unknown counts devices of no
+	// known NUMA node.
+	numa    []int32
+	unknown int
+	// allocatable is false when DynamicResources cannot allocate the claims there.
+	allocatable bool
+}
+
+// claims is a pod's DRA claims in one cycle: the prediction, and each node's placement
+// once asked (Filter, Score, Reserve and DeviceAware ask for the same node).
+type claims struct {
+	predictor *draclaims.Predictor
+	mu        sync.Mutex
+	byNode    map[string]claimPlacement
+}
+
+// placement is where the pod's devices would sit on node, whose topology is topo.
+func (c *claims) placement(ctx context.Context, node *v1.Node, topo *v1alpha1.NodeTopology) (claimPlacement, error) {
+	c.mu.Lock()
+	p, ok := c.byNode[node.Name]
+	c.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	devs, allocatable, err := c.predictor.Devices(ctx, node)
+	if err != nil {
+		return claimPlacement{}, err
+	}
+	p.allocatable = allocatable
+	if allocatable {
+		p.numa, p.unknown = c.predictor.NUMANodes(devs, topo)
+	}
+	c.mu.Lock()
+	if c.byNode == nil {
+		c.byNode = map[string]claimPlacement{}
+	}
+	c.byNode[node.Name] = p
+	c.mu.Unlock()
+	return p, nil
+}
+
+// choose is the pod's choice on the node: nf.choose, and for a pod with DRA claims the
+// best set that holds the NUMA nodes its devices sit on. refusal is set when the node
+// cannot take the pod for its devices (reason, message); a node DynamicResources
+// cannot allocate on has no choice and no refusal, DynamicResources refuses it.
+func (s *cycleState) choose(ctx context.Context, nf *nodeFree, topo *v1alpha1.NodeTopology, node *v1.Node) (ch Choice, ok bool, refusal *fwk.Status, err error) {
+	if s.claims == nil {
+		ch, ok = nf.choose(topo, s.req, s.policy)
+		return ch, ok, nil, nil
+	}
+	if node == nil {
+		return Choice{}, false, nil, nil
+	}
+	p, err := s.claims.placement(ctx, node, topo)
+	if err != nil || !p.allocatable {
+		return Choice{}, false, nil, err
+	}
+	single := s.policy == annotations.PolicySingleNUMANode
+	if single && p.unknown > 0 {
+		filterRejections.WithLabelValues(reasonDRAUnknown).Inc()
+		return Choice{}, false, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgDRAUnknown), nil
+	}
+	if single && len(p.numa) > 1 {
+		filterRejections.WithLabelValues(reasonDRASpread).Inc()
+		return Choice{}, false, fwk.NewStatus(fwk.Unschedulable, msgDRASpread), nil
+	}
+	free := nf.free()
+	must := make([]int, 0, len(p.numa))
+	for _, id := range p.numa {
+		i := slices.IndexFunc(free, func(f Free) bool { return f.ID == id })
+		if i < 0 {
+			// A NUMA node the topology does not list: the agent could not pin there.
+			if single {
+				filterRejections.WithLabelValues(reasonDRAUnknown).Inc()
+				return Choice{}, false, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgDRAUnknown), nil
+			}
+			continue
+		}
+		must = append(must, i)
+	}
+	ch, ok = choiceWith(free, nf.effective(s.req, s.policy), must, lazyDistances{topo: topo, cache: &nf.dist})
+	return ch, ok, nil, nil
+}
+
+// checkAllocated is Reserve's check that DynamicResources, whose Reserve ran before,
+// allocated the pod's devices where the choice ch put the pod: on its NUMA nodes, or
+// where the NUMA node is unknown, outside single-numa-node. A mismatch (the allocator's
+// inputs changed between the two plugins' PreFilters) fails the cycle; the pod is
+// retried on the state that changed.
+func (pl *NUMAAware) checkAllocated(s *cycleState, pod *v1.Pod, topo *v1alpha1.NodeTopology, ch Choice) *fwk.Status {
+	devs, ok, err := pl.dra.Allocated(pod)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("numa reserve: reading the pod's DRA allocation: %w", err))
+	}
+	if !ok {
+		return nil // nothing allocated in this cycle: claims allocated earlier were predicted as they are
+	}
+	ids, unknown := s.claims.predictor.NUMANodes(devs, topo)
+	if unknown > 0 && s.policy == annotations.PolicySingleNUMANode {
+		filterRejections.WithLabelValues(reasonDRAUnknown).Inc()
+		return fwk.NewStatus(fwk.Unschedulable, msgDRAUnknown)
+	}
+	for _, id := range ids {
+		if !slices.Contains(ch.Nodes, id) {
+			filterRejections.WithLabelValues(reasonDRAMoved).Inc()
+			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("%s: DynamicResources allocated the pod's devices on NUMA nodes %v, outside %v chosen for it; the pod is retried", Name, ids, ch.Nodes))
+		}
+	}
+	return nil
+}
+
+// choiceWith is bestChoice among the sets that hold must (indexes into free): the
+// smallest such set whose free capacity covers req, ties by distance, then lowest IDs.
+func choiceWith(free []Free, req Request, must []int, dists lazyDistances) (Choice, bool) {
+	if len(must) == 0 {
+		return bestChoice(free, req, dists)
+	}
+	n := len(free)
+	if len(must) == 1 && free[must[0]].covers(req) {
+		return Choice{Nodes: oneNUMANode(free[must[0]].ID)}, true
+	}
+	if n > maxExhaustiveNUMANodes {
+		return greedyChoiceFrom(free, dists.get(free), req, must)
+	}
+	var dist [][]int64
+	for k := len(must); k <= n; k++ {
+		var setBuf, bestBuf [maxExhaustiveNUMANodes]int
+		set, bestSet := firstSubset(setBuf[:k]), bestBuf[:k]
+		var bestDist int64
+		found := false
+		for ok := true; ok; ok = nextSubset(set, n) {
+			if !holds(set, must) || !setCovers(free, set, req) {
+				continue
+			}
+			if dist == nil {
+				dist = dists.get(free)
+			}
+			if d := setDistance(dist, set); !found || d < bestDist {
+				bestDist, found = d, true
+				copy(bestSet, set)
+			}
+		}
+		if found {
+			return Choice{Nodes: ids(free, bestSet), Distance: bestDist}, true
+		}
+	}
+	return Choice{}, false
+}
+
+// holds reports whether the sorted set holds every index of must.
+func holds(set, must []int) bool {
+	for _, m := range must {
+		if _, ok := slices.BinarySearch(set, m); !ok {
+			return false
+		}
+	}
+	return true
+}

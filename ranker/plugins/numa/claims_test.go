@@ -1,0 +1,265 @@
+package numa
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/dynamic-resource-allocation/cel"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/utils/ptr"
+
+	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
+	"sextant.io/sextant/ranker/plugins/binder"
+	"sextant.io/sextant/ranker/plugins/draclaims"
+	"sextant.io/sextant/ranker/plugins/draclaims/dratest"
+	"sextant.io/sextant/ranker/plugins/numahint"
+)
+
+// draNode is "node": two NUMA nodes of 2 CPUs and 4 GiB, two of sextant's accelerators
+// on each, and a device of another driver that publishes only its PCI address (on NUMA
+// node 1 by the NodeTopology) and one that publishes neither.
+func draNode() (*v1alpha1.NodeTopology, *dratest.Manager) {
+	topo := uniform("node", 2, 2, 4*gi)
+	topo.Status.PCIDevices = []v1alpha1.PCIDevice{{Address: "0000:af:00.0", NUMANode: ptr.To[int32](1)}}
+	n := func(i int64) *int64 { return &i }
+	m := &dratest.Manager{
+		Slices: []*resourceapi.ResourceSlice{
+			dratest.Slice("sextant.io", "node",
+				dratest.Device{Name: "acc-a", NUMANode: n(0)}, dratest.Device{Name: "acc-b", NUMANode: n(0)},
+				dratest.Device{Name: "acc-c", NUMANode: n(1)}, dratest.Device{Name: "acc-d", NUMANode: n(1)}),
+			dratest.Slice("pci.example.com", "node", dratest.Device{Name: "x1", PCIBusID: "0000:af:00.0"}),
+			dratest.Slice("blind.example.com", "node", dratest.Device{Name: "y"}),
+		},
+		Classes: []*resourceapi.DeviceClass{
+			dratest.Class("acc", "sextant.io"), dratest.Class("x", "pci.example.com"), dratest.Class("y", "blind.example.com"),
+		},
+	}
+	return topo, m
+}
+
+func withDRA(pl *NUMAAware, m *dratest.Manager) *NUMAAware {
+	pl.dra = draclaims.Allocator{Manager: m, CEL: cel.NewCache(10, cel.Features{})}
+	return pl
+}
+
+func TestFilterWithClaims(t *testing.T) {
+	single := map[string]string{annotations.NUMAPolicy: "single-numa-node"}
+	for _, tc := range []struct {
+		name       string
+		setup      func(m *dratest.Manager) []string
+		pods       []string // NUMA nodes of 2-CPU pods already on the node
+		policy     map[string]string
+		cpu        string
+		wantCode   fwk.Code
+		wantReason string
+		wantNodes  string
+	}{
+		{name: "two accelerators and the CPUs on NUMA node 0", policy: single, cpu: "1", wantNodes: "0",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Claim("default", "c", "acc", 2, false))
+				return []string{"c"}
+			}},
+		{name: "no CPU request: pinned where the devices are", policy: single, wantNodes: "1",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 2, false), "sextant.io", "node", "acc-a", "acc-b"),
+					dratest.Claim("default", "c", "acc", 1, false))
+				return []string{"c"}
+			}},
+		{name: "devices on NUMA node 0, its CPUs taken", policy: single, cpu: "1", pods: []string{"0"},
+			wantCode: fwk.Unschedulable, wantReason: "enough free cpu",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Claim("default", "c", "acc", 2, false))
+				return []string{"c"}
+			}},
+		{name: "spread over both NUMA nodes", policy: single, cpu: "1",
+			wantCode: fwk.Unschedulable, wantReason: "DRA devices would sit on more than one NUMA node",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 1, false), "sextant.io", "node", "acc-a"),
+					dratest.Claim("default", "c", "acc", 2, false))
+				return []string{"c"}
+			}},
+		{name: "spread without a policy: both NUMA nodes", cpu: "1", wantNodes: "0,1",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 1, false), "sextant.io", "node", "acc-a"),
+					dratest.Claim("default", "c", "acc", 2, false))
+				return []string{"c"}
+			}},
+		{name: "a numaNode constraint keeps them on NUMA node 1", policy: single, cpu: "1", wantNodes: "1",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 1, false), "sextant.io", "node", "acc-a"),
+					dratest.Claim("default", "c", "acc", 2, true))
+				return []string{"c"}
+			}},
+		{name: "a pciBusID-only device with an accelerator beside it", policy: single, cpu: "1", wantNodes: "1",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 2, false), "sextant.io", "node", "acc-a", "acc-b"),
+					dratest.Claim("default", "c", "acc", 1, false), dratest.Claim("default", "d", "x", 1, false))
+				return []string{"c", "d"}
+			}},
+		{name: "a device of unknown NUMA node under single-numa-node", policy: single, cpu: "1",
+			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "no known NUMA node",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Claim("default", "c", "y", 1, false))
+				return []string{"c"}
+			}},
+		{name: "a device of unknown NUMA node without a policy fits anywhere", cpu: "1", wantNodes: "0",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Claim("default", "c", "y", 1, false))
+				return []string{"c"}
+			}},
+		{name: "more devices than the node has: left to DynamicResources", policy: single, cpu: "1",
+			setup: func(m *dratest.Manager) []string {
+				m.Claims = append(m.Claims, dratest.Claim("default", "c", "acc", 5, false))
+				return []string{"c"}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo, m := draNode()
+			p := pod("p", tc.cpu, 0, tc.policy)
+			for _, c := range tc.setup(m) {
+				p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, claimRef(c))
+			}
+			var existing []*corev1.Pod
+			for i, nodes := range tc.pods {
+				existing = append(existing, on("node", pod("busy"+string(rune('a'+i)), "2", 0, map[string]string{annotations.NUMANodes: nodes})))
+			}
+			ni := nodeInfo("node", existing...)
+			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
+			withDRA(pl, m)
+			ctx := context.Background()
+			state := newState()
+			if _, st := pl.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter = %v, want success: a pod with claims is always filtered", st)
+			}
+			st := pl.Filter(ctx, state, p, ni)
+			if st.Code() != tc.wantCode || !strings.Contains(st.Message(), tc.wantReason) {
+				t.Fatalf("Filter = %v, want %v containing %q", st, tc.wantCode, tc.wantReason)
+			}
+			if tc.wantNodes == "" {
+				return
+			}
+			if nodes, ok := numahint.Chosen(state, ni); !ok || annotations.FormatNUMANodes(nodes) != tc.wantNodes {
+				t.Errorf("chosen %v (%v), want %s", nodes, ok, tc.wantNodes)
+			}
+		})
+	}
+}
+
+// Reserve runs after DynamicResources' Reserve: it stages the choice when the
+// allocation in flight sits where it was predicted, and fails the cycle when it does
+// not (the allocator's inputs changed between the plugins' PreFilters).
+func TestReserveChecksTheAllocation(t *testing.T) {
+	single := map[string]string{annotations.NUMAPolicy: "single-numa-node"}
+	for _, tc := range []struct {
+		name      string
+		allocated []string
+		wantCode  fwk.Code
+		wantValue string
+	}{
+		{"allocated as predicted", []string{"acc-a", "acc-b"}, fwk.Success, "0"},
+		{"allocated on the other NUMA node", []string{"acc-c", "acc-d"}, fwk.Unschedulable, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo, m := draNode()
+			claim := dratest.Claim("default", "c", "acc", 2, false)
+			m.Claims = append(m.Claims, claim)
+			p := pod("p", "1", 0, single)
+			p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, claimRef("c"))
+			ni := nodeInfo("node")
+			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
+			withDRA(pl, m)
+			ctx := context.Background()
+			state := newState()
+			if _, st := pl.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			if st := pl.Filter(ctx, state, p, ni); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			m.Pending = map[types.UID]*resourceapi.AllocationResult{claim.UID: dratest.Allocation("sextant.io", "node", tc.allocated...)}
+			st := pl.Reserve(ctx, state, p, "node")
+			if st.Code() != tc.wantCode {
+				t.Fatalf("Reserve = %v, want %v", st, tc.wantCode)
+			}
+			if got := binder.Staged(state)[annotations.NUMANodes]; got != tc.wantValue {
+				t.Errorf("staged %q, want %q", got, tc.wantValue)
+			}
+		})
+	}
+}
+
+func TestChoiceWith(t *testing.T) {
+	free := func(cpus ...int64) []Free {
+		out := make([]Free, len(cpus))
+		for i, c := range cpus {
+			out[i] = Free{ID: int32(i), MilliCPU: c * 1000, Memory: 4 * gi}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		free []Free
+		cpu  int64
+		must []int
+		want string
+		ok   bool
+	}{
+		{"must alone covers", free(2, 2, 2), 2, []int{2}, "2", true},
+		{"must plus the closest other", free(1, 1, 2, 2), 2, []int{0}, "0,1", true},
+		{"two musts", free(2, 2, 2), 1, []int{0, 2}, "0,2", true},
+		{"nothing covers", free(1, 1), 3, []int{0}, "", false},
+		{"no must: the best set", free(1, 2), 2, nil, "1", true},
+		{"greedy beyond 12 NUMA nodes", free(1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1), 3, []int{13}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo := uniform("n", len(tc.free), 1, 4*gi)
+			ch, ok := choiceWith(tc.free, Request{MilliCPU: tc.cpu * 1000}, tc.must, lazyDistances{topo: topo})
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			}
+			if !ok {
+				return
+			}
+			for _, m := range tc.must {
+				if !containsID(ch.Nodes, tc.free[m].ID) {
+					t.Errorf("choice %v lacks must NUMA node %d", ch.Nodes, tc.free[m].ID)
+				}
+			}
+			if tc.want != "" && annotations.FormatNUMANodes(ch.Nodes) != tc.want {
+				t.Errorf("choice %v, want %s", ch.Nodes, tc.want)
+			}
+			if !setCovers(tc.free, indexes(tc.free, ch.Nodes), Request{MilliCPU: tc.cpu * 1000}) {
+				t.Errorf("choice %v does not cover the request", ch.Nodes)
+			}
+		})
+	}
+}
+
+func containsID(ids []int32, id int32) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+func indexes(free []Free, ids []int32) []int {
+	var out []int
+	for i, f := range free {
+		if containsID(ids, f.ID) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func claimRef(name string) corev1.PodResourceClaim {
+	return corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr.To(name)}
+}
