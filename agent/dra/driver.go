@@ -72,6 +72,9 @@ func New(cfg Config, metrics *Metrics, log logr.Logger) (*Driver, error) {
 	return &Driver{cfg: cfg, log: log, metrics: metrics, withTaints: true, prepared: map[types.UID][]string{}}, nil
 }
 
+// Serves reports whether devices of kind are published through DRA.
+func (d *Driver) Serves(kind v1alpha1.DeviceKind) bool { return slices.Contains(d.cfg.Kinds, kind) }
+
 // Update takes the node's devices with their health and the devices the node keeps
 // (devicefilter), and publishes the served kinds' devices if Run runs.
 func (d *Driver) Update(devs []v1alpha1.PCIDevice, excluded map[string]string) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -134,7 +135,10 @@ func (d *devices) inUse() []string {
 }
 
 // onDevices is what the topology reporter gives the node's devices to on every read: it
-// answers with the devices kept from pods and why, and hands the rest to the plugin.
+// answers with the devices kept from the ranker's choice and why, and hands the rest to
+// the plugin and the DRA driver. Devices of the kinds served through DRA are kept from
+// the ranker's choice too: DynamicResources allocates them, and an ID the ranker wrote
+// onto a pod for one would reach no device plugin.
 func (d *devices) onDevices(devs []v1alpha1.PCIDevice) map[string]string {
 	excluded, warnings := d.selector.Excluded(devs)
 	msgs := make([]string, len(warnings))
@@ -151,11 +155,24 @@ func (d *devices) onDevices(devs []v1alpha1.PCIDevice) map[string]string {
 	if d.plugin != nil {
 		d.plugin.Update(devs, excluded)
 	}
-	if d.dra != nil {
-		d.dra.Update(devs, excluded)
+	if d.dra == nil {
+		return excluded
 	}
-	return excluded
+	d.dra.Update(devs, excluded)
+	published := maps.Clone(excluded)
+	for _, dev := range devs {
+		if published[dev.Address] == "" && d.dra.Serves(dev.Kind) {
+			if published == nil {
+				published = map[string]string{}
+			}
+			published[dev.Address] = servedThroughDRA
+		}
+	}
+	return published
 }
+
+// servedThroughDRA is the NodeTopology exclusion of a device the DRA driver publishes.
+const servedThroughDRA = "served through DRA (driver " + dra.DriverName + "): claims get it, the device plugin does not"
 
 // listNodePods lists the pods bound to nodeName from the API server.
 func listNodePods(ctx context.Context, kube kubernetes.Interface, nodeName string) ([]*corev1.Pod, error) {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,13 +20,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"sextant.io/sextant/agent/devicefilter"
 	"sextant.io/sextant/agent/deviceplugin"
+	"sextant.io/sextant/agent/dra"
 	"sextant.io/sextant/agent/podresources"
 	"sextant.io/sextant/api/v1alpha1"
 )
@@ -355,5 +359,36 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		func(context.Context) (bool, error) { return cond(), nil })
 	if err != nil {
 		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// With a DRA driver, the devices of its kinds are published as kept from the ranker's
+// choice, and the driver is given only the host filter's exclusions.
+func TestOnDevicesWithDRA(t *testing.T) {
+	root := t.TempDir()
+	drv, err := dra.New(dra.Config{
+		NodeName: "n1", Kinds: []v1alpha1.DeviceKind{v1alpha1.KindAccelerator}, Kube: fake.NewClientset(),
+		PluginDir: root, RegistrarDir: root, CDIDir: root,
+	}, dra.NewMetrics(nil), logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &devices{
+		selector: &devicefilter.Selector{Root: root, Rules: devicefilter.Rules{{Include: false, Field: "address", Value: "0000:3c:00.0"}}},
+		dra:      drv, log: logr.Discard(),
+	}
+	got := d.onDevices([]v1alpha1.PCIDevice{
+		{Address: "0000:3b:00.0", Kind: v1alpha1.KindAccelerator, Health: v1alpha1.Healthy},
+		{Address: "0000:3c:00.0", Kind: v1alpha1.KindAccelerator, Health: v1alpha1.Healthy},
+		{Address: "0000:5f:00.0", Kind: v1alpha1.KindGPU, Health: v1alpha1.Healthy},
+	})
+	if got["0000:3b:00.0"] != servedThroughDRA {
+		t.Errorf("DRA accelerator published as %q, want %q", got["0000:3b:00.0"], servedThroughDRA)
+	}
+	if !strings.HasPrefix(got["0000:3c:00.0"], "excluded by the device filter") {
+		t.Errorf("filtered accelerator published as %q, want the filter's reason", got["0000:3c:00.0"])
+	}
+	if got["0000:5f:00.0"] != "" {
+		t.Errorf("a GPU, not served through DRA, published as %q", got["0000:5f:00.0"])
 	}
 }
