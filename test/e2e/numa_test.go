@@ -241,10 +241,26 @@ type numaHarness struct {
 
 func newNUMAHarness(t *testing.T) *numaHarness {
 	t.Helper()
+	return newNUMAHarnessWith(t, numaHarnessOptions{})
+}
+
+// numaHarnessOptions change what newNUMAHarnessWith's agent reads and runs.
+type numaHarnessOptions struct {
+	// tree, if set, adds to the split tree before the agent starts.
+	tree func(root string)
+	// agentArgs are added to the agent's flags.
+	agentArgs []string
+}
+
+func newNUMAHarnessWith(t *testing.T, o numaHarnessOptions) *numaHarness {
+	t.Helper()
 	requireRoot(t)
 	installCRDs(t)
 	deployChart(t)
 	root, numaCPUs, accelerators := splitNUMATree(t)
+	if o.tree != nil {
+		o.tree(root)
+	}
 	sock := containerdSocket(t)
 	prSock := podResourcesSocket(t)
 	online, _ := os.ReadFile("/sys/devices/system/cpu/online")
@@ -262,6 +278,7 @@ func newNUMAHarness(t *testing.T) *numaHarness {
 		// device-plugins directory is /var/lib/kubelet/device-plugins whatever its root.
 		"--device-plugin-dir", pluginapi.DevicePluginPath, "--device-audit-interval", "2s",
 		"--netns", "/var/run/netns/" + pair.nsA, "--interfaces", "veth-a", "--nic-capacity", "veth-a=1G"}}
+	h.agent.args = append(h.agent.args, o.agentArgs...)
 	h.agent.start()
 	h.agent.token = metricsReader(t, metricsAddr)
 	eventually(t, time.Minute, func() (bool, string) {
