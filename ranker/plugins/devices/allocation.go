@@ -35,6 +35,15 @@ func (r Request) Total() int64 {
 // a kind's name (a device pod is checked on ~500 nodes, twice).
 type Want []KindCount
 
+// Total is how many devices w counts, of every kind.
+func (w Want) Total() int64 {
+	var n int64
+	for _, kc := range w {
+		n += kc.N
+	}
+	return n
+}
+
 // KindCount is N devices of Kinds[Kind].
 type KindCount struct {
 	Kind int

@@ -40,6 +40,7 @@ import (
 	"sextant.io/sextant/api/annotations"
 	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/heartbeat"
+	"sextant.io/sextant/ranker/plugins/draclaims"
 	"sextant.io/sextant/ranker/plugins/nodecache"
 	"sextant.io/sextant/ranker/plugins/nodelookup"
 	"sextant.io/sextant/ranker/plugins/numahint"
@@ -69,6 +70,8 @@ type DeviceAware struct {
 	snapshot func() ([]fwk.NodeInfo, error)
 	// silentNodes are the nodes Filter rejected as silent and not heard from since.
 	silentNodes silence.Nodes
+	// resolver maps extended resources to DRA DeviceClasses (KEP-5004); nil without DRA.
+	resolver fwk.DeviceClassResolver
 }
 
 var (
@@ -98,6 +101,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 		return nil, fmt.Errorf("device plugin: %w", err)
 	}
 	pl := NewWith(store, nodelookup.Snapshot(h))
+	if m := h.SharedDRAManager(); m != nil {
+		pl.resolver = m.DeviceClassResolver()
+	}
 	numahint.Default.Register(h, pl)
 	pl.waiting = requeue.New(Name, h.Activate)
 	pl.snapshot = h.SnapshotSharedLister().NodeInfos().List
@@ -157,6 +163,25 @@ type cycleState struct {
 	// RemovePod); nil in the cycle's own state. A cycleState with a sim belongs to one
 	// CycleState alone, so AddPod and RemovePod may change it in place.
 	sim *simulation
+	// resolver maps extended resources to DeviceClasses; set only when one of the
+	// pod's kinds maps to one, so that a node may give it through DRA (wantOn).
+	resolver fwk.DeviceClassResolver
+}
+
+// wantOn is what the pod wants of the device plugin on node: want less the kinds the
+// node gives through DRA (draclaims.BackedByDRA), which DynamicResources allocates and
+// the ranker does not pick.
+func (s *cycleState) wantOn(node *v1.Node) Want {
+	if s.resolver == nil {
+		return s.want
+	}
+	out := make(Want, 0, len(s.want))
+	for _, w := range s.want {
+		if !draclaims.BackedByDRA(s.resolver, node, Kinds[w.Kind].ResourceName()) {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // Clone shares s until a simulation starts in it: everything else is read-only or

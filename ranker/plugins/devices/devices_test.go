@@ -13,6 +13,7 @@ import (
 	"sextant.io/sextant/ranker/plugins/binder"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-base/metrics/testutil"
@@ -361,4 +362,69 @@ func TestFilterSilentAgent(t *testing.T) {
 	if want := "node(s) had no agent heartbeat (NodeBandwidth) within the last " + silence.After.String() + ": their devices are not placed"; msgSilentAgent != want {
 		t.Errorf("msgSilentAgent %q does not name silence.After (%q)", msgSilentAgent, want)
 	}
+}
+
+// A kind that maps to a DeviceClass (KEP-5004) is the device plugin's on a node whose
+// allocatable advertises it and DynamicResources' on one that does not: there Filter
+// does not count it, Score has nothing to prefer, and Reserve picks and stages nothing
+// for it.
+func TestKindsGivenThroughDRA(t *testing.T) {
+	gpus := map[v1alpha1.DeviceKind]int64{v1alpha1.KindGPU: 1}
+	for _, tc := range []struct {
+		name        string
+		allocatable bool // the node's device plugin advertises sextant.io/gpu
+		mapped      bool // a DeviceClass maps sextant.io/gpu
+		wantFilter  fwk.Code
+		wantStaged  string
+	}{
+		{name: "through DRA", mapped: true, wantFilter: fwk.Success},
+		{name: "device plugin, though mapped", mapped: true, allocatable: true, wantFilter: fwk.Unschedulable},
+		{name: "not mapped", wantFilter: fwk.Unschedulable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The node's only GPU is held by another pod: none free for the plugin.
+			topo := cycletest.Topology("n", 1, 4, cycletest.GPU("0000:01:00.0", 0))
+			topo.Status.PCIDevices[0].Excluded = "served through DRA"
+			ni := cycletest.NodeInfo("n")
+			if tc.allocatable {
+				ni.Node().Status.Allocatable = v1.ResourceList{v1alpha1.KindGPU.ResourceName(): resource.MustParse("1")}
+			}
+			dp := plugins(t, []*framework.NodeInfo{ni}, topo)
+			if tc.mapped {
+				dp.resolver = classFor(v1alpha1.KindGPU.ResourceName())
+			}
+			ctx := context.Background()
+			p := cycletest.Pod("p", "", gpus, nil)
+			state := cycletest.NewState()
+			if _, st := dp.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			if st := dp.Filter(ctx, state, p, ni); st.Code() != tc.wantFilter {
+				t.Fatalf("Filter = %v, want %v", st, tc.wantFilter)
+			}
+			if tc.wantFilter != fwk.Success {
+				return
+			}
+			if score, st := dp.Score(ctx, state, p, ni); !st.IsSuccess() || score != fwk.MaxNodeScore {
+				t.Errorf("Score = %d, %v; want %d", score, st, fwk.MaxNodeScore)
+			}
+			if st := dp.Reserve(ctx, state, p, "n"); !st.IsSuccess() {
+				t.Fatalf("Reserve = %v", st)
+			}
+			if got, ok := binder.Staged(state)[annotations.DevicesAllocated]; ok {
+				t.Errorf("staged %s=%q, want nothing", annotations.DevicesAllocated, got)
+			}
+		})
+	}
+}
+
+// classFor maps the resources to a DeviceClass, as a DeviceClass's
+// extendedResourceName does.
+type classFor v1.ResourceName
+
+func (c classFor) GetDeviceClass(name v1.ResourceName) *resourceapi.DeviceClass {
+	if name != v1.ResourceName(c) {
+		return nil
+	}
+	return &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.sextant.io"}}
 }

@@ -49,7 +49,7 @@ func (pl *DeviceAware) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod
 		pl.silentNodes.Rejected(node.Name)
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgSilentAgent)
 	}
-	if kind, short := Shortfall(pl.freeIn(s, rec, topo, nodeInfo), s.want); short {
+	if kind, short := Shortfall(pl.freeIn(s, rec, topo, nodeInfo), s.wantOn(node)); short {
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}

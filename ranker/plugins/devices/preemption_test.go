@@ -2,8 +2,9 @@ package devices
 
 import (
 	"context"
-	"sextant.io/sextant/ranker/plugins/cycletest"
 	"testing"
+
+	"sextant.io/sextant/ranker/plugins/cycletest"
 
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"

@@ -18,6 +18,14 @@ import (
 func (pl *DeviceAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	req := PodRequest(pod)
 	s := &cycleState{topologyVersion: pl.nodes.TopologyVersion(), req: req, want: req.Want(), total: req.Total(), picks: &pickMap{m: map[string]annotations.Allocation{}}}
+	if pl.resolver != nil {
+		for _, w := range s.want {
+			if pl.resolver.GetDeviceClass(Kinds[w.Kind].ResourceName()) != nil {
+				s.resolver = pl.resolver
+				break
+			}
+		}
+	}
 	state.Write(stateKey, s)
 	if s.total == 0 {
 		return nil, fwk.NewStatus(fwk.Skip)

@@ -36,11 +36,15 @@ func (pl *DeviceAware) Reserve(_ context.Context, state fwk.CycleState, pod *v1.
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("device reserve: look up node %s: %w", nodeName, err))
 	}
+	want := s.wantOn(nodeInfo.Node())
+	if len(want) == 0 {
+		return nil // every device through DRA: DynamicResources allocates them
+	}
 	free := pl.free(rec, topo, nodeInfo)
-	preferred, pinned := preferredNUMA(state, nodeInfo, topo, free, s.want)
-	alloc, ok := Pick(free, s.want, preferred, pinned)
+	preferred, pinned := preferredNUMA(state, nodeInfo, topo, free, want)
+	alloc, ok := Pick(free, want, preferred, pinned)
 	if !ok {
-		kind, _ := Shortfall(free, s.want)
+		kind, _ := Shortfall(free, want)
 		filterRejections.WithLabelValues(reasonInsufficient(kind)).Inc()
 		return fwk.NewStatus(fwk.Unschedulable, msgInsufficient(kind))
 	}

@@ -38,9 +38,14 @@ func (pl *DeviceAware) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod,
 	if topo == nil {
 		return 0, nil
 	}
+	want := s.wantOn(node)
+	total := want.Total()
+	if total == 0 {
+		return fwk.MaxNodeScore, nil // every device through DRA: nothing for this plugin to prefer
+	}
 	free := pl.free(rec, topo, nodeInfo)
-	preferred, _ := preferredNUMA(state, nodeInfo, topo, free, s.want)
-	return fwk.MaxNodeScore * FromPreferred(free, s.want, preferred) / s.total, nil
+	preferred, _ := preferredNUMA(state, nodeInfo, topo, free, want)
+	return fwk.MaxNodeScore * FromPreferred(free, want, preferred) / total, nil
 }
 
 // ScoreExtensions returns nil: scores are already in [0, MaxNodeScore].

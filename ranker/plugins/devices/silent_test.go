@@ -2,9 +2,10 @@ package devices
 
 import (
 	"context"
-	"sextant.io/sextant/ranker/plugins/cycletest"
 	"testing"
 	"time"
+
+	"sextant.io/sextant/ranker/plugins/cycletest"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -51,22 +52,66 @@ type Predictor struct {
 	fixed []structured.DeviceID
 	// toAllocate are the claims DynamicResources allocates in this cycle.
 	toAllocate []*resourceapi.ResourceClaim
-	allocator  structured.Allocator
-	devices    map[structured.DeviceID]location
+	// extended are the pod's extended resources that map to a DeviceClass: on a node
+	// whose allocatable has none of one, DynamicResources allocates it through a claim
+	// of its own (KEP-5004).
+	extended  []extendedRequest
+	namespace string
+	allocator structured.Allocator
+	devices   map[structured.DeviceID]location
+}
+
+// extendedRequest is count devices of class for the extended resource name.
+type extendedRequest struct {
+	name  v1.ResourceName
+	class string
+	count int64
+}
+
+// BackedByDRA reports whether node gets the extended resource name through DRA, as
+// kube-scheduler decides it: the resource maps to a DeviceClass and the node's
+// allocatable has none of it (no device plugin serves it there).
+func BackedByDRA(resolver fwk.DeviceClassResolver, node *v1.Node, name v1.ResourceName) bool {
+	if resolver == nil || node == nil || resolver.GetDeviceClass(name) == nil {
+		return false
+	}
+	q, ok := node.Status.Allocatable[name]
+	return !ok || q.IsZero()
 }
 
 // HasClaims reports whether the pod names ResourceClaims (its own or from templates).
 func HasClaims(pod *v1.Pod) bool { return len(pod.Spec.ResourceClaims) > 0 }
 
+// Mapped are the resources of extended (the pod's extended resource requests) that map
+// to a DeviceClass: those some node may give the pod through DRA.
+func (a Allocator) Mapped(extended map[v1.ResourceName]int64) []v1.ResourceName {
+	if a.Manager == nil {
+		return nil
+	}
+	var out []v1.ResourceName
+	for name, n := range extended {
+		if n > 0 && a.Manager.DeviceClassResolver().GetDeviceClass(name) != nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // New reads the pod's claims and, if some are to be allocated, builds the allocator as
-// DynamicResources' PreFilter does. A claim that does not exist yet (its template's is
-// being made) is an error: DynamicResources keeps such a pod from being scheduled.
-func (a Allocator) New(ctx context.Context, pod *v1.Pod) (*Predictor, error) {
+// DynamicResources' PreFilter does; extended are the pod's extended resource requests
+// that map to a DeviceClass (Mapped). A claim that does not exist yet (its template's
+// is being made) is an error: DynamicResources keeps such a pod from being scheduled.
+func (a Allocator) New(ctx context.Context, pod *v1.Pod, extended map[v1.ResourceName]int64) (*Predictor, error) {
 	if a.Manager == nil {
 		return nil, errors.New("no DRA manager")
 	}
 	tracker := a.Manager.ResourceClaims()
-	p := &Predictor{}
+	p := &Predictor{namespace: pod.Namespace}
+	for _, name := range a.Mapped(extended) {
+		class := a.Manager.DeviceClassResolver().GetDeviceClass(name)
+		p.extended = append(p.extended, extendedRequest{name: name, class: class.Name, count: extended[name]})
+	}
 	for i := range pod.Spec.ResourceClaims {
 		name, _, err := resourceclaim.Name(pod, &pod.Spec.ResourceClaims[i])
 		if err != nil {
@@ -89,19 +134,19 @@ func (a Allocator) New(ctx context.Context, pod *v1.Pod) (*Predictor, error) {
 		}
 		p.toAllocate = append(p.toAllocate, claim)
 	}
-	slices, err := a.Manager.ResourceSlices().ListWithDeviceTaintRules()
+	all, err := a.Manager.ResourceSlices().ListWithDeviceTaintRules()
 	if err != nil {
 		return nil, fmt.Errorf("listing resource slices: %w", err)
 	}
-	p.devices = index(slices)
-	if len(p.toAllocate) == 0 {
+	p.devices = index(all)
+	if len(p.toAllocate) == 0 && len(p.extended) == 0 {
 		return p, nil
 	}
 	state, err := a.allocatedState(tracker)
 	if err != nil {
 		return nil, err
 	}
-	p.allocator, err = structured.NewAllocator(ctx, a.Features, *state, a.Manager.DeviceClasses(), slices, a.CEL)
+	p.allocator, err = structured.NewAllocator(ctx, a.Features, *state, a.Manager.DeviceClasses(), all, a.CEL)
 	if err != nil {
 		return nil, fmt.Errorf("building the DRA allocator: %w", err)
 	}
@@ -135,19 +180,23 @@ func (a Allocator) allocatedState(tracker fwk.ResourceClaimTracker) (*structured
 // Devices are the pod's devices if it goes to node: the fixed ones and those the
 // allocator picks there. ok is false when the claims cannot be allocated on the node,
 // which DynamicResources' Filter rejects anyway.
-func (p *Predictor) Devices(ctx context.Context, node *v1.Node) (devs []structured.DeviceID, ok bool, err error) {
+func (p *Predictor) Devices(ctx context.Context, node *v1.Node, resolver fwk.DeviceClassResolver) (devs []structured.DeviceID, ok bool, err error) {
 	devs = p.fixed
-	if p.allocator == nil {
+	claims := p.toAllocate
+	if ext := p.extendedClaim(node, resolver); ext != nil {
+		claims = append(slices.Clip(claims), ext)
+	}
+	if p.allocator == nil || len(claims) == 0 {
 		return devs, true, nil
 	}
-	allocs, err := p.allocator.Allocate(ctx, node, p.toAllocate)
+	allocs, err := p.allocator.Allocate(ctx, node, claims)
 	if err != nil {
 		if errors.Is(err, structured.ErrFailedAllocationOnNode) {
 			return nil, false, nil
 		}
 		return nil, false, err
 	}
-	if len(allocs) != len(p.toAllocate) {
+	if len(allocs) != len(claims) {
 		return nil, false, nil
 	}
 	devs = append([]structured.DeviceID(nil), devs...)
@@ -155,6 +204,30 @@ func (p *Predictor) Devices(ctx context.Context, node *v1.Node) (devs []structur
 		devs = append(devs, results(&allocs[i])...)
 	}
 	return devs, true, nil
+}
+
+// extendedClaim is the claim DynamicResources makes on node for the pod's extended
+// resources the node gets through DRA: one request per resource, of the pod's count
+// (the first-fit devices of one request of n are those of several requests adding up
+// to n); nil when the node gets none through DRA.
+func (p *Predictor) extendedClaim(node *v1.Node, resolver fwk.DeviceClassResolver) *resourceapi.ResourceClaim {
+	var c *resourceapi.ResourceClaim
+	for i, e := range p.extended {
+		if !BackedByDRA(resolver, node, e.name) {
+			continue
+		}
+		if c == nil {
+			c = &resourceapi.ResourceClaim{}
+			c.Namespace, c.Name = p.namespace, "extended-resources"
+		}
+		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{
+			Name: fmt.Sprintf("extended-%d", i),
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: e.class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: e.count,
+			},
+		})
+	}
+	return c
 }
 
 // Allocated are the devices DynamicResources holds for the pod now: the claims'

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -101,11 +102,11 @@ func TestPredictAndPlace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m := manager()
 			pod := dratest.Pod("ns", "p", tc.claims(m)...)
-			p, err := allocator(m).New(context.Background(), pod)
+			p, err := allocator(m).New(context.Background(), pod, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			devs, ok, err := p.Devices(context.Background(), node())
+			devs, ok, err := p.Devices(context.Background(), node(), m.DeviceClassResolver())
 			if err != nil || ok != tc.wantOK {
 				t.Fatalf("Devices: ok %v, %v; want ok %v", ok, err, tc.wantOK)
 			}
@@ -136,7 +137,40 @@ func TestAllocated(t *testing.T) {
 	if !ok || err != nil || !slices.Equal(devs, []structured.DeviceID{structured.MakeDeviceID(sextant, "node", "acc-c")}) {
 		t.Errorf("Allocated = %v, %v, %v", devs, ok, err)
 	}
-	if _, err := a.New(context.Background(), dratest.Pod("ns", "p2", "missing")); err == nil {
+	if _, err := a.New(context.Background(), dratest.Pod("ns", "p2", "missing"), nil); err == nil {
 		t.Error("New with a claim that does not exist: no error")
+	}
+}
+
+// A pod's extended resource that maps to a DeviceClass is predicted as the claim
+// DynamicResources makes for it, on a node whose allocatable lacks the resource; on a
+// node whose device plugin advertises it, there is nothing to predict.
+func TestExtendedResources(t *testing.T) {
+	m := manager()
+	const accel = v1.ResourceName("sextant.io/accelerator")
+	m.Extended = map[v1.ResourceName]*resourceapi.DeviceClass{accel: m.Classes[0]}
+	a := allocator(m)
+	ext := map[v1.ResourceName]int64{accel: 2, "sextant.io/gpu": 1}
+	if got := a.Mapped(ext); !slices.Equal(got, []v1.ResourceName{accel}) {
+		t.Fatalf("Mapped = %v, want only %s", got, accel)
+	}
+	p, err := a.New(context.Background(), dratest.Pod("ns", "p"), ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, ok, err := p.Devices(context.Background(), node(), m.DeviceClassResolver())
+	if !ok || err != nil || len(devs) != 2 {
+		t.Fatalf("through DRA: %v, %v, %v; want two devices", devs, ok, err)
+	}
+	if ids, _ := p.NUMANodes(devs, topology()); !slices.Equal(ids, []int32{0}) {
+		t.Errorf("through DRA on NUMA nodes %v, want [0]", ids)
+	}
+	plugin := node()
+	plugin.Status.Allocatable = v1.ResourceList{accel: resource.MustParse("4")}
+	if !draclaims.BackedByDRA(m.DeviceClassResolver(), node(), accel) || draclaims.BackedByDRA(m.DeviceClassResolver(), plugin, accel) {
+		t.Error("BackedByDRA: want true without allocatable, false with the device plugin's")
+	}
+	if devs, ok, err := p.Devices(context.Background(), plugin, m.DeviceClassResolver()); !ok || err != nil || len(devs) != 0 {
+		t.Errorf("through the device plugin: %v, %v, %v; want no DRA devices", devs, ok, err)
 	}
 }

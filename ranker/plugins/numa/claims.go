@@ -52,6 +52,7 @@ type claimPlacement struct {
 // once asked (Filter, Score, Reserve and DeviceAware ask for the same node).
 type claims struct {
 	predictor *draclaims.Predictor
+	resolver  fwk.DeviceClassResolver
 	mu        sync.Mutex
 	byNode    map[string]claimPlacement
 }
@@ -64,7 +65,7 @@ func (c *claims) placement(ctx context.Context, node *v1.Node, topo *v1alpha1.No
 	if ok {
 		return p, nil
 	}
-	devs, allocatable, err := c.predictor.Devices(ctx, node)
+	devs, allocatable, err := c.predictor.Devices(ctx, node, c.resolver)
 	if err != nil {
 		return claimPlacement{}, err
 	}
@@ -120,8 +121,23 @@ func (s *cycleState) choose(ctx context.Context, nf *nodeFree, topo *v1alpha1.No
 		}
 		must = append(must, i)
 	}
-	ch, ok = choiceWith(free, nf.effective(s.req, s.policy), must, lazyDistances{topo: topo, cache: &nf.dist})
+	ch, ok = choiceWith(free, nf.effective(s.reqOn(node), s.policy), must, lazyDistances{topo: topo, cache: &nf.dist})
 	return ch, ok, nil, nil
+}
+
+// reqOn is the pod's request on node: device kinds the node gives through DRA
+// (draclaims.BackedByDRA) are the prediction's to place, not the device plugin's.
+func (s *cycleState) reqOn(node *v1.Node) Request {
+	req := s.req
+	if s.claims == nil || req.Devices.IsZero() {
+		return req
+	}
+	for k, n := range req.Devices {
+		if n > 0 && draclaims.BackedByDRA(s.claims.resolver, node, v1alpha1.RequestableDeviceKinds[k].ResourceName()) {
+			req.Devices[k] = 0
+		}
+	}
+	return req
 }
 
 // checkAllocated is Reserve's check that DynamicResources, whose Reserve ran before,

@@ -2,11 +2,13 @@ package numa
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/dynamic-resource-allocation/cel"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -262,4 +264,48 @@ func indexes(free []Free, ids []int32) []int {
 
 func claimRef(name string) corev1.PodResourceClaim {
 	return corev1.PodResourceClaim{Name: name, ResourceClaimName: ptr.To(name)}
+}
+
+// noFreeDevices is a device provider for a pod asking for accelerators on a node whose
+// device plugin has none free (its accelerators are served through DRA).
+type noFreeDevices struct{ want numahint.Counts }
+
+func (p noFreeDevices) Want(*corev1.Pod) numahint.Counts { return p.want }
+func (p noFreeDevices) Free(fwk.NodeInfo) (map[int32]numahint.Counts, numahint.Counts, bool) {
+	return map[int32]numahint.Counts{}, numahint.Counts{}, true
+}
+
+// A pod asking for sextant.io/accelerator, which a DeviceClass maps (KEP-5004), on a
+// node whose allocatable lacks it: DynamicResources' claim for it is predicted, and the
+// pod goes where those accelerators are, not refused for want of device-plugin ones.
+func TestExtendedResourceThroughDRA(t *testing.T) {
+	topo, m := draNode()
+	accel := v1alpha1.KindAccelerator.ResourceName()
+	m.Extended = map[corev1.ResourceName]*resourceapi.DeviceClass{accel: m.Classes[0]}
+	var want numahint.Counts
+	want[slices.Index(v1alpha1.RequestableDeviceKinds[:], v1alpha1.KindAccelerator)] = 2
+	ni := nodeInfo("node")
+	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
+	withDRA(pl, m).WithDevices(noFreeDevices{want: want})
+	p := pod("p", "1", 0, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
+	ctx := context.Background()
+	state := newState()
+	if _, st := pl.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter = %v", st)
+	}
+	if st := pl.Filter(ctx, state, p, ni); !st.IsSuccess() {
+		t.Fatalf("Filter = %v, want success: the accelerators come through DRA", st)
+	}
+	if nodes, ok := numahint.Chosen(state, ni); !ok || annotations.FormatNUMANodes(nodes) != "0" {
+		t.Errorf("chosen %v (%v), want 0, where first fit puts the two accelerators", nodes, ok)
+	}
+	// With the device plugin advertising them, they are the device plugin's again.
+	ni.Node().Status.Allocatable = corev1.ResourceList{accel: resource.MustParse("4")}
+	state = newState()
+	if _, st := pl.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter = %v", st)
+	}
+	if st := pl.Filter(ctx, state, p, ni); st.IsSuccess() {
+		t.Error("Filter passed a node whose device plugin has no accelerator free")
+	}
 }

@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"sextant.io/sextant/api/annotations"
+	"sextant.io/sextant/api/v1alpha1"
 	"sextant.io/sextant/ranker/plugins/draclaims"
 )
 
@@ -26,14 +27,18 @@ func (pl *NUMAAware) PreFilter(ctx context.Context, state fwk.CycleState, pod *v
 	if dp := pl.deviceProvider(); dp != nil {
 		s.req.Devices = dp.Want(pod)
 	}
-	if draclaims.HasClaims(pod) && pl.dra.Manager != nil {
+	extended := map[v1.ResourceName]int64{}
+	for k, n := range s.req.Devices {
+		extended[v1alpha1.RequestableDeviceKinds[k].ResourceName()] = n
+	}
+	if pl.dra.Manager != nil && (draclaims.HasClaims(pod) || len(pl.dra.Mapped(extended)) > 0) {
 		// Every node is asked where DynamicResources would put the pod's devices:
 		// neither the floor nor a zero request skips Filter.
-		p, err := pl.dra.New(ctx, pod)
+		p, err := pl.dra.New(ctx, pod, extended)
 		if err != nil {
 			return nil, fwk.AsStatus(fmt.Errorf("numa prefilter: the pod's DRA claims: %w", err))
 		}
-		s.claims = &claims{predictor: p}
+		s.claims = &claims{predictor: p, resolver: pl.dra.Manager.DeviceClassResolver()}
 		state.Write(stateKey, s)
 		return nil, nil
 	}

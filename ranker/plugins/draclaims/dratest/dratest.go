@@ -25,6 +25,8 @@ type Manager struct {
 	Slices  []*resourceapi.ResourceSlice
 	Classes []*resourceapi.DeviceClass
 	Pending map[types.UID]*resourceapi.AllocationResult
+	// Extended maps extended resources to DeviceClasses (KEP-5004).
+	Extended map[v1.ResourceName]*resourceapi.DeviceClass
 }
 
 var (
@@ -35,7 +37,7 @@ var (
 func (m *Manager) ResourceClaims() fwk.ResourceClaimTracker     { return tracker{m} }
 func (m *Manager) ResourceSlices() fwk.ResourceSliceLister      { return sliceLister{m} }
 func (m *Manager) DeviceClasses() fwk.DeviceClassLister         { return classLister{m} }
-func (m *Manager) DeviceClassResolver() fwk.DeviceClassResolver { return resolver{} }
+func (m *Manager) DeviceClassResolver() fwk.DeviceClassResolver { return resolver{m} }
 func (m *Manager) PodGroups() fwk.PodGroupLister                { return podGroups{} }
 
 type tracker struct{ m *Manager }
@@ -140,9 +142,13 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
 }
 
-type resolver struct{}
+type resolver struct{ m *Manager }
 
-func (resolver) GetDeviceClass(v1.ResourceName) *resourceapi.DeviceClass { return nil }
+func (r resolver) GetDeviceClass(name v1.ResourceName) *resourceapi.DeviceClass {
+	r.m.mu.Lock()
+	defer r.m.mu.Unlock()
+	return r.m.Extended[name]
+}
 
 type podGroups struct{}
 
