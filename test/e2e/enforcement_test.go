@@ -445,10 +445,12 @@ func TestEnforcementLifecycle(t *testing.T) {
 		return got.ifbs == 0 && got.redirects == 0 && got.classifierEgress == 0 && got.classifierIngress == 0 && len(got.classes) == 0 && reflect.DeepEqual(root, before),
 			fmt.Sprintf("after turning enforcement off: shaping %+v, root %v; want none of the agent's and the root %v", got, root, before)
 	})
-	state, err := os.ReadFile(filepath.Join(stateDir, "enforcement.json"))
-	if err != nil || strings.Contains(string(state), "up0") {
-		t.Errorf("the state still names up0 (%v):\n%s", err, state)
-	}
+	// The agent writes its state after it gave the interface back: poll, as for the
+	// qdiscs.
+	eventually(t, 30*time.Second, func() (bool, string) {
+		state, err := os.ReadFile(filepath.Join(stateDir, "enforcement.json"))
+		return err == nil && !strings.Contains(string(state), "up0"), fmt.Sprintf("the state still names up0 (%v):\n%s", err, state)
+	})
 	eventually(t, 30*time.Second, func() (bool, string) {
 		n := podNetwork(t, node.Name)
 		return n != nil && len(n.Conditions) == 0 && n.Guarantees == nil, fmt.Sprintf("pod network %+v, want no enforcement condition", n)
