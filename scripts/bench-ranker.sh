@@ -18,14 +18,17 @@
 #
 # --shape picks the bench nodes' shape: 2numa (the default: 2 NUMA nodes of 16 CPUs and
 # 64 GiB, 4 GPUs, one network), 8numa-8gpu (8 NUMA nodes as 2numa's in 2 sockets, one GPU
-# on each; a tenth of the pods ask for 1-4 GPUs) or 2numa-2net (2numa with pod and storage
-# networks in every NodeBandwidth; a quarter of the pods that ask for bandwidth name
-# storage). A list runs each shape at every size and prints each one's throughput and
+# on each; a tenth of the pods ask for 1-4 GPUs), 8numa-dra (8numa-8gpu's GPUs as DRA
+# ResourceSlices of the agent's driver; the GPU pods ask through ResourceClaims, and
+# vanilla kube-scheduler allocates them with its own DynamicResources) or 2numa-2net
+# (2numa with pod and storage networks in every NodeBandwidth; a quarter of the pods
+# that ask for bandwidth name storage). A list runs each shape at every size and prints each one's throughput and
 # peak memory over the first's per scheduler; the goals for sextant-ranker are 8-NUMA
 # within 10% of 2-NUMA, and two networks within 5% of one in peak memory:
 #
 #   make bench-ranker BENCH_RANKER_ARGS="--nodes 5000 --schedulers sextant --shape 2numa,8numa-8gpu"
 #   make bench-ranker BENCH_RANKER_ARGS="--nodes 5000 --schedulers sextant --shape 2numa,2numa-2net"
+#   make bench-ranker BENCH_RANKER_ARGS="--nodes 5000 --shape 8numa-dra --rounds 5"
 #
 # Every sextant run also prints its plugins' mean time per Score and Filter call from the
 # ranker's /metrics (kube-scheduler times plugins in a 10% sample of scheduling cycles).

@@ -220,6 +220,11 @@ func (b *bench) setup(ctx context.Context) error {
 		b.remaining[name] = rem
 	}
 
+	if b.shape.dra {
+		if err := b.createDeviceClass(ctx); err != nil {
+			return err
+		}
+	}
 	var done atomic.Int64
 	progress := startProgress(fmt.Sprintf("%s nodes: creating Nodes, NodeBandwidths, NodeTopologies", b.label()), &done, b.size)
 	defer progress()
@@ -247,6 +252,11 @@ func (b *bench) setup(ctx context.Context) error {
 		}
 		if err := createWithStatus(ctx, b.dyn, ntopoGVR, ntopo); err != nil {
 			return fmt.Errorf("node %s: %w", name, err)
+		}
+		if b.shape.dra {
+			if _, err := b.kube.ResourceV1().ResourceSlices().Create(ctx, resourceSlice(name, b.runID, b.shape), metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("node %s: create ResourceSlice: %w", name, err)
+			}
 		}
 		done.Add(1)
 		return nil
@@ -276,7 +286,9 @@ func benchNode(name, runID string, shape nodeShape) *corev1.Node {
 		corev1.ResourceCPU:    *resource.NewQuantity(int64(shape.cpus()), resource.DecimalSI),
 		corev1.ResourceMemory: *resource.NewQuantity(shape.memory(), resource.BinarySI),
 		corev1.ResourcePods:   *resource.NewQuantity(podsPerNode, resource.DecimalSI),
-		resourceGPU:           *resource.NewQuantity(int64(len(shape.gpuAddrs)), resource.DecimalSI),
+	}
+	if !shape.dra {
+		alloc[resourceGPU] = *resource.NewQuantity(int64(len(shape.gpuAddrs)), resource.DecimalSI)
 	}
 	now := metav1.Now()
 	// A Node's status is taken on create (the kubelet registers this way), so one
@@ -365,6 +377,9 @@ func topologyStatus(at time.Time, shape nodeShape) sextantv1.NodeTopologyStatus 
 			Kind: sextantv1.KindGPU, NUMANode: numa(int32(shape.gpuNUMA(i))),
 			Health: sextantv1.Healthy,
 		})
+		if shape.dra {
+			devs[len(devs)-1].Excluded = draExcluded
+		}
 	}
 	nicAddr := "0000:18:00.0"
 	devs = append(devs, sextantv1.PCIDevice{
@@ -451,6 +466,9 @@ func (b *bench) deletePods(ctx context.Context, sched string) error {
 			return fmt.Errorf("list %s pods: %w", sched, err)
 		}
 		if len(list.Items) == 0 {
+			if b.shape.dra {
+				return b.deleteClaims(ctx, sched)
+			}
 			return nil
 		}
 		err = b.parallel(ctx, len(list.Items), func(ctx context.Context, i int) error {
@@ -489,6 +507,14 @@ func (b *bench) cleanup(ctx context.Context) error {
 		name string
 	}
 	var victims []victim
+	if b.shape.dra {
+		if err := b.kube.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, sel); err != nil {
+			errs = append(errs, fmt.Errorf("delete ResourceSlices: %w", err))
+		}
+		if err := b.kube.ResourceV1().DeviceClasses().Delete(ctx, draClass, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete DeviceClass %s: %w", draClass, err))
+		}
+	}
 	for _, gvr := range []schemaGVR{nbwGVR, ntopoGVR} {
 		list, err := b.dyn.Resource(gvr).List(ctx, sel)
 		if err != nil {

@@ -700,3 +700,48 @@ func TestLaunchRetriesATakenPort(t *testing.T) {
 		})
 	}
 }
+
+// The DRA shape: GPUs as the agent's DRA driver publishes them (a slice per node, the
+// standard NUMA attribute where the NodeTopology puts each GPU, kept from the device
+// plugin there), no sextant.io/gpu allocatable, and GPU pods asking through a claim.
+func TestDRAShape(t *testing.T) {
+	sh := shapes["8numa-dra"]
+	if _, ok := benchNode("n", "r", sh).Status.Allocatable[resourceGPU]; ok {
+		t.Error("a DRA node advertises sextant.io/gpu")
+	}
+	if _, ok := benchNode("n", "r", shapes["8numa-8gpu"]).Status.Allocatable[resourceGPU]; !ok {
+		t.Error("8numa-8gpu's node does not advertise sextant.io/gpu")
+	}
+	topo := topologyStatus(time.Now(), sh)
+	slice := resourceSlice("n", "r", sh)
+	if len(slice.Spec.Devices) != len(sh.gpuAddrs) || slice.Spec.Driver != draDriver || *slice.Spec.NodeName != "n" {
+		t.Fatalf("slice %+v, want the node's %d GPUs of driver %s", slice.Spec, len(sh.gpuAddrs), draDriver)
+	}
+	for i, d := range slice.Spec.Devices {
+		dev := topo.PCIDevices[i]
+		if d.Name != draDeviceName(dev.Address) || *d.Attributes["resource.kubernetes.io/numaNode"].IntValue != int64(*dev.NUMANode) || dev.Excluded != draExcluded {
+			t.Errorf("device %d: %s on NUMA node %d, topology %s on %d excluded %q", i, d.Name, *d.Attributes["resource.kubernetes.io/numaNode"].IntValue, dev.Address, *dev.NUMANode, dev.Excluded)
+		}
+	}
+	pods := makeWorkload(1, 200, sh.gpuPodMax)
+	b := &bench{shape: sh, workload: pods}
+	gpuPods := 0
+	for i, p := range pods {
+		pod := b.pod(i, schedSextant)
+		c := pod.Spec.Containers[0]
+		_, limit := c.Resources.Limits[resourceGPU]
+		if p.gpus == 0 {
+			if len(pod.Spec.ResourceClaims) != 0 || limit {
+				t.Fatalf("pod %d asks for no GPU but has claims %v or a GPU limit", i, pod.Spec.ResourceClaims)
+			}
+			continue
+		}
+		gpuPods++
+		if limit || len(pod.Spec.ResourceClaims) != 1 || *pod.Spec.ResourceClaims[0].ResourceClaimName != claimName(schedSextant, i) || len(c.Resources.Claims) != 1 {
+			t.Fatalf("GPU pod %d: limits %v, claims %v; want its claim only", i, c.Resources.Limits, pod.Spec.ResourceClaims)
+		}
+	}
+	if gpuPods == 0 {
+		t.Fatal("the workload has no GPU pod")
+	}
+}

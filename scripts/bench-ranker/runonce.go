@@ -110,6 +110,11 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 		}
 	}()
 
+	if b.shape.dra {
+		if err := b.createClaims(ctx, sched); err != nil {
+			return res, err
+		}
+	}
 	var created atomic.Int64
 	progress := startProgress(fmt.Sprintf("%s nodes, %s: creating pods", b.label(), sched), &created, len(b.workload))
 	start := time.Now()

@@ -30,6 +30,9 @@ type nodeShape struct {
 	// others in turn (bandwidth.sextant.io/network); 0: none does.
 	networks          []string
 	otherNetworkEvery int
+	// dra publishes the GPUs as ResourceSlices of the agent's DRA driver instead of the
+	// device plugin's sextant.io/gpu, and GPU pods ask for them with a ResourceClaim.
+	dra bool
 	// peakMemoryGoal, when set, is the most sextant-ranker's peak memory on this shape
 	// may be over the first shape's of a run (1.05: within 5%).
 	peakMemoryGoal float64
@@ -70,6 +73,17 @@ var shapes = map[string]nodeShape{
 		networks:  []string{"pod"},
 		help: "8 NUMA nodes (2 sockets of 4; distances 10 local, 12 same socket, 32 across), each as 2numa's (16 CPUs, 64 GiB), " +
 			"so the node scales to 128 CPUs and 512 GiB and every pod needs as many NUMA nodes as on 2numa; 8 GPUs, one per NUMA node; GPU pods ask 1-4",
+	},
+	"8numa-dra": {
+		name: "8numa-dra", numaNodes: 8, cpusPerNUMA: 16, memPerNUMA: 64 << 30,
+		numaPerSocket: 4, distLocal: 10, distSocket: 12, distRemote: 32,
+		gpuAddrs: []string{"0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0",
+			"0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"},
+		gpuPodMax: 4,
+		networks:  []string{"pod"},
+		dra:       true,
+		help: "8numa-8gpu's nodes with the GPUs published as DRA ResourceSlices (driver sextant.io, numaNode and pciBusID) and not " +
+			"advertised as sextant.io/gpu; GPU pods (a tenth) ask for 1-4 through a ResourceClaim of DeviceClass " + draClass,
 	},
 }
 

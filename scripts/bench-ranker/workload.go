@@ -130,7 +130,7 @@ func (b *bench) pod(i int, sched string) *corev1.Pod {
 		req[resourceGPU] = *resource.NewQuantity(p.gpus, resource.DecimalSI)
 	}
 	noToken := false
-	return &corev1.Pod{
+	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        fmt.Sprintf("%s-%05d", sched, i),
 			Namespace:   b.ns,
@@ -151,6 +151,10 @@ func (b *bench) pod(i int, sched string) *corev1.Pod {
 			}},
 		},
 	}
+	if b.shape.dra && p.gpus > 0 {
+		useClaim(pod, claimName(sched, i))
+	}
+	return pod
 }
 
 // limitsFor sets limits only for extended resources, which require limit == request.
