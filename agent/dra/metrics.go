@@ -8,6 +8,7 @@ type Metrics struct {
 	prepared      prometheus.Gauge
 	prepares      *prometheus.CounterVec
 	publishErrors prometheus.Counter
+	mismatches    prometheus.Counter
 }
 
 // NewMetrics registers the driver's metrics with reg (none if reg is nil).
@@ -25,9 +26,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sextant_dra_publish_errors_total", Help: "Errors publishing the node's ResourceSlices.",
 		}),
+		mismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sextant_dra_allocation_mismatches_total", Help: "Containers whose devices of the node's DRA driver, as the kubelet's PodResources reports them, differ from their claim's allocation or lack the driver's CDI device; once per pod, container and claim.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.published, m.prepared, m.prepares, m.publishErrors)
+		reg.MustRegister(m.published, m.prepared, m.prepares, m.publishErrors, m.mismatches)
 	}
 	return m
 }

@@ -211,7 +211,7 @@ func (a *agent) newPodParts() error {
 			return err
 		}
 	}
-	if o.numaPinning || o.heartbeats && o.devicePlugin {
+	if o.numaPinning || o.heartbeats && (o.devicePlugin || len(o.draKinds) > 0) {
 		if a.kubelet, err = podresources.Dial(o.podResourcesSocket); err != nil {
 			return err
 		}

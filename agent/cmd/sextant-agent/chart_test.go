@@ -236,8 +236,14 @@ func TestChartDRA(t *testing.T) {
 		plugin bool
 	}{{nil, true}, {[]any{"accelerator", "gpu"}, true}, {[]any{"accelerator"}, false}} {
 		t.Run(fmt.Sprintf("kinds=%v,plugin=%v", tc.kinds, tc.plugin), func(t *testing.T) {
+			// Without the plugin, the terminator and pinning, the DRA audit alone acts
+			// on pods.
 			objs := charttest.Objects(t, charttest.Render(t, map[string]any{
-				"agent": map[string]any{"devices": map[string]any{"plugin": tc.plugin, "dra": map[string]any{"kinds": tc.kinds}}},
+				"sidecar": map[string]any{"terminator": tc.plugin},
+				"agent": map[string]any{
+					"numaPinning": map[string]any{"enabled": tc.plugin},
+					"devices":     map[string]any{"plugin": tc.plugin, "dra": map[string]any{"kinds": tc.kinds}},
+				},
 			}))
 			var o runOptions
 			if err := newRunCommandFor(&o).ParseFlags(agentArgs(t, objs)); err != nil {
@@ -259,6 +265,14 @@ func TestChartDRA(t *testing.T) {
 				if rules[want] != on {
 					t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v", want, rules[want], on)
 				}
+			}
+			for _, want := range []string{"pods list", "pods watch", "events create"} {
+				if rules[want] != o.actsOnPods() {
+					t.Errorf("ClusterRole sextant-agent grants %s: %v, want %v (the agent acts on pods: %v)", want, rules[want], o.actsOnPods(), o.actsOnPods())
+				}
+			}
+			if on && (o.podResourcesSocket == "" || o.deviceAuditInterval <= 0) {
+				t.Errorf("the DRA audit without PodResources (%q) or an interval (%s)", o.podResourcesSocket, o.deviceAuditInterval)
 			}
 			for _, key := range []string{"ValidatingAdmissionPolicy/sextant-agent-dra", "ValidatingAdmissionPolicyBinding/sextant-agent-dra"} {
 				if _, got := objs[key]; got != on {

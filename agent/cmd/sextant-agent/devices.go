@@ -197,6 +197,9 @@ func (d *devices) start(ctx context.Context, g *group, published map[string]v1al
 		// As with the device plugin: without the driver the kubelet prepares no claim
 		// for the node's devices.
 		g.goFatal(ctx, "DRA driver", d.dra.Run)
+		if err := d.startDRAAudit(ctx, g); err != nil {
+			return err
+		}
 	}
 	if d.plugin == nil {
 		return nil
@@ -256,6 +259,39 @@ func (d *devices) start(ctx context.Context, g *group, published map[string]v1al
 	})
 	g.Go(func() { afterSettle.run(ctx, audit.Trigger) })
 	g.Go(func() { removeStaleCapacity(ctx, d.kube, d.nodeName, d.kubelet, d.log) })
+	return nil
+}
+
+// startDRAAudit compares, at every --device-audit-interval and when a container starts,
+// what the kubelet's PodResources says each container got of the DRA driver's devices
+// with its claims' allocations.
+func (d *devices) startDRAAudit(ctx context.Context, g *group) error {
+	trigger := make(chan struct{}, 1)
+	if _, err := d.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*corev1.Pod)
+			pod, ok2 := newObj.(*corev1.Pod)
+			if ok1 && ok2 && len(pod.Spec.ResourceClaims) > 0 && containerStarted(old, pod) {
+				select {
+				case trigger <- struct{}{}:
+				default:
+				}
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("watch the node's pods for the DRA audit: %w", err)
+	}
+	pod := func(namespace, name string) (*corev1.Pod, bool) {
+		obj, ok, err := d.pods.GetStore().GetByKey(namespace + "/" + name)
+		if err != nil || !ok {
+			return nil, false
+		}
+		p, ok := obj.(*corev1.Pod)
+		return p, ok
+	}
+	g.Go(func() {
+		d.dra.Audit(ctx, dra.AuditConfig{Every: d.auditEvery, List: d.kubelet.List, Pod: pod, Trigger: trigger})
+	})
 	return nil
 }
 

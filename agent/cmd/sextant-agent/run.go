@@ -217,7 +217,7 @@ const (
 // bandwidth enforcement. The chart grants the agent those rights exactly when this holds
 // (agent-rbac.yaml).
 func (o runOptions) actsOnPods() bool {
-	return o.sidecarTerminator || o.numaPinning || o.heartbeats && o.devicePlugin || len(o.enforcement.networks) > 0
+	return o.sidecarTerminator || o.numaPinning || o.heartbeats && (o.devicePlugin || len(o.draKinds) > 0) || len(o.enforcement.networks) > 0
 }
 
 func (o runOptions) validate() error {
@@ -256,11 +256,11 @@ func (o runOptions) validate() error {
 		return fmt.Errorf("--cri-endpoint %q: want containerd's unix socket, e.g. %s", o.criEndpoint, cri.DefaultEndpoint)
 	case (o.sidecarTerminator || o.numaPinning) && o.containerdNamespace == "":
 		return fmt.Errorf("--containerd-namespace is empty: want the containerd namespace of the kubelet's containers, e.g. %s", cri.DefaultNamespace)
-	case (o.numaPinning || o.heartbeats && o.devicePlugin) && o.podResourcesSocket == "":
+	case (o.numaPinning || o.heartbeats && (o.devicePlugin || len(o.draKinds) > 0)) && o.podResourcesSocket == "":
 		return fmt.Errorf("--pod-resources-socket is empty: want the kubelet's PodResources socket, e.g. %s", podresources.DefaultSocket)
 	case o.numaPinning && o.cgroupRoot == "":
 		return errors.New("--cgroup-root is empty: want the directory where cgroups are mounted, e.g. /sys/fs/cgroup")
-	case o.heartbeats && o.devicePlugin && o.deviceAuditInterval <= 0:
+	case o.heartbeats && (o.devicePlugin || len(o.draKinds) > 0) && o.deviceAuditInterval <= 0:
 		return fmt.Errorf("--device-audit-interval %s: want a positive duration, e.g. 30s", o.deviceAuditInterval)
 	case slices.Contains(strings.Split(o.kubepodsCgroup, "/"), ".."):
 		// NUMA pinning writes cpusets under it: it must stay inside --cgroup-root.
