@@ -167,44 +167,6 @@ func (pl *NUMAAware) checkAllocated(s *cycleState, pod *v1.Pod, topo *v1alpha1.N
 	return nil
 }
 
-// choiceWith is bestChoice among the sets that hold must (indexes into free): the
-// smallest such set whose free capacity covers req, ties by distance, then lowest IDs.
-func choiceWith(free []Free, req Request, must []int, dists lazyDistances) (Choice, bool) {
-	if len(must) == 0 {
-		return bestChoice(free, req, dists)
-	}
-	n := len(free)
-	if len(must) == 1 && free[must[0]].covers(req) {
-		return Choice{Nodes: oneNUMANode(free[must[0]].ID)}, true
-	}
-	if n > maxExhaustiveNUMANodes {
-		return greedyChoiceFrom(free, dists.get(free), req, must)
-	}
-	var dist [][]int64
-	for k := len(must); k <= n; k++ {
-		var setBuf, bestBuf [maxExhaustiveNUMANodes]int
-		set, bestSet := firstSubset(setBuf[:k]), bestBuf[:k]
-		var bestDist int64
-		found := false
-		for ok := true; ok; ok = nextSubset(set, n) {
-			if !holds(set, must) || !setCovers(free, set, req) {
-				continue
-			}
-			if dist == nil {
-				dist = dists.get(free)
-			}
-			if d := setDistance(dist, set); !found || d < bestDist {
-				bestDist, found = d, true
-				copy(bestSet, set)
-			}
-		}
-		if found {
-			return Choice{Nodes: ids(free, bestSet), Distance: bestDist}, true
-		}
-	}
-	return Choice{}, false
-}
-
 // holds reports whether the sorted set holds every index of must.
 func holds(set, must []int) bool {
 	for _, m := range must {

@@ -242,23 +242,36 @@ func (l lazyDistances) get(free []Free) [][]int64 {
 }
 
 func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
+	return choiceWith(free, req, nil, dists)
+}
+
+// choiceWith is bestChoice among the sets that hold must (indexes into free, ascending:
+// the NUMA nodes a pod's DRA devices sit on).
+func choiceWith(free []Free, req Request, must []int, dists lazyDistances) (Choice, bool) {
 	n := len(free)
 	if n == 0 {
 		return Choice{}, false
 	}
 	// One NUMA node that fits is the best choice at any size, greedy or not.
-	if ch, ok := singleChoice(free, req); ok {
-		return ch, true
+	switch len(must) {
+	case 0:
+		if ch, ok := singleChoice(free, req); ok {
+			return ch, true
+		}
+	case 1:
+		if free[must[0]].covers(req) {
+			return Choice{Nodes: oneNUMANode(free[must[0]].ID)}, true
+		}
 	}
 	if n > maxExhaustiveNUMANodes {
-		return greedyChoice(free, dists.get(free), req)
+		return greedyChoiceFrom(free, dists.get(free), req, must)
 	}
 	var dist [][]int64 // built on first need
 	// Upper bounds per set size, one per resource the pod asks for: the k largest free
 	// amounts of each summed. Sizes no set can reach are skipped without enumerating.
 	var bounds sizeBounds
 	bounds.init(free, req)
-	for k := 2; k <= n; k++ {
+	for k := max(2, len(must)); k <= n; k++ {
 		if !bounds.reachable(k) {
 			continue
 		}
@@ -269,7 +282,7 @@ func bestChoice(free []Free, req Request, dists lazyDistances) (Choice, bool) {
 		var bestDist int64
 		found := false
 		for ok := true; ok; ok = nextSubset(set, n) {
-			if !setCovers(free, set, req) {
+			if !holds(set, must) || !setCovers(free, set, req) {
 				continue
 			}
 			if dist == nil {
