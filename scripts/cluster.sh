@@ -3,7 +3,7 @@
 # kube-apiserver, kube-controller-manager, kube-scheduler, one kubelet on a private containerd, and a
 # CNI bridge for pods. Everything it writes lives under one git-ignored directory
 # ($SEXTANT_CLUSTER_DIR, default .cluster/ in the repository), apart from the
-# Kubernetes binaries and images, which are cached under $SEXTANT_CACHE.
+# Kubernetes binaries, containerd and images, which are cached under $SEXTANT_CACHE.
 #
 #   scripts/cluster.sh up          start it (idempotent: a running cluster is left as is)
 #   scripts/cluster.sh down        stop it and remove every process, mount, network
@@ -26,7 +26,9 @@
 # Env: SEXTANT_CLUSTER_DIR, SEXTANT_CACHE (default ~/.cache/sextant),
 # SEXTANT_NODE_NAME (default sextant-local), SEXTANT_API_PORT (default 6443),
 # SEXTANT_ETCD_PORT (default 12379), SEXTANT_SERVICE_CIDR (default 10.96.0.0/24),
-# SEXTANT_POD_CIDR (default 10.244.0.0/24).
+# SEXTANT_POD_CIDR (default 10.244.0.0/24), SEXTANT_CONTAINERD (2, the default: the
+# containerd 2.x release pinned in scripts/containerd/go.mod, built by
+# scripts/containerd.sh, with CDI; debian: Debian's containerd 1.6, which has no CDI).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -170,6 +172,11 @@ make_pki() {
   kubeconfig "$pki/kubelet.kubeconfig" kubelet
 }
 
+# containerd_major is the major version of the containerd the cluster runs.
+containerd_major() {
+  "$STATE/containerd-bin/containerd" --version | sed -nE 's/.* v?([0-9]+)\.[0-9]+.*/\1/p'
+}
+
 write_runtime_config() {
   mkdir -p "$STATE/containerd" "$STATE/run" "$STATE/cni/net.d" "$STATE/bin"
   # This host's root lacks CAP_SYS_RESOURCE, so runc cannot set the negative
@@ -189,6 +196,40 @@ fi
 exec /usr/sbin/runc "$@"
 EOF
   chmod +x "$STATE/bin/runc"
+  if [ "$(containerd_major)" -ge 2 ]; then
+    # containerd 2.x: configuration version 3, CDI always on; DRA drivers write their
+    # claims' specs to /var/run/cdi.
+    cat >"$STATE/containerd/config.toml" <<EOF
+version = 3
+root = "$STATE/containerd/root"
+state = "$STATE/containerd/state"
+
+[grpc]
+  address = "$SOCK"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$STATE/containerd/opt"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "$SANDBOX_IMAGE"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$STATE/cni/net.d"
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = "$STATE/bin/runc"
+        Root = "$STATE/run/runc"
+        SystemdCgroup = false
+EOF
+  else
   cat >"$STATE/containerd/config.toml" <<EOF
 version = 2
 root = "$STATE/containerd/root"
@@ -215,6 +256,7 @@ state = "$STATE/containerd/state"
         Root = "$STATE/run/runc"
         SystemdCgroup = false
 EOF
+  fi
   # Pods get a default route through the bridge because, with no kube-proxy,
   # in-cluster clients (the ranker) reach the API server at the node's address.
   # No masquerading: pods never need to leave the machine.
@@ -281,12 +323,14 @@ EOF
 }
 
 start_containerd() {
-  start containerd containerd --config "$STATE/containerd/config.toml"
-  wait_for "containerd" 60 ctr --address "$SOCK" version
+  local bin=$STATE/containerd-bin
+  # containerd finds its runc shim on its PATH.
+  start containerd env PATH="$bin:$PATH" "$bin/containerd" --config "$STATE/containerd/config.toml"
+  wait_for "containerd" 60 "$bin/ctr" --address "$SOCK" version
 }
 
 import_image() { # tarball
-  ctr --address "$SOCK" -n k8s.io images import --no-unpack=false "$1" >/dev/null \
+  "$STATE/containerd-bin/ctr" --address "$SOCK" -n k8s.io images import --no-unpack=false "$1" >/dev/null \
     || die "cluster: importing image $1 into containerd failed"
 }
 
@@ -347,8 +391,9 @@ start_control_plane() {
 
 # Enough of kube-controller-manager for Jobs, DaemonSets, Deployments, owner-based
 # garbage collection, node health, service accounts with their CA bundle, and the
-# aggregated view, edit and admin roles tenants are given.
-CONTROLLERS=clusterrole-aggregation-controller,job-controller,garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,replicaset-controller,deployment-controller,daemonset-controller,endpoints-controller,endpointslice-controller,ttl-after-finished-controller,pod-garbage-collector-controller,disruption-controller,statefulset-controller,cronjob-controller,taint-eviction-controller
+# aggregated view, edit and admin roles tenants are given, and the ResourceClaims of
+# pods using DRA (made from templates, released when their pods are gone).
+CONTROLLERS=clusterrole-aggregation-controller,job-controller,garbage-collector-controller,node-lifecycle-controller,serviceaccount-controller,serviceaccount-token-controller,root-ca-certificate-publisher-controller,namespace-controller,replicaset-controller,deployment-controller,daemonset-controller,endpoints-controller,endpointslice-controller,ttl-after-finished-controller,pod-garbage-collector-controller,disruption-controller,statefulset-controller,cronjob-controller,taint-eviction-controller,resourceclaim-controller
 
 start_kubelet() {
   local kube=$1
@@ -373,6 +418,12 @@ cmd_up() {
   [ "$(id -u)" -eq 0 ] || die "cluster: up needs root (it runs a kubelet and containerd)"
   "$here/deps.sh" || die "cluster: installing packages failed (scripts/deps.sh)"
   KUBE_BIN=$("$here/kube.sh") || die "cluster: building the Kubernetes binaries failed (scripts/kube.sh)"
+  local ctrd_bin
+  case "${SEXTANT_CONTAINERD:-2}" in
+    2) ctrd_bin=$("$here/containerd.sh") || die "cluster: building containerd failed (scripts/containerd.sh)" ;;
+    debian) ctrd_bin=/usr/bin ;;
+    *) usage_error "cluster: SEXTANT_CONTAINERD=${SEXTANT_CONTAINERD}: want 2 (built from scripts/containerd/go.mod) or debian (Debian's containerd 1.6)" ;;
+  esac
   mkdir -p "$STATE" "$logs" "$pids"
   if ! running kube-apiserver && port_busy "$API_PORT"; then
     die "cluster: port $API_PORT is taken: another cluster (another checkout's scripts/cluster.sh?) runs here; stop it first"
@@ -380,6 +431,8 @@ cmd_up() {
   NODE_IP=$(node_ip)
   echo "$NODE_IP" >"$STATE/node-ip"
   ln -sfn "$KUBE_BIN" "$STATE/kube-bin"
+  # A running cluster keeps the containerd it runs; restart-containerd starts that one.
+  running containerd || ln -sfn "$ctrd_bin" "$STATE/containerd-bin"
   make_pki
   write_runtime_config
   write_kubelet_config

@@ -54,6 +54,9 @@ log "deploy: installing charts/sextant as release sextant in namespace sextant-s
   --set sidecar.criSocket="$state/run/containerd.sock" \
   `# The kubelet runs with --root-dir under the cluster's state (scripts/cluster.sh).` \
   --set agent.kubeletDir="$state/kubelet/root" \
+  `# Accelerators through the agent's DRA driver (TestDRADevicesAligned); the other tests'` \
+  `# accelerators come from their own agents' device plugins, so no extended-resource mapping.` \
+  --set 'agent.devices.dra.kinds={accelerator}' --set agent.devices.dra.extendedResources=false \
   --set-string 'sidecar.podSelector=!sextant.io/e2e-sidecar' \
   --set-json 'webhook.objectSelector={"matchExpressions":[{"key":"sextant.io/e2e-sidecar","operator":"DoesNotExist"}]}' \
   `# Only the kubelet node runs pods: tests add Node objects that have no kubelet.` \

@@ -36,6 +36,7 @@ const (
 	pciOnlyAddress = "0000:5e:00.0"
 	pciOnlyClass   = "e2e-pci"
 	acceleratorDRA = "accelerator.sextant.io"
+	extendedClass  = "e2e-accelerator-extended"
 )
 
 // requireCDIRuntime skips a test on a containerd without CDI (1.x): a DRA driver's
@@ -90,10 +91,19 @@ func newDRAHarness(t *testing.T) *numaHarness {
 		"--dra-registrar-dir", filepath.Join(root, "plugins_registry"), "--cdi-dir", "/var/run/cdi",
 	}})
 	ctx := context.Background()
-	for name, driver := range map[string]string{acceleratorDRA: dra.DriverName, pciOnlyClass: pciOnlyDriver} {
+	// The chart ships accelerator.sextant.io (scripts/deploy.sh serves accelerators
+	// through DRA); the test adds the second driver's class and one that maps
+	// sextant.io/accelerator to the accelerators (KEP-5004).
+	if _, err := local.kube.ResourceV1().DeviceClasses().Get(ctx, acceleratorDRA, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the chart's DeviceClass %s: %v", acceleratorDRA, err)
+	}
+	for name, driver := range map[string]string{pciOnlyClass: pciOnlyDriver, extendedClass: dra.DriverName} {
 		dc := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: resourceapi.DeviceClassSpec{
 			Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: fmt.Sprintf("device.driver == %q", driver)}}},
 		}}
+		if name == extendedClass {
+			dc.Spec.ExtendedResourceName = ptr.To(string(v1alpha1.KindAccelerator.ResourceName()))
+		}
 		_ = local.kube.ResourceV1().DeviceClasses().Delete(ctx, name, metav1.DeleteOptions{})
 		if _, err := local.kube.ResourceV1().DeviceClasses().Create(ctx, dc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -256,7 +266,8 @@ func (h *numaHarness) allocatedAddresses(claim string) (addrs []string, numa map
 // node's CPUs; a pod whose claim is the second driver's device, which carries only its
 // PCI address, is pinned to that device's NUMA node; a pod whose devices cannot share a
 // NUMA node stays Pending with a reason naming DRA; after a kubelet restart the driver
-// serves again, and the running pod keeps its devices.
+// serves again, and the running pod keeps its devices; a pod asking for limits
+// sextant.io/accelerator gets one through DRA, aligned the same way.
 func TestDRADevicesAligned(t *testing.T) {
 	h := newDRAHarness(t)
 	ctx := context.Background()
@@ -332,9 +343,50 @@ func TestDRADevicesAligned(t *testing.T) {
 	}
 	h.checkNow("two", "main", cpus, "after a kubelet restart")
 
+	// An old-style pod asking for limits sextant.io/accelerator gets it through DRA: the
+	// node advertises none (no device plugin serves the kind), a DeviceClass maps it, and
+	// the scheduler makes the pod a claim for it. "two" and "after" hold all four
+	// accelerators: "after" goes first.
+	if err := pods.Delete(ctx, "after", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	// kube-controller-manager's resourceclaim controller deallocates a claim no pod uses.
+	eventually(t, 2*time.Minute, func() (bool, string) {
+		c, err := local.kube.ResourceV1().ResourceClaims(h.ns).Get(ctx, "after", metav1.GetOptions{})
+		return err == nil && c.Status.Allocation == nil, fmt.Sprintf("claim after is still allocated (%v)", err)
+	})
+	old := h.claimPod("old", false)
+	old.Spec.Containers[0].Resources.Limits = corev1.ResourceList{v1alpha1.KindAccelerator.ResourceName(): resource.MustParse("1")}
+	old.Spec.Containers[0].Resources.Requests[v1alpha1.KindAccelerator.ResourceName()] = resource.MustParse("1")
+	h.create(old)
+	oldCPUs := h.want("old")
+	p, _ = pods.Get(ctx, "old", metav1.GetOptions{})
+	var extClaim string
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			extClaim = *s.ResourceClaimName
+		}
+	}
+	if p.Status.ExtendedResourceClaimStatus != nil {
+		extClaim = p.Status.ExtendedResourceClaimStatus.ResourceClaimName
+	}
+	if extClaim == "" {
+		t.Fatalf("old has no claim for its extended resource: status %+v", p.Status)
+	}
+	oldAddrs, oldNUMA := h.allocatedAddresses(extClaim)
+	if len(oldAddrs) != 1 || h.numaCPUs[firstKey(oldNUMA)] != oldCPUs {
+		t.Errorf("old got %v on NUMA nodes %v and runs on CPUs %s", oldAddrs, oldNUMA, oldCPUs)
+	}
+	if env, ids := h.printedDevices("old"); !slices.Equal(ids, oldAddrs) {
+		t.Errorf("old's container sees %q, want exactly %v", env, oldAddrs)
+	}
+	if _, ok := p.Annotations[annotations.DevicesAllocated]; ok {
+		t.Errorf("the ranker wrote %s on old, whose accelerator DynamicResources allocates", annotations.DevicesAllocated)
+	}
+
 	// Pods go while the agent still runs, so that their claims are unprepared and their
 	// CDI specs removed.
-	for _, name := range []string{"two", "pci", "after"} {
+	for _, name := range []string{"two", "pci", "old"} {
 		_ = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	}
 	eventually(t, 2*time.Minute, func() (bool, string) {
@@ -345,4 +397,12 @@ func TestDRADevicesAligned(t *testing.T) {
 		specs, _ := filepath.Glob("/var/run/cdi/sextant.io-claim_*.json")
 		return len(specs) == 0, fmt.Sprintf("CDI specs of unprepared claims left: %v", specs)
 	})
+}
+
+// firstKey is the only key of a one-element set.
+func firstKey(m map[string]bool) string {
+	for k := range m {
+		return k
+	}
+	return ""
 }

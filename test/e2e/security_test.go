@@ -16,6 +16,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -755,4 +756,50 @@ func TestSecurityNUMAPinnedPodsDoNotGrow(t *testing.T) {
 	wantDenied(t, resize("pending", "300m", "64Mi", metav1.PatchOptions{}), "sextant-numa-resize", "a pod waiting for the ranker grows its CPU request")
 	wantAllowed(t, resize("pending", "100m", "64Mi", metav1.PatchOptions{}), "a pod waiting for the ranker shrinks its CPU request")
 	wantAllowed(t, resize("pending-elsewhere", "300m", "128Mi", metav1.PatchOptions{}), "a pod waiting for another scheduler grows")
+}
+
+// TestSecurityAgentPublishesOnlyItsNodesSlices: with the chart's DRA driver on
+// (scripts/deploy.sh), the agent account with node A's claim publishes ResourceSlices of
+// driver sextant.io for A, and none for node B, none of another driver, and none
+// without the claim (sextant-agent-dra).
+func TestSecurityAgentPublishesOnlyItsNodesSlices(t *testing.T) {
+	deployChart(t)
+	ctx := context.Background()
+	a, b := fakeNode(t, "e2e-sec-dra-a-"), fakeNode(t, "e2e-sec-dra-b-")
+	kubeA, _ := impersonate(t, agentUser, map[string][]string{nodeClaim: {a.Name}})
+	kubeNoClaim, _ := impersonate(t, agentUser, nil)
+	t.Cleanup(func() {
+		_ = local.kube.ResourceV1().ResourceSlices().DeleteCollection(context.Background(), metav1.DeleteOptions{},
+			metav1.ListOptions{FieldSelector: "spec.nodeName=" + a.Name})
+	})
+	slice := func(node, driver string) *resourceapi.ResourceSlice {
+		return &resourceapi.ResourceSlice{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: node + "-"},
+			Spec: resourceapi.ResourceSliceSpec{Driver: driver, NodeName: ptr.To(node),
+				Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}},
+		}
+	}
+	create := func(kube kubernetes.Interface, s *resourceapi.ResourceSlice, opts metav1.CreateOptions) (*resourceapi.ResourceSlice, error) {
+		return kube.ResourceV1().ResourceSlices().Create(ctx, s, opts)
+	}
+	waitPolicy(t, "sextant-agent-dra", func() error {
+		_, err := create(kubeA, slice(b.Name, "sextant.io"), metav1.CreateOptions{DryRun: dryRun})
+		return err
+	})
+	_, err := create(kubeA, slice(b.Name, "sextant.io"), metav1.CreateOptions{})
+	wantDenied(t, err, "sextant-agent-dra", "agent of A publishes a slice of B")
+	_, err = create(kubeA, slice(a.Name, "gpu.example.com"), metav1.CreateOptions{})
+	wantDenied(t, err, "sextant-agent-dra", "agent of A publishes a slice of another driver")
+	_, err = create(kubeNoClaim, slice(a.Name, "sextant.io"), metav1.CreateOptions{})
+	wantDenied(t, err, "sextant-agent-dra", "agent without a node claim publishes a slice of A")
+
+	own, err := create(kubeA, slice(a.Name, "sextant.io"), metav1.CreateOptions{})
+	wantAllowed(t, err, "agent of A publishes a slice of A")
+	if err != nil {
+		return
+	}
+	err = kubeNoClaim.ResourceV1().ResourceSlices().Delete(ctx, own.Name, metav1.DeleteOptions{})
+	wantDenied(t, err, "sextant-agent-dra", "agent without a node claim deletes A's slice")
+	err = kubeA.ResourceV1().ResourceSlices().Delete(ctx, own.Name, metav1.DeleteOptions{})
+	wantAllowed(t, err, "agent of A deletes its own slice")
 }
