@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr"
 	resourceapi "k8s.io/api/resource/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -55,10 +54,6 @@ type Driver struct {
 	published  map[string]v1alpha1.PCIDevice // by DRA device name, tainted ones too
 	withTaints bool
 	helper     *kubeletplugin.Helper // set while Run runs
-	// sent are the devices last handed to the helper; an unchanged list is not handed
-	// again (the topology is read every few seconds).
-	sent    []resourceapi.Device
-	hasSent bool
 	// prepared are the PCI addresses of each claim prepared on this node, read back
 	// from the CDI specs when Run starts.
 	prepared map[types.UID][]string
@@ -104,10 +99,9 @@ func (d *Driver) publishLocked() {
 		}
 	}
 	d.metrics.published.Set(float64(len(devs)))
-	if d.helper == nil || d.hasSent && equality.Semantic.DeepEqual(devs, d.sent) {
+	if d.helper == nil {
 		return
 	}
-	d.sent, d.hasSent = devs, true
 	pool := resourceslice.Pool{}
 	for _, c := range chunk(devs) {
 		pool.Slices = append(pool.Slices, resourceslice.Slice{Devices: c})
@@ -140,7 +134,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		return fmt.Errorf("starting the DRA kubelet plugin: %w", err)
 	}
 	d.mu.Lock()
-	d.helper, d.hasSent = helper, false
+	d.helper = helper
 	d.publishLocked()
 	d.mu.Unlock()
 	<-ctx.Done()
