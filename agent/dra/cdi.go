@@ -56,7 +56,8 @@ func specPath(dir string, claim types.UID) string {
 	return filepath.Join(dir, cdiFilePrefix+string(claim)+".json")
 }
 
-// writeSpec writes the claim's spec atomically: a runtime never reads half of it.
+// writeSpec writes the claim's spec atomically and durably: a runtime never reads half
+// of it, and a restarted agent reads back every claim it prepared (readPrepared).
 func writeSpec(dir string, claim types.UID, spec cdiSpec) error {
 	b, err := json.Marshal(spec)
 	if err != nil {
@@ -70,18 +71,12 @@ func writeSpec(dir string, claim types.UID, spec cdiSpec) error {
 		return fmt.Errorf("writing the CDI spec of claim %s: %w", claim, err)
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("writing the CDI spec of claim %s: %w", claim, err)
+	_, werr := f.Write(b)
+	err = errors.Join(werr, f.Chmod(0o644), f.Sync(), f.Close())
+	if err == nil {
+		err = os.Rename(f.Name(), specPath(dir, claim))
 	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("writing the CDI spec of claim %s: %w", claim, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing the CDI spec of claim %s: %w", claim, err)
-	}
-	if err := os.Rename(f.Name(), specPath(dir, claim)); err != nil {
+	if err != nil {
 		return fmt.Errorf("writing the CDI spec of claim %s: %w", claim, err)
 	}
 	return nil

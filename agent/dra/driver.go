@@ -85,7 +85,9 @@ func (d *Driver) Update(devs []v1alpha1.PCIDevice, excluded map[string]string) {
 }
 
 // publishLocked hands the current devices to the helper's slice controller, which
-// writes only what changed.
+// writes only what changed. It does so on every topology read, even with the same
+// devices: a restarting kubelet deletes the node's slices, and handing them again is
+// what brings them back (TestDRADevicesAligned's kubelet restart fails without it).
 func (d *Driver) publishLocked() {
 	devs := Devices(d.all, d.excluded, d.cfg.Kinds, d.withTaints)
 	names := make(map[string]bool, len(devs))

@@ -58,8 +58,13 @@ type Predictor struct {
 	extended  []extendedRequest
 	namespace string
 	allocator structured.Allocator
-	devices   map[structured.DeviceID]location
+	// pools are the cycle's slices by driver and pool: a device's attributes are looked
+	// up there for the few devices a placement names, not indexed for the whole cluster.
+	pools map[poolID][]*resourceapi.ResourceSlice
 }
+
+// poolID names one driver's pool.
+type poolID struct{ driver, pool string }
 
 // extendedRequest is count devices of class for the extended resource name.
 type extendedRequest struct {
@@ -138,7 +143,7 @@ func (a Allocator) New(ctx context.Context, pod *v1.Pod, extended map[v1.Resourc
 	if err != nil {
 		return nil, fmt.Errorf("listing resource slices: %w", err)
 	}
-	p.devices = index(all)
+	p.pools = byPool(all)
 	if len(p.toAllocate) == 0 && len(p.extended) == 0 {
 		return p, nil
 	}
@@ -263,12 +268,8 @@ func (a Allocator) Allocated(pod *v1.Pod) (devs []structured.DeviceID, ok bool, 
 // ascending order, and how many of devs have no known NUMA node (no attribute, and no
 // PCI address the topology places).
 func (p *Predictor) NUMANodes(devs []structured.DeviceID, topo *v1alpha1.NodeTopology) (ids []int32, unknown int) {
-	return numaNodes(p.devices, devs, topo)
-}
-
-func numaNodes(index map[structured.DeviceID]location, devs []structured.DeviceID, topo *v1alpha1.NodeTopology) (ids []int32, unknown int) {
 	for _, d := range devs {
-		loc := index[d]
+		loc := p.locate(d)
 		id := loc.numaNode
 		if id == nil && loc.pciBusID != "" && topo != nil {
 			for i := range topo.Status.PCIDevices {
@@ -310,24 +311,35 @@ func results(a *resourceapi.AllocationResult) []structured.DeviceID {
 	return out
 }
 
-// index maps every device that carries a NUMA node or PCI address attribute to it.
-func index(slices []*resourceapi.ResourceSlice) map[structured.DeviceID]location {
-	out := map[structured.DeviceID]location{}
+// byPool groups slices by driver and pool.
+func byPool(slices []*resourceapi.ResourceSlice) map[poolID][]*resourceapi.ResourceSlice {
+	out := make(map[poolID][]*resourceapi.ResourceSlice, len(slices))
 	for _, s := range slices {
+		k := poolID{s.Spec.Driver, s.Spec.Pool.Name}
+		out[k] = append(out[k], s)
+	}
+	return out
+}
+
+// locate reads where device d sits from its slice's attributes: its NUMA node and PCI
+// address, where the driver publishes them.
+func (p *Predictor) locate(d structured.DeviceID) location {
+	var loc location
+	for _, s := range p.pools[poolID{d.Driver.String(), d.Pool.String()}] {
 		for i := range s.Spec.Devices {
-			d := &s.Spec.Devices[i]
-			var loc location
-			if a, ok := d.Attributes[NUMANodeAttribute]; ok && a.IntValue != nil && *a.IntValue >= 0 && *a.IntValue < 1024 {
+			dev := &s.Spec.Devices[i]
+			if dev.Name != d.Device.String() {
+				continue
+			}
+			if a, ok := dev.Attributes[NUMANodeAttribute]; ok && a.IntValue != nil && *a.IntValue >= 0 && *a.IntValue < 1024 {
 				id := int32(*a.IntValue)
 				loc.numaNode = &id
 			}
-			if a, ok := d.Attributes[PCIBusIDAttribute]; ok && a.StringValue != nil {
+			if a, ok := dev.Attributes[PCIBusIDAttribute]; ok && a.StringValue != nil {
 				loc.pciBusID = *a.StringValue
 			}
-			if loc.numaNode != nil || loc.pciBusID != "" {
-				out[structured.MakeDeviceID(s.Spec.Driver, s.Spec.Pool.Name, d.Name)] = loc
-			}
+			return loc
 		}
 	}
-	return out
+	return loc
 }
