@@ -42,6 +42,9 @@ func TestNativeSidecarWaitsForTheRuntimesRecord(t *testing.T) {
 	h := start(t, rt, jobPod("job-a", "a", corev1.RestartPolicyNever))
 
 	rt.exit("main-a", 0, time.Now())
+	// The stop was decided before it is in flight, so the 100ms below all fall after
+	// the decision. The event handler may ask the CRI about main-a too, before it.
+	waitFor(t, "the stop of proxy-a to be in flight", func() bool { return h.term.stopping("proxy-a") })
 	// The stop asks the CRI about the main, and is told it still runs.
 	waitFor(t, "the stop to ask the runtime about main-a", func() bool {
 		rt.mu.Lock()
