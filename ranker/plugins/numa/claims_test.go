@@ -2,6 +2,7 @@ package numa
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -150,6 +151,29 @@ func TestFilterWithClaims(t *testing.T) {
 				t.Errorf("chosen %v (%v), want %s", nodes, ok, tc.wantNodes)
 			}
 		})
+	}
+}
+
+// The framework cancels Filter's context once it has found enough nodes, while other
+// nodes' Filters still run. The allocator stops then; the node is left out, not an error
+// that would fail the pod's cycle (as it did in bench-ranker's DRA shape).
+func TestFilterWithClaimsStoppedByTheScheduler(t *testing.T) {
+	topo, m := draNode()
+	m.Claims = append(m.Claims, dratest.Claim("default", "c", "acc", 2, false))
+	p := pod("p", "1", 0, map[string]string{annotations.NUMAPolicy: "single-numa-node"})
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, claimRef("c"))
+	ni := nodeInfo("node")
+	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
+	withDRA(pl, m)
+	state := newState()
+	if _, st := pl.PreFilter(context.Background(), state, p, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter = %v, want success", st)
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("findNodesThatPassFilters has found enough nodes"))
+	st := pl.Filter(ctx, state, p, ni)
+	if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "found enough nodes") {
+		t.Fatalf("Filter with a cancelled context = %v, want Unschedulable naming the cause", st)
 	}
 }
 

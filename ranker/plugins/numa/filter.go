@@ -136,6 +136,9 @@ func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.P
 func (pl *NUMAAware) filterClaims(ctx context.Context, s *cycleState, nf *nodeFree, topo *v1alpha1.NodeTopology, node *v1.Node) *fwk.Status {
 	p, err := s.claims.placement(ctx, node, topo)
 	if err != nil {
+		if ctx.Err() != nil {
+			return stopped(ctx)
+		}
 		return fwk.AsStatus(fmt.Errorf("numa filter on node %s: predicting the DRA allocation: %w", node.Name, err))
 	}
 	if !p.allocatable {
@@ -143,6 +146,8 @@ func (pl *NUMAAware) filterClaims(ctx context.Context, s *cycleState, nf *nodeFr
 	}
 	ch, ok, refusal, err := s.choose(ctx, nf, topo, node)
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return stopped(ctx)
 	case err != nil:
 		return fwk.AsStatus(err)
 	case refusal != nil:
@@ -158,6 +163,14 @@ func (pl *NUMAAware) filterClaims(ctx context.Context, s *cycleState, nf *nodeFr
 		s.markUneven()
 	}
 	return nil
+}
+
+// stopped is Filter's answer once the framework has cancelled its context, which it
+// does when it has found enough feasible nodes while other nodes' Filters still run: the
+// node is left out, as DynamicResources leaves it, where an error would fail the pod's
+// whole scheduling cycle.
+func stopped(ctx context.Context) *fwk.Status {
+	return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("numa filter asked by the scheduler to stop: %v", context.Cause(ctx)))
 }
 
 // fit is Filter's decision on a node with this free capacity per NUMA node: a rejection
