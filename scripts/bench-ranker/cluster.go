@@ -436,6 +436,28 @@ func (b *bench) refreshHeartbeats(ctx context.Context) error {
 	})
 }
 
+// keepHeartbeatsFresh refreshes every NodeBandwidth each heartbeatRefresh until ctx
+// ends; a failed refresh is logged, and the run's NUMA spread and annotations show what
+// it cost.
+func (b *bench) keepHeartbeatsFresh(ctx context.Context, sched string) {
+	tick := time.NewTicker(heartbeatRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := b.refreshHeartbeats(ctx); err != nil && ctx.Err() == nil {
+				logf("%s nodes, %s: refreshing heartbeats during the run: %v", b.label(), sched, err)
+			}
+		}
+	}
+}
+
+// heartbeatRefresh is how often the bench rewrites the heartbeats during a run: well
+// inside the ranker's 2-minute silence, with a refresh of 5000 nodes taking tens of seconds.
+const heartbeatRefresh = time.Minute
+
 func (b *bench) waitServiceAccount(ctx context.Context) error {
 	// The ServiceAccount admission plugin refuses pods until the namespace's default
 	// ServiceAccount exists.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -87,14 +88,30 @@ func (b *bench) createClaims(ctx context.Context, sched string) error {
 }
 
 // deleteClaims removes sched's ResourceClaims once its pods are gone, so that the next
-// scheduler starts from unallocated devices.
+// scheduler starts from unallocated devices. A claim is gone only once the
+// resourceclaim controller has seen its pods go and lifted its finalizer; the next round
+// creates claims of the same names.
 func (b *bench) deleteClaims(ctx context.Context, sched string) error {
-	err := b.kube.ResourceV1().ResourceClaims(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{},
-		metav1.ListOptions{LabelSelector: labelScheduler + "=" + sched})
+	sel := metav1.ListOptions{LabelSelector: labelScheduler + "=" + sched}
+	err := b.kube.ResourceV1().ResourceClaims(b.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, sel)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("delete %s claims: %w", sched, err)
 	}
-	return nil
+	for {
+		list, err := b.kube.ResourceV1().ResourceClaims(b.ns).List(ctx, sel)
+		if err != nil {
+			return fmt.Errorf("list %s claims: %w", sched, err)
+		}
+		if len(list.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d %s claims still there (first %s, finalizers %v): %w",
+				len(list.Items), sched, list.Items[0].Name, list.Items[0].Finalizers, ctx.Err())
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 // useClaim has the pod's container take its GPUs from its claim instead of sextant.io/gpu.
