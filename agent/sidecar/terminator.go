@@ -107,10 +107,20 @@ type Terminator struct {
 	reported chan struct{}
 	// records are containerd's records of the node's sidecar pods' containers, by ID:
 	// what never changes for a container (pod, name, attempt, creation, stop signal).
-	records  map[string]cri.Container
-	settled  map[types.UID]bool   // finished pods with nothing left to do
-	recorded map[string]time.Time // container IDs whose stop this process recorded
-	left     map[leftKey]bool     // sidecars left running whose Event this process recorded
+	records map[string]cri.Container
+	// running are the containers the runtime last reported running, by ID, kept only
+	// while the exit stream that would report their exits is proven live (streamLive):
+	// a pass over a pod whose sidecar runs then asks the runtime nothing, which under a
+	// burst of exits keeps the workers off containerd (docs/design/0077). An exit heard,
+	// a broken stream or the kubelet reporting the container terminated drops an entry.
+	running map[string]cri.Container
+	// stream counts subscriptions to the exit stream; streamLive is set once the
+	// current one has delivered an event, which proves containerd is sending it ours.
+	stream     uint64
+	streamLive atomic.Bool
+	settled    map[types.UID]bool   // finished pods with nothing left to do
+	recorded   map[string]time.Time // container IDs whose stop this process recorded
+	left       map[leftKey]bool     // sidecars left running whose Event this process recorded
 	// following is true while a subscription to the exit stream is open; false while
 	// it is broken and being retried, so readiness shows an agent that hears no exits.
 	following atomic.Bool
@@ -182,6 +192,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 		exited:   map[string]chan struct{}{},
 		watching: map[string]string{},
 		records:  map[string]cri.Container{},
+		running:  map[string]cri.Container{},
 		reported: make(chan struct{}),
 		settled:  map[types.UID]bool{},
 		recorded: map[string]time.Time{},
@@ -200,6 +211,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 				for id, c := range t.records {
 					if c.PodUID == string(pod.UID) {
 						delete(t.records, id)
+						delete(t.running, id)
 					}
 				}
 				for k := range t.left {
@@ -308,10 +320,12 @@ func (t *Terminator) enqueueAll() {
 func (t *Terminator) watchExits(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
+		t.newStream()
 		events, errc := t.rt.TaskEvents(ctx)
 		t.following.Store(true)
 		t.enqueueAll()
 		for e := range events {
+			t.streamProven()
 			switch {
 			case e.Started:
 				t.onStart(e)
@@ -324,6 +338,7 @@ func (t *Terminator) watchExits(ctx context.Context) {
 		}
 		err := <-errc
 		t.following.Store(false)
+		t.newStream()
 		if ctx.Err() != nil {
 			return
 		}
@@ -336,6 +351,58 @@ func (t *Terminator) watchExits(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 30*time.Second)
 	}
+}
+
+// newStream forgets the containers known running: the exits of the stream they were
+// read under may be lost.
+func (t *Terminator) newStream() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stream++
+	t.streamLive.Store(false)
+	clear(t.running)
+}
+
+// streamProven notes that the current subscription delivers events. containerd
+// subscribes asynchronously, so before the first event an exit may not be sent. It runs
+// for every event, hence no lock: only the event loop, which also calls newStream
+// before each subscription, sets it.
+func (t *Terminator) streamProven() {
+	if !t.streamLive.Load() {
+		t.streamLive.Store(true)
+	}
+}
+
+// runningStatus asks the runtime for container id's state and keeps it when it runs and
+// the exit stream was proven live before the question: its exit is then heard.
+func (t *Terminator) runningStatus(ctx context.Context, id string) (cri.Container, error) {
+	t.mu.Lock()
+	stream, live := t.stream, t.streamLive.Load()
+	t.mu.Unlock()
+	st, err := t.rt.ContainerStatus(ctx, id)
+	if err != nil || st.State != cri.StateRunning || !live {
+		return st, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// An exit heard since the question, or a new stream, makes the answer stale.
+	if _, exited := t.exits[id]; !exited && t.stream == stream {
+		t.running[id] = st
+	}
+	return st, nil
+}
+
+// knownRunning is container id's state from running, unless the kubelet reports it
+// terminated: that durable report overrides a kept state whatever the stream missed.
+func (t *Terminator) knownRunning(id string, terminated map[string]bool) (cri.Container, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st, ok := t.running[id]
+	if ok && terminated[id] {
+		delete(t.running, id)
+		return cri.Container{}, false
+	}
+	return st, ok
 }
 
 // onExit notes an exit and queues its pod. It runs in the one goroutine that reads the
@@ -373,6 +440,7 @@ func (t *Terminator) noteExit(h heardExit) {
 		h.heard = minTime(h.heard, prev.heard)
 	}
 	t.exits[id] = h
+	delete(t.running, id)
 	delete(t.pids, id)
 	delete(t.watching, id)
 	if ch, ok := t.exited[id]; ok {
@@ -749,6 +817,7 @@ func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles s
 		}
 		t.mu.Unlock()
 	}
+	terminated := terminatedIDs(pod)
 	out := make([]cri.Container, 0, len(recs))
 	for _, c := range recs {
 		mark, err := t.marks.read(string(pod.UID), c.ID)
@@ -762,7 +831,10 @@ func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles s
 			out = append(out, exited)
 			continue
 		}
-		st, err := t.rt.ContainerStatus(ctx, c.ID)
+		st, known := t.knownRunning(c.ID, terminated)
+		if !known {
+			st, err = t.runningStatus(ctx, c.ID)
+		}
 		if cri.IsNotFound(err) {
 			continue // made, or removed, between the two calls
 		}
@@ -773,6 +845,27 @@ func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles s
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// terminatedIDs are the runtime IDs of the pod's containers the kubelet reports
+// terminated, the current attempts' and the last ones'.
+func terminatedIDs(pod *corev1.Pod) map[string]bool {
+	out := map[string]bool{}
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses} {
+		for _, cs := range list {
+			if cs.State.Terminated != nil {
+				if id := runtimeID(cs.ContainerID); id != "" {
+					out[id] = true
+				}
+			}
+			if last := cs.LastTerminationState.Terminated; last != nil {
+				if id := runtimeID(last.ContainerID); id != "" {
+					out[id] = true
+				}
+			}
+		}
+	}
+	return out
 }
 
 // knownRecords are the records of the pod's containers without asking containerd, when

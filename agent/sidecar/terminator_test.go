@@ -59,6 +59,9 @@ type fakeRuntime struct {
 	// unrecorded are containers whose exits the CRI has not yet recorded: ContainerStatus
 	// reports them running after their exit events, until recordExit.
 	unrecorded map[string]bool
+	// onStatus, if set, runs after each ContainerStatus answer is made and before it
+	// is returned.
+	onStatus func(id string)
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -108,7 +111,7 @@ func (f *fakeRuntime) TaskPID(_ context.Context, id string) (uint32, error) {
 
 func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (cri.Container, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.mu.Unlock() // onStatus runs unlocked
 	f.statuses = append(f.statuses, id)
 	c, ok := f.ctrs[id]
 	if !ok {
@@ -119,7 +122,25 @@ func (f *fakeRuntime) ContainerStatus(_ context.Context, id string) (cri.Contain
 	if f.unrecorded[id] {
 		out.State, out.ExitCode, out.FinishedAt = cri.StateRunning, 0, time.Time{}
 	}
+	if hook := f.onStatus; hook != nil {
+		f.mu.Unlock()
+		hook(id)
+		f.mu.Lock()
+	}
 	return out, nil
+}
+
+// statusCalls counts the ContainerStatus calls about container id.
+func (f *fakeRuntime) statusCalls(id string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, s := range f.statuses {
+		if s == id {
+			n++
+		}
+	}
+	return n
 }
 
 // recordExit has the CRI record container id's exit, as containerd's CRI does after it
