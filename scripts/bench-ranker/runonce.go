@@ -97,13 +97,6 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	if err := b.refreshHeartbeats(ctx); err != nil {
 		return res, err
 	}
-	// A slow run outlasts the 2 minutes after which NUMAAware and DeviceAware count a
-	// node's agent as gone and place without NUMA decisions, which would make the run
-	// cheaper than it is. Live agents report every 30s; the bench refreshes every
-	// minute, for either scheduler, until the run ends.
-	rctx, stopRefresh := context.WithCancel(ctx)
-	defer stopRefresh()
-	go b.keepHeartbeatsFresh(rctx, sched)
 	if err := b.waitServiceAccount(ctx); err != nil {
 		return res, err
 	}
@@ -116,6 +109,14 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 			err = errors.Join(err, derr)
 		}
 	}()
+	// A slow run outlasts the 2 minutes after which NUMAAware and DeviceAware count a
+	// node's agent as gone and place without NUMA decisions, which would make the run
+	// cheaper than it is. Live agents report every 30s; the bench refreshes every
+	// minute, for either scheduler, until the run ends: deferred after the deletion of
+	// the pods, it stops before they are deleted.
+	rctx, stopRefresh := context.WithCancel(ctx)
+	defer stopRefresh()
+	go b.keepHeartbeatsFresh(rctx, sched)
 
 	if b.shape.dra {
 		if err := b.createClaims(ctx, sched); err != nil {
