@@ -196,11 +196,10 @@ fi
 exec /usr/sbin/runc "$@"
 EOF
   chmod +x "$STATE/bin/runc"
-  if [ "$(containerd_major)" -ge 2 ]; then
-    # containerd 2.x: configuration version 3, CDI always on; DRA drivers write their
-    # claims' specs to /var/run/cdi.
-    cat >"$STATE/containerd/config.toml" <<EOF
-version = 3
+  # Where containerd keeps its state and listens: the same keys in both configuration
+  # versions.
+  containerd_common_config() {
+    cat <<EOF
 root = "$STATE/containerd/root"
 state = "$STATE/containerd/state"
 
@@ -209,6 +208,14 @@ state = "$STATE/containerd/state"
 
 [plugins."io.containerd.internal.v1.opt"]
   path = "$STATE/containerd/opt"
+EOF
+  }
+  if [ "$(containerd_major)" -ge 2 ]; then
+    # containerd 2.x: configuration version 3, CDI always on; DRA drivers write their
+    # claims' specs to /var/run/cdi.
+    cat >"$STATE/containerd/config.toml" <<EOF
+version = 3
+$(containerd_common_config)
 
 [plugins."io.containerd.cri.v1.images"]
   snapshotter = "overlayfs"
@@ -232,14 +239,7 @@ EOF
   else
   cat >"$STATE/containerd/config.toml" <<EOF
 version = 2
-root = "$STATE/containerd/root"
-state = "$STATE/containerd/state"
-
-[grpc]
-  address = "$SOCK"
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$STATE/containerd/opt"
+$(containerd_common_config)
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$SANDBOX_IMAGE"

@@ -455,7 +455,7 @@ func (b *bench) keepHeartbeatsFresh(ctx context.Context, sched string) {
 }
 
 // heartbeatRefresh is how often the bench rewrites the heartbeats during a run: well
-// inside the ranker's 2-minute silence, with a refresh of 5000 nodes taking tens of seconds.
+// inside the ranker's 2-minute silence even when one refresh of every node is slow.
 const heartbeatRefresh = time.Minute
 
 func (b *bench) waitServiceAccount(ctx context.Context) error {
