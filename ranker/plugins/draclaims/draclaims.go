@@ -32,11 +32,13 @@ const (
 )
 
 // Allocator is what a Predictor needs of the DRA plumbing: the profile's DRA manager
-// and the allocator's features and CEL cache, as DynamicResources has them.
+// and the allocator's features and CEL cache, as DynamicResources has them, and the
+// slices' grouping kept across pods (nil: grouped anew for each pod).
 type Allocator struct {
 	Manager  fwk.SharedDRAManager
 	Features structured.Features
 	CEL      *cel.Cache
+	Slices   *SliceIndex
 }
 
 // location is where a device sits, as its slice says.
@@ -57,10 +59,12 @@ type Predictor struct {
 	// of its own (KEP-5004).
 	extended  []extendedRequest
 	namespace string
-	allocator structured.Allocator
-	// pools are the cycle's slices by driver and pool: a device's attributes are looked
-	// up there for the few devices a placement names, not indexed for the whole cluster.
-	pools map[poolID][]*resourceapi.ResourceSlice
+	// slices are the cycle's slices, grouped: a device's attributes are looked up in
+	// its pool, and the allocator on a node is given only the slices it can use there.
+	slices *sliceSet
+	// state is what the allocator counts as taken; nil when nothing is to be allocated.
+	state *structured.AllocatedState
+	alloc Allocator
 }
 
 // poolID names one driver's pool.
@@ -112,7 +116,7 @@ func (a Allocator) New(ctx context.Context, pod *v1.Pod, extended map[v1.Resourc
 		return nil, errors.New("no DRA manager")
 	}
 	tracker := a.Manager.ResourceClaims()
-	p := &Predictor{namespace: pod.Namespace}
+	p := &Predictor{namespace: pod.Namespace, alloc: a}
 	for _, name := range a.Mapped(extended) {
 		class := a.Manager.DeviceClassResolver().GetDeviceClass(name)
 		p.extended = append(p.extended, extendedRequest{name: name, class: class.Name, count: extended[name]})
@@ -143,17 +147,12 @@ func (a Allocator) New(ctx context.Context, pod *v1.Pod, extended map[v1.Resourc
 	if err != nil {
 		return nil, fmt.Errorf("listing resource slices: %w", err)
 	}
-	p.pools = byPool(all)
+	p.slices = a.Slices.of(all)
 	if len(p.toAllocate) == 0 && len(p.extended) == 0 {
 		return p, nil
 	}
-	state, err := a.allocatedState(tracker)
-	if err != nil {
+	if p.state, err = a.allocatedState(tracker); err != nil {
 		return nil, err
-	}
-	p.allocator, err = structured.NewAllocator(ctx, a.Features, *state, a.Manager.DeviceClasses(), all, a.CEL)
-	if err != nil {
-		return nil, fmt.Errorf("building the DRA allocator: %w", err)
 	}
 	return p, nil
 }
@@ -191,10 +190,16 @@ func (p *Predictor) Devices(ctx context.Context, node *v1.Node, resolver fwk.Dev
 	if ext := p.extendedClaim(node, resolver); ext != nil {
 		claims = append(slices.Clip(claims), ext)
 	}
-	if p.allocator == nil || len(claims) == 0 {
+	if p.state == nil || len(claims) == 0 {
 		return devs, true, nil
 	}
-	allocs, err := p.allocator.Allocate(ctx, node, claims)
+	// An allocator per node over the node's own slices: building one over every slice
+	// of the cluster costs as much as the allocation, and the node's are all it reads.
+	allocator, err := structured.NewAllocator(ctx, p.alloc.Features, *p.state, p.alloc.Manager.DeviceClasses(), p.slices.forNode(node.Name), p.alloc.CEL)
+	if err != nil {
+		return nil, false, fmt.Errorf("building the DRA allocator: %w", err)
+	}
+	allocs, err := allocator.Allocate(ctx, node, claims)
 	if err != nil {
 		if errors.Is(err, structured.ErrFailedAllocationOnNode) {
 			return nil, false, nil
@@ -311,21 +316,11 @@ func results(a *resourceapi.AllocationResult) []structured.DeviceID {
 	return out
 }
 
-// byPool groups slices by driver and pool.
-func byPool(slices []*resourceapi.ResourceSlice) map[poolID][]*resourceapi.ResourceSlice {
-	out := make(map[poolID][]*resourceapi.ResourceSlice, len(slices))
-	for _, s := range slices {
-		k := poolID{s.Spec.Driver, s.Spec.Pool.Name}
-		out[k] = append(out[k], s)
-	}
-	return out
-}
-
 // locate reads where device d sits from its slice's attributes: its NUMA node and PCI
 // address, where the driver publishes them.
 func (p *Predictor) locate(d structured.DeviceID) location {
 	var loc location
-	for _, s := range p.pools[poolID{d.Driver.String(), d.Pool.String()}] {
+	for _, s := range p.slices.pools[poolID{d.Driver.String(), d.Pool.String()}] {
 		for i := range s.Spec.Devices {
 			dev := &s.Spec.Devices[i]
 			if dev.Name != d.Device.String() {

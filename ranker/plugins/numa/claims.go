@@ -25,7 +25,8 @@ const (
 )
 
 // draAllocator is the profile's DRA plumbing as DynamicResources has it: the same
-// features, from the same feature gates, and a CEL cache of the same size.
+// features, from the same feature gates, and a CEL cache of the same size; and the
+// plugin's own grouping of the slices, kept from pod to pod.
 func draAllocator(h fwk.Handle) draclaims.Allocator {
 	fts := feature.NewSchedulerFeaturesFromGates(utilfeature.DefaultFeatureGate)
 	return draclaims.Allocator{
@@ -35,6 +36,7 @@ func draAllocator(h fwk.Handle) draclaims.Allocator {
 			EnableConsumableCapacity: fts.EnableDRAConsumableCapacity,
 			EnableListTypeAttributes: fts.EnableDRAListTypeAttributes,
 		}),
+		Slices: &draclaims.SliceIndex{},
 	}
 }
 
