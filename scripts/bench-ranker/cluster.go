@@ -454,9 +454,11 @@ func (b *bench) keepHeartbeatsFresh(ctx context.Context, sched string) {
 	}
 }
 
-// heartbeatRefresh is how often the bench rewrites the heartbeats during a run: well
-// inside the ranker's 2-minute silence even when one refresh of every node is slow.
-const heartbeatRefresh = time.Minute
+// heartbeatRefresh is how often the bench rewrites the heartbeats during a run: as
+// often as live agents do at the least (--report-max-interval). A node's reports are
+// then at most this plus one refresh of every node apart, and a refresh slowed by the
+// run's own API traffic still lands inside the ranker's 2-minute silence.
+const heartbeatRefresh = 30 * time.Second
 
 func (b *bench) waitServiceAccount(ctx context.Context) error {
 	// The ServiceAccount admission plugin refuses pods until the namespace's default

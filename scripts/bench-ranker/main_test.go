@@ -745,3 +745,17 @@ func TestDRAShape(t *testing.T) {
 		t.Fatal("the workload has no GPU pod")
 	}
 }
+
+func TestUndecidedPlacements(t *testing.T) {
+	text := `# TYPE sextant_ranker_numa_undecided_placements_total counter
+sextant_ranker_numa_undecided_placements_total{reason="no_pinning"} 4
+sextant_ranker_numa_undecided_placements_total{reason="silent_agent"} 17
+sextant_ranker_numa_filter_rejections_total{reason="silent_agent"} 3
+`
+	if got := undecidedPlacements(text, "silent_agent"); got != 17 {
+		t.Errorf("silent_agent: %v, want 17", got)
+	}
+	if got := undecidedPlacements(metricsFixture, "silent_agent"); got != 0 {
+		t.Errorf("a scrape without the metric: %v, want 0", got)
+	}
+}

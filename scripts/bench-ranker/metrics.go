@@ -107,6 +107,18 @@ func liveHeapBytes(text string) int64 {
 	return 0
 }
 
+// undecidedPlacements is sextant_ranker_numa_undecided_placements_total{reason} in a
+// scrape, 0 if absent.
+func undecidedPlacements(text, reason string) float64 {
+	var n float64
+	for _, line := range strings.Split(text, "\n") {
+		if name, labels, v, ok := parseSample(line); ok && name == "sextant_ranker_numa_undecided_placements_total" && labels["reason"] == reason {
+			n += v
+		}
+	}
+	return n
+}
+
 func pluginMeans(text, point string) map[string]pluginMean {
 	out := map[string]pluginMean{}
 	for _, line := range strings.Split(text, "\n") {

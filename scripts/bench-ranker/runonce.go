@@ -111,9 +111,9 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 	}()
 	// A slow run outlasts the 2 minutes after which NUMAAware and DeviceAware count a
 	// node's agent as gone and place without NUMA decisions, which would make the run
-	// cheaper than it is. Live agents report every 30s; the bench refreshes every
-	// minute, for either scheduler, until the run ends: deferred after the deletion of
-	// the pods, it stops before they are deleted.
+	// cheaper than it is. Live agents report every 30s, and so does the bench, for
+	// either scheduler, until the run ends: deferred after the deletion of the pods, it
+	// stops before they are deleted.
 	rctx, stopRefresh := context.WithCancel(ctx)
 	defer stopRefresh()
 	go b.keepHeartbeatsFresh(rctx, sched)
@@ -271,6 +271,13 @@ func (b *bench) runOnce(ctx context.Context, sched string) (res result, err erro
 		res.liveHeap = liveHeapBytes(text)
 		if sched == schedSextant && !strings.Contains(res.note, "PLUGINS MISSING") {
 			res.pluginMeans = formatPluginMeans(text)
+		}
+		// A node the ranker took for silent got pods without NUMA decisions, which
+		// costs it less than a decision: the run measured less than the workload.
+		if n := undecidedPlacements(text, "silent_agent"); n > 0 {
+			res.note = strings.TrimSpace(res.note + fmt.Sprintf(" SILENT-NODES(%.0f pods placed undecided)", n))
+			logf("%s nodes, %s: WARNING: %.0f pods were placed without NUMA decisions on nodes the ranker took for silent (their NodeBandwidth older than 2 minutes): the heartbeat refresh fell behind",
+				b.label(), sched, n)
 		}
 	}
 	clockStart := ready

@@ -38,15 +38,26 @@ var (
 		Help:           "Pods NUMAAware reserved NUMA capacity for whose numa.sextant.io/nodes annotation the ranker has not seen on the bound pod yet.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	// undecided counts what Filter's rejections cannot show: a pod without a
+	// single-numa-node policy is still placed on a node whose agent does not pin or is
+	// silent, with no NUMA decision, and so runs wherever the kubelet puts it.
+	undecided = metrics.NewCounterVec(&metrics.CounterOpts{
+		Name:           "sextant_ranker_numa_undecided_placements_total",
+		Help:           "Pods NUMAAware let onto a node without a NUMA decision because the node's agent would not carry one out, by reason (no_pinning, silent_agent).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(filterRejections, reservations)
+		legacyregistry.MustRegister(filterRejections, reservations, undecided)
 		// Every reason at 0 from the start, so a rate over it is 0 rather than no data.
 		for _, r := range []string{reasonNoFit, reasonSingleNUMANode, reasonNoTopology, reasonMalformedPolicy, reasonNodeNotFound, reasonNoPinning, silence.Reason, reasonDRASpread, reasonDRAUnknown, reasonDRAMoved} {
 			filterRejections.WithLabelValues(r)
+		}
+		for _, r := range []string{reasonNoPinning, silence.Reason} {
+			undecided.WithLabelValues(r)
 		}
 	})
 }

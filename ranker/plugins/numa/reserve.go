@@ -62,12 +62,13 @@ func (pl *NUMAAware) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.
 			return st
 		}
 	}
-	pins := pl.pins(rec, topo)
+	silent := pl.silent(rec)
+	pins := topo.Status.NUMAPinning.Pins() && !silent
 	if !pins && s.policy == annotations.PolicySingleNUMANode {
 		// The agent stopped pinning, or fell silent, since Filter looked, or the floor
 		// let Filter be skipped on an older view: the pod is retried, the floor redone.
 		pl.floor.void()
-		if pl.silent(rec) {
+		if silent {
 			filterRejections.WithLabelValues(silence.Reason).Inc()
 			pl.silentNodes.Rejected(nodeName)
 			return fwk.NewStatus(fwk.Unschedulable, msgSilentAgent)
@@ -77,6 +78,11 @@ func (pl *NUMAAware) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.
 	}
 	s.reserved.Store(&reservedChoice{node: nodeName, choice: ch})
 	if !pins {
+		reason := reasonNoPinning
+		if silent {
+			reason = silence.Reason
+		}
+		undecided.WithLabelValues(reason).Inc()
 		// The node's agent would not carry the choice out: nothing is written, and the
 		// pod counts as spread over the node's NUMA nodes in proportion to their size,
 		// as a pod without the annotation does. The floor is lowered as if each NUMA

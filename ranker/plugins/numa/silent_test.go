@@ -52,7 +52,8 @@ func report(node string) *v1alpha1.NodeBandwidth {
 // rejected there as on DeviceAware's silent nodes (UnschedulableAndUnresolvable,
 // reason silent_agent), even where the floor would have skipped Filter; a pod without
 // the policy may be placed there, without numa.sextant.io/nodes and without a
-// reservation, as on a node that does not pin.
+// reservation, as on a node that does not pin, and is counted among the undecided
+// placements by the reason.
 func TestFilterSilentAgent(t *testing.T) {
 	now := time.Date(2026, 11, 25, 4, 0, 0, 0, time.UTC)
 	single := map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}
@@ -80,6 +81,7 @@ func TestFilterSilentAgent(t *testing.T) {
 		{name: "heard just now, no policy", heard: 0, pinning: v1alpha1.PinningActive, wantStaged: "0"},
 		{name: "silent past the bound, no policy: placed, not pinned", heard: silence.After + time.Second, pinning: v1alpha1.PinningActive},
 		{name: "never heard, no policy: placed, not pinned", heard: never, pinning: v1alpha1.PinningActive},
+		{name: "heard, not pinning, no policy: placed, not pinned", heard: 0, pinning: v1alpha1.PinningOff},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pl, _, ni := silentPlugin(t, now, tc.heard, tc.pinning)
@@ -98,8 +100,28 @@ func TestFilterSilentAgent(t *testing.T) {
 			if tc.wantCode != fwk.Success {
 				return
 			}
+			// A placement without a decision is counted by why the agent would not carry
+			// one out; one with a decision is not counted.
+			undecidedBefore := map[string]float64{}
+			for _, reason := range []string{silence.Reason, reasonNoPinning} {
+				undecidedBefore[reason], _ = testutil.GetCounterMetricValue(undecided.WithLabelValues(reason))
+			}
 			if st := pl.Reserve(context.Background(), r.state, p, "n"); !st.IsSuccess() {
 				t.Fatalf("Reserve: %v", st)
+			}
+			wantReason := ""
+			switch {
+			case tc.wantStaged != "":
+			case tc.heard == never || tc.heard > silence.After:
+				wantReason = silence.Reason
+			default:
+				wantReason = reasonNoPinning
+			}
+			for reason, before := range undecidedBefore {
+				after, _ := testutil.GetCounterMetricValue(undecided.WithLabelValues(reason))
+				if want := b2f(reason == wantReason); after-before != want {
+					t.Errorf("undecided placements (%s) went %v -> %v, want +%v", reason, before, after, want)
+				}
 			}
 			if got := binder.Staged(r.state)[annotations.NUMANodes]; got != tc.wantStaged {
 				t.Errorf("staged %s=%q, want %q", annotations.NUMANodes, got, tc.wantStaged)
@@ -112,6 +134,13 @@ func TestFilterSilentAgent(t *testing.T) {
 	if want := "node(s) had no agent heartbeat (NodeBandwidth) within the last " + silence.After.String() + ":"; !strings.HasPrefix(msgSilentAgent, want) {
 		t.Errorf("msgSilentAgent %q does not name silence.After (%q)", msgSilentAgent, want)
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // TestReserveRefusesANodeThatFellSilent: the floor, computed while the agent was heard,
