@@ -45,16 +45,25 @@ func production(m *dratest.Manager) draclaims.Allocator {
 }
 
 // BenchmarkNew is a pod's prediction set up in PreFilter, on 5000 nodes whose slices
-// do not change between pods.
+// do not change between pods: with the slices' grouping kept from pod to pod, and
+// regrouped for each pod (no SliceIndex).
 func BenchmarkNew(b *testing.B) {
 	m := cluster(5000)
-	a := production(m)
 	pod := dratest.Pod("ns", "p", "c")
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := a.New(context.Background(), pod, nil); err != nil {
-			b.Fatal(err)
+	for _, kept := range []bool{true, false} {
+		a := production(m)
+		name := "kept"
+		if !kept {
+			a.Slices, name = nil, "regrouped"
 		}
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := a.New(context.Background(), pod, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

@@ -33,7 +33,7 @@ const (
 
 // Allocator is what a Predictor needs of the DRA plumbing: the profile's DRA manager
 // and the allocator's features and CEL cache, as DynamicResources has them, and the
-// slices' grouping kept across pods (nil: grouped anew for each pod).
+// slices' grouping by pool kept across pods (nil: grouped anew for each pod).
 type Allocator struct {
 	Manager  fwk.SharedDRAManager
 	Features structured.Features
@@ -59,12 +59,10 @@ type Predictor struct {
 	// of its own (KEP-5004).
 	extended  []extendedRequest
 	namespace string
-	// slices are the cycle's slices, grouped: a device's attributes are looked up in
-	// its pool, and the allocator on a node is given only the slices it can use there.
-	slices *sliceSet
-	// state is what the allocator counts as taken; nil when nothing is to be allocated.
-	state *structured.AllocatedState
-	alloc Allocator
+	allocator structured.Allocator
+	// pools are the cycle's slices by driver and pool: a device's attributes are looked
+	// up there for the few devices a placement names.
+	pools map[poolID][]*resourceapi.ResourceSlice
 }
 
 // poolID names one driver's pool.
@@ -116,7 +114,7 @@ func (a Allocator) New(ctx context.Context, pod *v1.Pod, extended map[v1.Resourc
 		return nil, errors.New("no DRA manager")
 	}
 	tracker := a.Manager.ResourceClaims()
-	p := &Predictor{namespace: pod.Namespace, alloc: a}
+	p := &Predictor{namespace: pod.Namespace}
 	for _, name := range a.Mapped(extended) {
 		class := a.Manager.DeviceClassResolver().GetDeviceClass(name)
 		p.extended = append(p.extended, extendedRequest{name: name, class: class.Name, count: extended[name]})
@@ -147,12 +145,17 @@ func (a Allocator) New(ctx context.Context, pod *v1.Pod, extended map[v1.Resourc
 	if err != nil {
 		return nil, fmt.Errorf("listing resource slices: %w", err)
 	}
-	p.slices = a.Slices.of(all)
+	p.pools = a.Slices.byPool(all)
 	if len(p.toAllocate) == 0 && len(p.extended) == 0 {
 		return p, nil
 	}
-	if p.state, err = a.allocatedState(tracker); err != nil {
+	state, err := a.allocatedState(tracker)
+	if err != nil {
 		return nil, err
+	}
+	p.allocator, err = structured.NewAllocator(ctx, a.Features, *state, a.Manager.DeviceClasses(), all, a.CEL)
+	if err != nil {
+		return nil, fmt.Errorf("building the DRA allocator: %w", err)
 	}
 	return p, nil
 }
@@ -190,16 +193,10 @@ func (p *Predictor) Devices(ctx context.Context, node *v1.Node, resolver fwk.Dev
 	if ext := p.extendedClaim(node, resolver); ext != nil {
 		claims = append(slices.Clip(claims), ext)
 	}
-	if p.state == nil || len(claims) == 0 {
+	if p.allocator == nil || len(claims) == 0 {
 		return devs, true, nil
 	}
-	// An allocator per node over the node's own slices: building one over every slice
-	// of the cluster costs as much as the allocation, and the node's are all it reads.
-	allocator, err := structured.NewAllocator(ctx, p.alloc.Features, *p.state, p.alloc.Manager.DeviceClasses(), p.slices.forNode(node.Name), p.alloc.CEL)
-	if err != nil {
-		return nil, false, fmt.Errorf("building the DRA allocator: %w", err)
-	}
-	allocs, err := allocator.Allocate(ctx, node, claims)
+	allocs, err := p.allocator.Allocate(ctx, node, claims)
 	if err != nil {
 		if errors.Is(err, structured.ErrFailedAllocationOnNode) {
 			return nil, false, nil
@@ -320,7 +317,7 @@ func results(a *resourceapi.AllocationResult) []structured.DeviceID {
 // address, where the driver publishes them.
 func (p *Predictor) locate(d structured.DeviceID) location {
 	var loc location
-	for _, s := range p.slices.pools[poolID{d.Driver.String(), d.Pool.String()}] {
+	for _, s := range p.pools[poolID{d.Driver.String(), d.Pool.String()}] {
 		for i := range s.Spec.Devices {
 			dev := &s.Spec.Devices[i]
 			if dev.Name != d.Device.String() {
