@@ -267,7 +267,8 @@ func (h *numaHarness) allocatedAddresses(claim string) (addrs []string, numa map
 // PCI address, is pinned to that device's NUMA node; a pod whose devices cannot share a
 // NUMA node stays Pending with a reason naming DRA; after a kubelet restart the driver
 // serves again, and the running pod keeps its devices; a pod asking for limits
-// sextant.io/accelerator gets one through DRA, aligned the same way.
+// sextant.io/accelerator gets one through DRA, aligned the same way; a pod without a
+// NUMA policy is pinned to the NUMA node of the accelerator DynamicResources gave it.
 func TestDRADevicesAligned(t *testing.T) {
 	h := newDRAHarness(t)
 	ctx := context.Background()
@@ -384,9 +385,26 @@ func TestDRADevicesAligned(t *testing.T) {
 		t.Errorf("the ranker wrote %s on old, whose accelerator DynamicResources allocates", annotations.DevicesAllocated)
 	}
 
+	// A pod without a NUMA policy is judged by its CPUs and memory alone on every node;
+	// Reserve reads where DynamicResources put its accelerator (the last one free) and
+	// the pod is pinned to that accelerator's NUMA node, and runs there.
+	h.claim("nopolicy", acceleratorDRA, 1)
+	nopolicy := h.claimPod("nopolicy", false, "nopolicy")
+	delete(nopolicy.Annotations, annotations.NUMAPolicy)
+	h.create(nopolicy)
+	npCPUs := h.want("nopolicy")
+	npAddrs, npNUMA := h.allocatedAddresses("nopolicy")
+	p, _ = pods.Get(ctx, "nopolicy", metav1.GetOptions{})
+	if len(npAddrs) != 1 || p.Annotations[annotations.NUMANodes] != firstKey(npNUMA) {
+		t.Errorf("nopolicy got %v on NUMA nodes %v, and %s = %q", npAddrs, npNUMA, annotations.NUMANodes, p.Annotations[annotations.NUMANodes])
+	}
+	if got := h.prints("nopolicy", "main", 1)[0].cpus; got != npCPUs {
+		t.Errorf("nopolicy first ran on CPUs %q, want %q, its accelerator's NUMA node's", got, npCPUs)
+	}
+
 	// Pods go while the agent still runs, so that their claims are unprepared and their
 	// CDI specs removed.
-	for _, name := range []string{"two", "pci", "old"} {
+	for _, name := range []string{"two", "pci", "old", "nopolicy"} {
 		_ = pods.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	}
 	eventually(t, 2*time.Minute, func() (bool, string) {

@@ -270,8 +270,26 @@ func (a Allocator) Allocated(pod *v1.Pod) (devs []structured.DeviceID, ok bool, 
 // ascending order, and how many of devs have no known NUMA node (no attribute, and no
 // PCI address the topology places).
 func (p *Predictor) NUMANodes(devs []structured.DeviceID, topo *v1alpha1.NodeTopology) (ids []int32, unknown int) {
+	return numaNodes(p.pools, devs, topo)
+}
+
+// NUMANodes is Predictor.NUMANodes for devices read back after the allocation
+// (Allocated), with the slices as listed now.
+func (a Allocator) NUMANodes(devs []structured.DeviceID, topo *v1alpha1.NodeTopology) (ids []int32, unknown int, err error) {
+	if a.Manager == nil {
+		return nil, 0, errors.New("no DRA manager")
+	}
+	all, err := a.Manager.ResourceSlices().ListWithDeviceTaintRules()
+	if err != nil {
+		return nil, 0, fmt.Errorf("listing resource slices: %w", err)
+	}
+	ids, unknown = numaNodes(a.Slices.byPool(all), devs, topo)
+	return ids, unknown, nil
+}
+
+func numaNodes(pools map[poolID][]*resourceapi.ResourceSlice, devs []structured.DeviceID, topo *v1alpha1.NodeTopology) (ids []int32, unknown int) {
 	for _, d := range devs {
-		loc := p.locate(d)
+		loc := locate(pools, d)
 		id := loc.numaNode
 		if id == nil && loc.pciBusID != "" && topo != nil {
 			for i := range topo.Status.PCIDevices {
@@ -315,9 +333,9 @@ func results(a *resourceapi.AllocationResult) []structured.DeviceID {
 
 // locate reads where device d sits from its slice's attributes: its NUMA node and PCI
 // address, where the driver publishes them.
-func (p *Predictor) locate(d structured.DeviceID) location {
+func locate(pools map[poolID][]*resourceapi.ResourceSlice, d structured.DeviceID) location {
 	var loc location
-	for _, s := range p.pools[poolID{d.Driver.String(), d.Pool.String()}] {
+	for _, s := range pools[poolID{d.Driver.String(), d.Pool.String()}] {
 		for i := range s.Spec.Devices {
 			dev := &s.Spec.Devices[i]
 			if dev.Name != d.Device.String() {

@@ -109,22 +109,60 @@ func (s *cycleState) choose(ctx context.Context, nf *nodeFree, topo *v1alpha1.No
 		filterRejections.WithLabelValues(reasonDRASpread).Inc()
 		return Choice{}, false, fwk.NewStatus(fwk.Unschedulable, msgDRASpread), nil
 	}
+	ch, ok, refusal = s.chooseHolding(nf, topo, node, p.numa)
+	return ch, ok, refusal, nil
+}
+
+// chooseHolding is the best set on the node that holds the NUMA nodes numa (those of
+// the pod's DRA devices) with the pod's CPUs and memory. Under single-numa-node a NUMA
+// node the topology does not list is a refusal: the agent could not pin there.
+func (s *cycleState) chooseHolding(nf *nodeFree, topo *v1alpha1.NodeTopology, node *v1.Node, numa []int32) (ch Choice, ok bool, refusal *fwk.Status) {
 	free := nf.free()
-	must := make([]int, 0, len(p.numa))
-	for _, id := range p.numa {
+	must := make([]int, 0, len(numa))
+	for _, id := range numa {
 		i := slices.IndexFunc(free, func(f Free) bool { return f.ID == id })
 		if i < 0 {
-			// A NUMA node the topology does not list: the agent could not pin there.
-			if single {
+			if s.policy == annotations.PolicySingleNUMANode {
 				filterRejections.WithLabelValues(reasonDRAUnknown).Inc()
-				return Choice{}, false, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgDRAUnknown), nil
+				return Choice{}, false, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msgDRAUnknown)
 			}
 			continue
 		}
 		must = append(must, i)
 	}
 	ch, ok = choiceWith(free, nf.effective(s.reqOn(node), s.policy), must, lazyDistances{topo: topo, cache: &nf.dist})
-	return ch, ok, nil, nil
+	return ch, ok, nil
+}
+
+// chooseAtReserve is Reserve's choice for a pod whose claims wait for it
+// (claimsAtReserve): the best set on the node that holds the NUMA nodes of the devices
+// DynamicResources allocated the pod, read back after its Reserve. A device of no known
+// NUMA node adds none; no policy asks more. Should no allocation be visible (only a
+// profile that runs DynamicResources' Reserve after this one's), the devices are
+// predicted on this one node instead, so the choice still holds them.
+func (pl *NUMAAware) chooseAtReserve(ctx context.Context, s *cycleState, pod *v1.Pod, nf *nodeFree, topo *v1alpha1.NodeTopology, node *v1.Node) (Choice, bool, error) {
+	devs, ok, err := pl.dra.Allocated(pod)
+	if err != nil {
+		return Choice{}, false, fmt.Errorf("numa reserve: reading the pod's DRA allocation: %w", err)
+	}
+	var numa []int32
+	if ok {
+		if numa, _, err = pl.dra.NUMANodes(devs, topo); err != nil {
+			return Choice{}, false, fmt.Errorf("numa reserve: placing the pod's DRA devices: %w", err)
+		}
+	} else {
+		c := &claims{resolver: pl.dra.Manager.DeviceClassResolver()}
+		if c.predictor, err = pl.dra.New(ctx, pod, nil); err != nil {
+			return Choice{}, false, fmt.Errorf("numa reserve: the pod's DRA claims: %w", err)
+		}
+		p, err := c.placement(ctx, node, topo)
+		if err != nil || !p.allocatable {
+			return Choice{}, false, err
+		}
+		numa = p.numa
+	}
+	ch, ok, _ := s.chooseHolding(nf, topo, node, numa)
+	return ch, ok, nil
 }
 
 // reqOn is the pod's request on node: device kinds the node gives through DRA

@@ -87,12 +87,6 @@ func TestFilterWithClaims(t *testing.T) {
 					dratest.Claim("default", "c", "acc", 2, false))
 				return []string{"c"}
 			}},
-		{name: "spread without a policy: both NUMA nodes", cpu: "1", wantNodes: "0,1",
-			setup: func(m *dratest.Manager) []string {
-				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 1, false), "sextant.io", "node", "acc-a"),
-					dratest.Claim("default", "c", "acc", 2, false))
-				return []string{"c"}
-			}},
 		{name: "a numaNode constraint keeps them on NUMA node 1", policy: single, cpu: "1", wantNodes: "1",
 			setup: func(m *dratest.Manager) []string {
 				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 1, false), "sextant.io", "node", "acc-a"),
@@ -107,11 +101,6 @@ func TestFilterWithClaims(t *testing.T) {
 			}},
 		{name: "a device of unknown NUMA node under single-numa-node", policy: single, cpu: "1",
 			wantCode: fwk.UnschedulableAndUnresolvable, wantReason: "no known NUMA node",
-			setup: func(m *dratest.Manager) []string {
-				m.Claims = append(m.Claims, dratest.Claim("default", "c", "y", 1, false))
-				return []string{"c"}
-			}},
-		{name: "a device of unknown NUMA node without a policy fits anywhere", cpu: "1", wantNodes: "0",
 			setup: func(m *dratest.Manager) []string {
 				m.Claims = append(m.Claims, dratest.Claim("default", "c", "y", 1, false))
 				return []string{"c"}
@@ -149,6 +138,69 @@ func TestFilterWithClaims(t *testing.T) {
 			}
 			if nodes, ok := numahint.Chosen(state, ni); !ok || annotations.FormatNUMANodes(nodes) != tc.wantNodes {
 				t.Errorf("chosen %v (%v), want %s", nodes, ok, tc.wantNodes)
+			}
+		})
+	}
+}
+
+// A pod with claims and no NUMA policy is not predicted node by node: Filter and Score
+// treat it by its CPUs and memory, and Reserve builds the set around the NUMA nodes of
+// the devices DynamicResources allocated it (whose Reserve ran before), or, with no
+// allocation visible, of those predicted on the chosen node.
+func TestReserveReadsTheAllocationWithoutAPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		cpu       string
+		claims    func(m *dratest.Manager) []string
+		allocated []string // DynamicResources' pending allocation of claim "c" (nil: none)
+		driver    string
+		wantValue string
+	}{
+		{name: "devices on NUMA node 1, where the CPUs fit too", cpu: "1", allocated: []string{"acc-c", "acc-d"}, wantValue: "1"},
+		{name: "devices on both NUMA nodes", cpu: "1", allocated: []string{"acc-b", "acc-c"}, wantValue: "0,1"},
+		{name: "devices on NUMA node 1 and more CPUs than it has", cpu: "3", allocated: []string{"acc-c"}, wantValue: "0,1"},
+		{name: "no CPU request: where the devices are", allocated: []string{"acc-d"}, wantValue: "1"},
+		{name: "a device of unknown NUMA node adds none", cpu: "1", driver: "blind.example.com", allocated: []string{"y"}, wantValue: "0"},
+		{name: "no allocation visible: predicted on the node", cpu: "1", wantValue: "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topo, m := draNode()
+			class, driver := "acc", "sextant.io"
+			if tc.driver != "" {
+				class, driver = "y", tc.driver
+			}
+			count := int64(len(tc.allocated))
+			if tc.allocated == nil {
+				// NUMA node 0's accelerators are held: the prediction puts these on 1.
+				count = 2
+				m.Claims = append(m.Claims, dratest.Allocated(dratest.Claim("default", "held", "acc", 2, false), "sextant.io", "node", "acc-a", "acc-b"))
+			}
+			claim := dratest.Claim("default", "c", class, count, false)
+			m.Claims = append(m.Claims, claim)
+			p := pod("p", tc.cpu, 0, nil)
+			p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, claimRef("c"))
+			ni := nodeInfo("node")
+			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
+			withDRA(pl, m)
+			ctx := context.Background()
+			state := newState()
+			if _, st := pl.PreFilter(ctx, state, p, []fwk.NodeInfo{ni}); !st.IsSuccess() && !st.IsSkip() {
+				t.Fatal(st)
+			}
+			if s, _ := readState(state); s.claims != nil || !s.claimsAtReserve {
+				t.Fatalf("PreFilter: claims predicted %v, left to Reserve %v; want left to Reserve", s.claims != nil, s.claimsAtReserve)
+			}
+			if st := pl.Filter(ctx, state, p, ni); !st.IsSuccess() {
+				t.Fatal(st)
+			}
+			if tc.allocated != nil {
+				m.Pending = map[types.UID]*resourceapi.AllocationResult{claim.UID: dratest.Allocation(driver, "node", tc.allocated...)}
+			}
+			if st := pl.Reserve(ctx, state, p, "node"); !st.IsSuccess() {
+				t.Fatalf("Reserve = %v", st)
+			}
+			if got := binder.Staged(state)[annotations.NUMANodes]; got != tc.wantValue {
+				t.Errorf("staged %q, want %q", got, tc.wantValue)
 			}
 		})
 	}

@@ -223,13 +223,19 @@ type cycleState struct {
 	// bare are the snapshot's nodes without NodeTopology when PreFilter skipped Filter
 	// (see floor): PreScore's question is then whether one of them is feasible.
 	bare []fwk.NodeInfo
-	// claims are the pod's DRA claims; nil for a pod without any.
+	// claims are the pod's DRA claims, predicted on every node; nil for a pod without
+	// any, and for one whose claims wait for Reserve (claimsAtReserve).
 	claims *claims
+	// claimsAtReserve is set for a pod with DRA claims, no NUMA policy and no
+	// device-plugin devices: nothing about its devices decides whether a node fits it,
+	// so they are not predicted node by node; Reserve reads where DynamicResources, whose
+	// Reserve ran before, allocated them (chooseAtReserve).
+	claimsAtReserve bool
 }
 
 // idle reports whether the plugin has nothing to decide for the pod: no CPU, memory or
 // devices asked for, and no DRA claims whose devices place it.
-func (s *cycleState) idle() bool { return s.req.IsZero() && s.claims == nil }
+func (s *cycleState) idle() bool { return s.req.IsZero() && s.claims == nil && !s.claimsAtReserve }
 
 var _ numahint.Choice = (*cycleState)(nil)
 

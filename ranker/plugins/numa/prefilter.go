@@ -31,7 +31,15 @@ func (pl *NUMAAware) PreFilter(ctx context.Context, state fwk.CycleState, pod *v
 	for k, n := range s.req.Devices {
 		extended[v1alpha1.RequestableDeviceKinds[k].ResourceName()] = n
 	}
-	if pl.dra.Manager != nil && (draclaims.HasClaims(pod) || len(pl.dra.Mapped(extended)) > 0) {
+	switch {
+	case pl.dra.Manager == nil || !draclaims.HasClaims(pod) && len(pl.dra.Mapped(extended)) == 0:
+	case policy == annotations.PolicyNone && s.req.Devices.IsZero():
+		// Without a policy a node holds the pod whatever NUMA nodes its devices sit on
+		// (the set may grow to all of them): the devices decide only the set on the
+		// chosen node, which Reserve reads from DynamicResources' allocation, at no
+		// cost per node. With device-plugin devices DeviceAware needs every node's set.
+		s.claimsAtReserve = true
+	default:
 		// Every node is asked where DynamicResources would put the pod's devices:
 		// neither the floor nor a zero request skips Filter.
 		p, err := pl.dra.New(ctx, pod, extended)

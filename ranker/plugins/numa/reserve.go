@@ -15,7 +15,9 @@ import (
 // Reserve holds the chosen NUMA capacity for the pod until its annotation is visible, so
 // pods scheduled meanwhile see it taken, and stages the annotation for SextantBinder.
 // The choice is the one Filter and Score made from the scheduler's snapshot of the node
-// (remembered with the node's free capacity), recomputed if the snapshot has moved on.
+// (remembered with the node's free capacity), recomputed if the snapshot has moved on;
+// for a pod whose claims wait for Reserve, the one around the devices DynamicResources
+// allocated it (chooseAtReserve).
 // On a node whose agent does not pin (NodeTopology's numaPinning) or is silent
 // (silence.After), nothing is held or staged.
 func (pl *NUMAAware) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
@@ -39,7 +41,13 @@ func (pl *NUMAAware) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.
 		return fwk.AsStatus(fmt.Errorf("numa reserve: look up node %s: %w", nodeName, err))
 	}
 	nf := pl.free(rec, topo, nodeInfo)
-	ch, ok, refusal, err := s.choose(ctx, nf, topo, nodeInfo.Node())
+	var ch Choice
+	var refusal *fwk.Status
+	if s.claimsAtReserve {
+		ch, ok, err = pl.chooseAtReserve(ctx, s, pod, nf, topo, nodeInfo.Node())
+	} else {
+		ch, ok, refusal, err = s.choose(ctx, nf, topo, nodeInfo.Node())
+	}
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
