@@ -46,6 +46,17 @@ func draNode() (*v1alpha1.NodeTopology, *dratest.Manager) {
 	return topo, m
 }
 
+// claimCycle is the plugin over draNode's topology and DRA manager m, the empty node,
+// and a fresh cycle for pod p, which is given claim "c".
+func claimCycle(t *testing.T, topo *v1alpha1.NodeTopology, m *dratest.Manager, p *corev1.Pod) (*NUMAAware, *framework.NodeInfo, fwk.CycleState) {
+	t.Helper()
+	p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, claimRef("c"))
+	ni := nodeInfo("node")
+	pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
+	withDRA(pl, m)
+	return pl, ni, newState()
+}
+
 func withDRA(pl *NUMAAware, m *dratest.Manager) *NUMAAware {
 	pl.dra = draclaims.Allocator{Manager: m, CEL: cel.NewCache(10, cel.Features{})}
 	return pl
@@ -178,12 +189,8 @@ func TestReserveReadsTheAllocationWithoutAPolicy(t *testing.T) {
 			claim := dratest.Claim("default", "c", class, count, false)
 			m.Claims = append(m.Claims, claim)
 			p := pod("p", tc.cpu, 0, nil)
-			p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, claimRef("c"))
-			ni := nodeInfo("node")
-			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
-			withDRA(pl, m)
+			pl, ni, state := claimCycle(t, topo, m, p)
 			ctx := context.Background()
-			state := newState()
 			if _, st := pl.PreFilter(ctx, state, p, []fwk.NodeInfo{ni}); !st.IsSuccess() && !st.IsSkip() {
 				t.Fatal(st)
 			}
@@ -248,12 +255,8 @@ func TestReserveChecksTheAllocation(t *testing.T) {
 			claim := dratest.Claim("default", "c", "acc", 2, false)
 			m.Claims = append(m.Claims, claim)
 			p := pod("p", "1", 0, single)
-			p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, claimRef("c"))
-			ni := nodeInfo("node")
-			pl, _ := newPlugin(t, []*framework.NodeInfo{ni}, topo)
-			withDRA(pl, m)
+			pl, ni, state := claimCycle(t, topo, m, p)
 			ctx := context.Background()
-			state := newState()
 			if _, st := pl.PreFilter(ctx, state, p, nil); !st.IsSuccess() {
 				t.Fatal(st)
 			}
