@@ -145,21 +145,18 @@ func (pl *NUMAAware) chooseAtReserve(ctx context.Context, s *cycleState, pod *v1
 	if err != nil {
 		return Choice{}, false, fmt.Errorf("numa reserve: reading the pod's DRA allocation: %w", err)
 	}
-	var numa []int32
-	if ok {
-		if numa, _, err = pl.dra.NUMANodes(devs, topo); err != nil {
-			return Choice{}, false, fmt.Errorf("numa reserve: placing the pod's DRA devices: %w", err)
-		}
-	} else {
-		c := &claims{resolver: pl.dra.Manager.DeviceClassResolver()}
-		if c.predictor, err = pl.dra.New(ctx, pod, nil); err != nil {
+	if !ok {
+		pred, err := pl.dra.New(ctx, pod, nil)
+		if err != nil {
 			return Choice{}, false, fmt.Errorf("numa reserve: the pod's DRA claims: %w", err)
 		}
-		p, err := c.placement(ctx, node, topo)
-		if err != nil || !p.allocatable {
+		if devs, ok, err = pred.Devices(ctx, node, pl.dra.Manager.DeviceClassResolver()); err != nil || !ok {
 			return Choice{}, false, err
 		}
-		numa = p.numa
+	}
+	numa, _, err := pl.dra.NUMANodes(devs, topo)
+	if err != nil {
+		return Choice{}, false, fmt.Errorf("numa reserve: placing the pod's DRA devices: %w", err)
 	}
 	ch, ok, _ := s.chooseHolding(nf, topo, node, numa)
 	return ch, ok, nil

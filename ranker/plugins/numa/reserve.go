@@ -70,8 +70,8 @@ func (pl *NUMAAware) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.
 			return st
 		}
 	}
-	silent := pl.silent(rec)
-	pins := topo.Status.NUMAPinning.Pins() && !silent
+	pins := pl.pins(rec, topo)
+	silent := !pins && pl.silent(rec)
 	if !pins && s.policy == annotations.PolicySingleNUMANode {
 		// The agent stopped pinning, or fell silent, since Filter looked, or the floor
 		// let Filter be skipped on an older view: the pod is retried, the floor redone.
