@@ -10,7 +10,9 @@
 # five seconds. Each run prints p50 and p99 of (main container finished -> sidecar
 # finished) from containerd's own timestamps, the same of each phase of the agent's
 # stops (heard, queued, decided, confirmed, marked, stopped, recorded), and the agent's CPU time
-# and peak memory. Each run measures each way the agent can send the stop signal
+# and peak memory. With --signal process it also prints the stop as the agent sees it
+# without the runtime's recording of the exits: the last main's exit heard -> the sidecar's
+# process ended, both from the agent's pidfds (docs/design/0078). Each run measures each way the agent can send the stop signal
 # (--signal: runtime, the CRI's StopContainer; process, the agent to the sidecar's
 # process), one after the other, for each kind of sidecar (--sidecar: native, an init
 # container the kubelet restarts if it sees it exited while a main runs, so its stop
@@ -83,10 +85,10 @@ for ((r = 1; r <= runs; r++)); do
 done
 
 # median of the values of key among the result lines of n Jobs with sidecars of kind k
-# stopped the way s says
+# stopped the way s says; nothing when no line has one
 median() { # n k s key
-  grep " jobs=$1 .* kind=$2 signal=$3 " "$results" | tr ' ' '\n' | sed -n "s/^$4=//p" | sort -g |
-    awk '{v[NR] = $1} END {if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+  grep " jobs=$1 .* kind=$2 signal=$3 " "$results" | tr ' ' '\n' | sed -n "s/^$4=//p" | { grep -v '^-$' || true; } | sort -g |
+    awk '{v[NR] = $1} END {if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 verdict() { # value goal
   awk -v v="$1" -v g="$2" 'BEGIN {print (v <= g) ? "PASS" : "MISS"}'
@@ -101,6 +103,8 @@ for n in ${jobs_list//,/ }; do
         burst:100) line+="; goal p99 <= 250 ms: $(verdict "$p99" 250); goal p50 <= 50 ms: $(verdict "$p50" 50)" ;;
       esac
       echo "$line"
+      proc50=$(median "$n" "$k" "$s" proc_p50_ms) proc99=$(median "$n" "$k" "$s" proc_p99_ms)
+      [[ -n $proc50 ]] && echo "bench-sidecar: $n Jobs, $mode, $k sidecars, --sidecar-signal=$s, median of $runs runs: main container's exit heard -> sidecar's process ended (the agent's pidfds): p50 $proc50 ms, p99 $proc99 ms"
     done
     if [[ $signals == *,* ]]; then
       awk -v n="$n" -v k="$k" -v a50="$(median "$n" "$k" process p50_ms)" -v b50="$(median "$n" "$k" runtime p50_ms)" \

@@ -110,6 +110,41 @@ func TestStopSignalsAProcessStartedBeforeTheAgent(t *testing.T) {
 	}
 }
 
+// The process of a sidecar the agent signals is watched to its end, and the stop is
+// measured to that end (sextant_sidecar_stop_process_seconds); the exit code, which only
+// containerd tells, still comes from its event, and the stop is recorded once.
+func TestSignalledSidecarsProcessEndIsMeasured(t *testing.T) {
+	rt := newFakeRuntime()
+	pod := signalPod(rt, "SIGTERM", 30)
+	rt.pids["proxy"] = 77
+	sig := &fakeSignaller{rt: rt, ignore: true}
+	exits := &fakeExits{}
+	h := startWith(t, setup{cfg: Config{Signaller: sig, Exits: exits}}, rt, pod)
+	rt.exit("main", 0, time.Now())
+	waitFor(t, "the signal", func() bool { return len(sig.calls()) == 1 })
+	if pid := exits.pid("proxy"); pid != 77 {
+		t.Fatalf("the sidecar's process watched at PID %d, want 77, before its signal", pid)
+	}
+	const later = 250 * time.Millisecond
+	h.term.ProcessExited("proxy", time.Now().Add(later))
+	if n := len(h.events(t)); n != 0 {
+		t.Fatalf("%d Events before containerd's exit event, want none: the exit code is containerd's", n)
+	}
+	rt.exit("proxy", 3, time.Now())
+	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	if ev := h.events(t)[0]; !strings.Contains(ev.Message, "exit code 3") {
+		t.Errorf("event %q, want exit code 3 from containerd's event", ev.Message)
+	}
+	hist := histogramOf(t, h.reg, "sextant_sidecar_stop_process_seconds")
+	if hist.GetSampleCount() != 1 || hist.GetSampleSum() < later.Seconds() || hist.GetSampleSum() > 60 {
+		t.Errorf("sextant_sidecar_stop_process_seconds: %d samples summing to %.3fs, want one of at least %s (the process ended that long after the main's exit was heard)",
+			hist.GetSampleCount(), hist.GetSampleSum(), later)
+	}
+	if ids, _ := rt.stopCalls(); len(ids) != 0 {
+		t.Errorf("StopContainer calls %v, want none", ids)
+	}
+}
+
 // A process that outlives its grace period is killed through the runtime, once.
 func TestSignalledProcessOutlivingItsGraceIsKilled(t *testing.T) {
 	rt := newFakeRuntime()

@@ -102,6 +102,11 @@ type Terminator struct {
 	// watching are the main containers whose processes Config.Exits watches, and the
 	// keys of their pods: the kubelet may not yet have reported a container's ID.
 	watching map[string]string
+	// ended are the sidecars whose processes the agent signalled and Config.Exits
+	// watches, with when each process ended (zero until it has): the end of the span
+	// sextant_sidecar_stop_process_seconds measures. Their exit codes still come from
+	// containerd's events.
+	ended map[string]time.Time
 	// reported is closed, and replaced, whenever containerd deletes an exited task: the
 	// CRI is recording that container's exit, which a stop of a native sidecar waits for.
 	reported chan struct{}
@@ -191,6 +196,7 @@ func New(cfg Config, kube kubernetes.Interface, pods cache.SharedIndexInformer, 
 		pids:     map[string]uint32{},
 		exited:   map[string]chan struct{}{},
 		watching: map[string]string{},
+		ended:    map[string]time.Time{},
 		records:  map[string]cri.Container{},
 		running:  map[string]cri.Container{},
 		reported: make(chan struct{}),
@@ -457,9 +463,17 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // ProcessExited is Config.Exits' report that the process of container id ended at at: a
-// main container of a Never pod, whose pod is looked at again straight away.
+// main container of a Never pod, whose pod is looked at again straight away, or a sidecar
+// the agent signalled.
 func (t *Terminator) ProcessExited(id string, at time.Time) {
 	t.mu.Lock()
+	if _, ok := t.ended[id]; ok {
+		// A signalled sidecar: only the time is news; the stop waits for containerd's
+		// event, which has the exit code its Event reports.
+		t.ended[id] = at
+		t.mu.Unlock()
+		return
+	}
 	key := t.watching[id]
 	t.mu.Unlock()
 	t.noteExit(heardExit{TaskEvent: cri.TaskEvent{ContainerID: id, ExitedAt: at}, heard: at, fromProcess: true})
@@ -518,6 +532,11 @@ func (t *Terminator) forgetOldExits() {
 	for id, at := range t.recorded {
 		if at.Before(cutoff) {
 			delete(t.recorded, id)
+		}
+	}
+	for id, at := range t.ended {
+		if !at.IsZero() && at.Before(cutoff) {
+			delete(t.ended, id) // its stop failed before recording it
 		}
 	}
 }
@@ -1135,6 +1154,7 @@ func (t *Terminator) signalProcess(ctx context.Context, c cri.Container) (exited
 			return nil, nil, false
 		}
 	}
+	t.watchEnd(pid, c.ID)
 	ch, release := t.exitWaiter(c.ID)
 	if err := t.cfg.Signaller.Signal(pid, c.ID, sig); err != nil {
 		release()
@@ -1142,6 +1162,30 @@ func (t *Terminator) signalProcess(ctx context.Context, c cri.Container) (exited
 		return nil, nil, false
 	}
 	return ch, release, true
+}
+
+// watchEnd has Config.Exits report when the process of sidecar id, about to be
+// signalled, ends (ProcessExited). It is watched before the signal: once reaped, a
+// process can no longer be watched.
+func (t *Terminator) watchEnd(pid uint32, id string) {
+	if t.cfg.Exits == nil {
+		return
+	}
+	t.mu.Lock()
+	_, watched := t.ended[id]
+	if !watched {
+		t.ended[id] = time.Time{}
+	}
+	t.mu.Unlock()
+	if watched {
+		return
+	}
+	if err := t.cfg.Exits.Watch(pid, id); err != nil {
+		t.mu.Lock()
+		delete(t.ended, id)
+		t.mu.Unlock()
+		t.log.V(1).Info("not watching a signalled sidecar's process", "id", id, "pid", pid, "reason", err.Error())
+	}
 }
 
 // exitWaiter returns a channel closed once container id's exit is heard (at once if it
@@ -1264,9 +1308,30 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 	}
 	timing.observe(t.metrics.phaseSeconds)
 	t.metrics.stops.WithLabelValues(resultStopped).Inc()
-	t.log.Info("stopped a sidecar", append([]any{"pod", pod.Namespace + "/" + pod.Name, "container", c.Name, "id", c.ID,
-		"exitCode", c.ExitCode, "afterLastMain", took.String(), "signalled", timing.via}, timing.logValues()...)...)
+	kv := append([]any{"pod", pod.Namespace + "/" + pod.Name, "container", c.Name, "id", c.ID,
+		"exitCode", c.ExitCode, "afterLastMain", took.String(), "signalled", timing.via}, timing.logValues()...)
+	if d, ok := t.processEnded(c.ID, timing.heard); ok {
+		t.metrics.processSeconds.Observe(d.Seconds())
+		kv = append(kv, "processEndedMs", float64(d.Microseconds())/1000)
+	}
+	t.log.Info("stopped a sidecar", kv...)
 	return nil
+}
+
+// processEnded is how long after heard the process of stopped sidecar id ended, as
+// Config.Exits reported it; false when it was not watched or has not been reported.
+func (t *Terminator) processEnded(id string, heard time.Time) (time.Duration, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	at, ok := t.ended[id]
+	if !ok || at.IsZero() {
+		return 0, false
+	}
+	delete(t.ended, id)
+	if heard.IsZero() {
+		return 0, false
+	}
+	return max(at.Sub(heard), 0), true
 }
 
 func (t *Terminator) warn(ctx context.Context, pod *corev1.Pod, container string, cause error) {

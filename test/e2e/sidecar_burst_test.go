@@ -94,6 +94,10 @@ type burstResult struct {
 	stopsByContainer map[string]int
 	// signalled counts those lines by how the stop signal was sent (process, runtime).
 	signalled map[string]int
+	// processEnded are, per stop whose sidecar process the agent watched, the last main
+	// container's exit heard → the sidecar's process ended, as the agent saw both,
+	// sorted: the stop without the runtime's recording of the exits.
+	processEnded []time.Duration
 	// agentCPU is the CPU time the agent used from just before the release to the
 	// last Job complete; agentPeakRSS its peak resident memory over its life.
 	agentCPU     time.Duration
@@ -192,10 +196,14 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 		for p, d := range line.phases {
 			res.phases[p] = append(res.phases[p], d)
 		}
+		if line.processEnded >= 0 {
+			res.processEnded = append(res.processEnded, line.processEnded)
+		}
 	}
 	for _, d := range res.phases {
 		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
 	}
+	sort.Slice(res.processEnded, func(i, j int) bool { return res.processEnded[i] < res.processEnded[j] })
 	return res
 }
 
@@ -204,6 +212,8 @@ type agentStop struct {
 	id        string
 	signalled string
 	phases    map[string]time.Duration
+	// processEnded is the line's processEndedMs, -1 when it has none.
+	processEnded time.Duration
 }
 
 func agentStopLines(t *testing.T, log string) []agentStop {
@@ -219,7 +229,10 @@ func agentStopLines(t *testing.T, log string) []agentStop {
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			t.Fatalf("agent log line %q: %v", sc.Text(), err)
 		}
-		s := agentStop{phases: map[string]time.Duration{}}
+		s := agentStop{phases: map[string]time.Duration{}, processEnded: -1}
+		if ms, ok := m["processEndedMs"].(float64); ok {
+			s.processEnded = time.Duration(ms * float64(time.Millisecond))
+		}
 		s.id, _ = m["id"].(string)
 		s.signalled, _ = m["signalled"].(string)
 		for _, p := range stopPhases {
@@ -413,10 +426,15 @@ func TestSidecarBench(t *testing.T) {
 		parts = append(parts, fmt.Sprintf("%s %s/%s", p, ms(percentile(res.phases[p], 0.5)), ms(percentile(res.phases[p], 0.99))))
 	}
 	fmt.Printf("bench-sidecar: phases p50/p99 ms (%d stops): %s\n", len(res.phases[stopPhases[0]]), strings.Join(parts, ", "))
+	procP50, procP99 := "-", "-"
+	if len(res.processEnded) > 0 {
+		procP50, procP99 = ms(percentile(res.processEnded, 0.5)), ms(percentile(res.processEnded, 0.99))
+		fmt.Printf("bench-sidecar: main container's exit heard -> sidecar's process ended (the agent's pidfds, %d stops): p50 %s  p99 %s ms\n", len(res.processEnded), procP50, procP99)
+	}
 	fmt.Printf("bench-sidecar: agent CPU %s ms for the burst, peak RSS %.1f MiB\n", ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
 	// One line for scripts/bench-sidecar.sh to collect across runs.
-	fmt.Printf("bench-sidecar-result: jobs=%d mode=%s kind=%s signal=%s p50_ms=%s p99_ms=%s spread_ms=%s cpu_ms=%s rss_mib=%.1f\n",
-		jobs, mode, kind, signal, ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.mainSpread), ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
+	fmt.Printf("bench-sidecar-result: jobs=%d mode=%s kind=%s signal=%s p50_ms=%s p99_ms=%s proc_p50_ms=%s proc_p99_ms=%s spread_ms=%s cpu_ms=%s rss_mib=%.1f\n",
+		jobs, mode, kind, signal, ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), procP50, procP99, ms(res.mainSpread), ms(res.agentCPU), float64(res.agentPeakRSS)/(1<<20))
 }
 
 // runStaggered is the bench's staggered mode: mains that sleep 4 to 8.9 s, so that
