@@ -322,6 +322,24 @@ fileCheckFrequency: 10s
 EOF
 }
 
+# mount_runtime_state puts containerd's state directory and runc's root on tmpfs, as
+# /run/containerd is on a production node. containerd's shim writes every container's
+# exit status there with an fsync, in the one goroutine that handles all of a pod's
+# exits, and stamps a container's exit only after the exits before it are written: on
+# a disk, under a burst of finishing Jobs, a sidecar's exit waited behind its main's
+# write (docs/design/0079). Where tmpfs cannot be mounted the cluster still runs, on
+# the disk. A running containerd keeps the directories it has.
+mount_runtime_state() {
+  running containerd && return 0
+  local d
+  for d in "$STATE/containerd/state" "$STATE/run"; do
+    mkdir -p "$d"
+    mountpoint -q "$d" && continue
+    mount -t tmpfs -o mode=0711,size=256m "sextant-$(basename "$d")" "$d" \
+      || log "cluster: warning: no tmpfs on $d (mount failed); containerd keeps its state on the disk"
+  done
+}
+
 start_containerd() {
   local bin=$STATE/containerd-bin
   # containerd finds its runc shim on its PATH.
@@ -434,6 +452,7 @@ cmd_up() {
   # A running cluster keeps the containerd it runs; restart-containerd starts that one.
   running containerd || ln -sfn "$ctrd_bin" "$STATE/containerd-bin"
   make_pki
+  mount_runtime_state
   write_runtime_config
   write_kubelet_config
   ip route replace unreachable "$SERVICE_CIDR" 2>/dev/null || true
