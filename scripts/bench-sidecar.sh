@@ -9,17 +9,18 @@
 # milliseconds, held at a barrier until all run; in the staggered mode they finish over
 # five seconds. Each run prints p50 and p99 of (main container finished -> sidecar
 # finished) from containerd's own timestamps, the same of each phase of the agent's
-# stops (heard, queued, decided, confirmed, marked, stopped, recorded), and the agent's CPU time
-# and peak memory. With --signal process it also prints the stop as the agent sees it
-# without the runtime's recording of the exits: the last main's exit heard -> the
-# sidecar's process ended, both from the agent's pidfds (docs/design/0078). Each run
+# stops (heard, queued, decided, confirmed, marked, stopped, recorded), and the agent's
+# CPU time and peak memory. With --signal process it also prints the stop as the agent
+# sees it without the runtime's recording of the exits: the last main's exit heard ->
+# the sidecar's process ended, both from the agent's pidfds (docs/design/0078). Each run
 # measures each way the agent can send the stop signal (--signal: runtime, the CRI's
-# StopContainer; process, the agent to the sidecar's process), one after the other, for each kind of sidecar (--sidecar: native, an init
-# container the kubelet restarts if it sees it exited while a main runs, so its stop
-# waits for the CRI's record of the main's exit; regular, a container with
-# sidecar.sextant.io/native: "false"). The summary takes the median of the runs' p50s
-# and p99s per Job count, kind and way, and the ratio of process's to runtime's. Goals:
-# 20 Jobs, p99 <= 100 ms; 100 Jobs, p99 <= 250 ms; both p50 <= 50 ms. Needs root.
+# StopContainer; process, the agent to the sidecar's process), one after the other, for
+# each kind of sidecar (--sidecar: native, an init container the kubelet restarts if it
+# sees it exited while a main runs, so its stop waits for the CRI's record of the main's
+# exit; regular, a container with sidecar.sextant.io/native: "false"). The summary takes
+# the median of the runs' p50s and p99s per Job count, kind and way, and the ratio of
+# process's to runtime's. Goals: 20 Jobs, p99 <= 100 ms; 100 Jobs, p99 <= 250 ms; both
+# p50 <= 50 ms. Needs root.
 #
 #   scripts/bench-sidecar.sh [--jobs 20,100] [--runs 3] [--mode burst|staggered]
 #                            [--signal runtime,process] [--sidecar native,regular]
