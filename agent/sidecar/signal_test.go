@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -77,6 +78,14 @@ func TestStopSignalsTheProcess(t *testing.T) {
 	sig := &fakeSignaller{rt: rt}
 	h := startWith(t, setup{cfg: Config{Signaller: sig}}, rt, pod)
 	rt.exits <- cri.TaskEvent{ContainerID: "proxy", Started: true, Pid: 4242}
+	// The fake marks the main exited before its event: a pass over the pod meanwhile
+	// would stop the sidecar before its start event is read, which on a node comes long
+	// before any main ends.
+	waitFor(t, "the start event to be read", func() bool {
+		h.term.mu.Lock()
+		defer h.term.mu.Unlock()
+		return h.term.pids["proxy"] == 4242
+	})
 	rt.exit("main", 0, time.Now())
 	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
 
@@ -89,7 +98,7 @@ func TestStopSignalsTheProcess(t *testing.T) {
 	if ev := h.events(t)[0]; ev.Reason != "SidecarStopped" || !strings.Contains(ev.Message, "exit code 0") {
 		t.Errorf("event %s: %q, want SidecarStopped with exit code 0", ev.Reason, ev.Message)
 	}
-	waitFor(t, "the recorded mark", func() bool { return strings.HasSuffix(rt.mark("proxy"), ":recorded") })
+	h.waitRecorded(t, "proxy")
 	if _, err := os.Stat(filepath.Join(rt.stateDir, "sidecar-stops", "uid", "proxy")); err != nil {
 		t.Errorf("no mark file: %v", err)
 	}
@@ -131,7 +140,10 @@ func TestSignalledSidecarsProcessEndIsMeasured(t *testing.T) {
 		t.Fatalf("%d Events before containerd's exit event, want none: the exit code is containerd's", n)
 	}
 	rt.exit("proxy", 3, time.Now())
-	waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
+	// The Event is created before the stop's metrics are; the stop's count is the last.
+	waitFor(t, "the stop to be counted", func() bool {
+		return testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultStopped)) == 1
+	})
 	if ev := h.events(t)[0]; !strings.Contains(ev.Message, "exit code 3") {
 		t.Errorf("event %q, want exit code 3 from containerd's event", ev.Message)
 	}
@@ -227,7 +239,7 @@ func TestMarksOfGonePodsAreRemoved(t *testing.T) {
 		return errors.Is(err, os.ErrNotExist)
 	})
 	rt.exit("main", 0, time.Now())
-	waitFor(t, "the recorded mark", func() bool { return strings.HasSuffix(rt.mark("proxy"), ":recorded") })
+	h.waitRecorded(t, "proxy")
 	if err := h.kube.CoreV1().Pods("ns").Delete(t.Context(), pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

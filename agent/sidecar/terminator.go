@@ -1225,6 +1225,12 @@ func (t *Terminator) exitedContainer(ctx context.Context, c cri.Container) (cri.
 	if st.State != cri.StateExited {
 		return cri.Container{}, fmt.Errorf("container %s still %s after the stop", c.ID, st.State)
 	}
+	// Its exit event may still be on its way: until it comes, a pass over the pod must
+	// not take the container for running from memory (a restarted attempt beside it
+	// would look like a second sidecar to stop).
+	t.mu.Lock()
+	delete(t.running, c.ID)
+	t.mu.Unlock()
 	st.StopMark, st.StopSignal = c.StopMark, c.StopSignal
 	return st, nil
 }
@@ -1307,13 +1313,14 @@ func (t *Terminator) record(ctx context.Context, pod *corev1.Pod, c cri.Containe
 		t.metrics.stopSeconds.Observe(took.Seconds())
 	}
 	timing.observe(t.metrics.phaseSeconds)
-	t.metrics.stops.WithLabelValues(resultStopped).Inc()
 	kv := append([]any{"pod", pod.Namespace + "/" + pod.Name, "container", c.Name, "id", c.ID,
 		"exitCode", c.ExitCode, "afterLastMain", took.String(), "signalled", timing.via}, timing.logValues()...)
 	if d, ok := t.processEnded(c.ID, timing.heard); ok {
 		t.metrics.processSeconds.Observe(d.Seconds())
 		kv = append(kv, "processEndedMs", float64(d.Microseconds())/1000)
 	}
+	// The stop's count goes last: whoever sees it counted sees its durations too.
+	t.metrics.stops.WithLabelValues(resultStopped).Inc()
 	t.log.Info("stopped a sidecar", kv...)
 	return nil
 }

@@ -62,6 +62,9 @@ type fakeRuntime struct {
 	// onStatus, if set, runs after each ContainerStatus answer is made and before it
 	// is returned.
 	onStatus func(id string)
+	// lateExits are containers whose exit events wait, after the runtime reports them
+	// exited, until sendLateExit.
+	lateExits map[string]*cri.TaskEvent
 }
 
 func newFakeRuntime() *fakeRuntime {
@@ -79,8 +82,27 @@ func (f *fakeRuntime) exit(id string, code int32, at time.Time) {
 	f.mu.Lock()
 	c := f.ctrs[id]
 	c.State, c.ExitCode, c.FinishedAt = cri.StateExited, code, at
+	e := cri.TaskEvent{ContainerID: id, ExitCode: uint32(code), ExitedAt: at}
+	if _, late := f.lateExits[id]; late {
+		f.lateExits[id] = &e
+		f.mu.Unlock()
+		return
+	}
 	f.mu.Unlock()
-	f.exits <- cri.TaskEvent{ContainerID: id, ExitCode: uint32(code), ExitedAt: at}
+	f.exits <- e
+}
+
+// sendLateExit sends the held exit event of container id.
+func (f *fakeRuntime) sendLateExit(t *testing.T, id string) {
+	t.Helper()
+	f.mu.Lock()
+	e := f.lateExits[id]
+	delete(f.lateExits, id)
+	f.mu.Unlock()
+	if e == nil {
+		t.Fatalf("no exit of %s held", id)
+	}
+	f.exits <- *e
 }
 
 // ContainerRecords answers as containerd's metadata store does: no state. A container's
@@ -331,6 +353,20 @@ func (h *harness) events(t *testing.T) []corev1.Event {
 	return list.Items
 }
 
+// waitRecorded waits for container id's mark to say its stop is recorded, and names
+// the pod's Events and the mark it last read if it never does.
+func (h *harness) waitRecorded(t *testing.T, id string) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
+		func(context.Context) (bool, error) { return strings.HasSuffix(h.rt.mark(id), ":recorded"), nil }); err != nil {
+		var seen []string
+		for _, ev := range h.events(t) {
+			seen = append(seen, ev.Reason+": "+ev.Message)
+		}
+		t.Fatalf("timed out waiting for the recorded mark of %s: mark %q, Events %q", id, h.rt.mark(id), seen)
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 5*time.Second, true,
@@ -370,7 +406,7 @@ func TestStopsSidecarOnMainExit(t *testing.T) {
 	if !strings.Contains(ev.Message, "proxy") || !strings.Contains(ev.Message, "exit code 0") {
 		t.Errorf("event message %q does not say which container and how it ended", ev.Message)
 	}
-	waitFor(t, "the recorded mark", func() bool { return strings.HasSuffix(rt.mark("proxy-a"), ":recorded") })
+	h.waitRecorded(t, "proxy-a")
 	// The stop is counted after its mark is written.
 	waitFor(t, "sextant_sidecar_stops_total{result=stopped} to reach 1", func() bool {
 		return testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultStopped)) == 1
@@ -782,6 +818,43 @@ func TestUnwrappedRegularSidecarUnderOnFailure(t *testing.T) {
 	}
 }
 
+// A stopped sidecar whose exit event is late is still known exited, from the runtime's
+// answer to the stop: the attempt the kubelet starts meanwhile is the same sidecar
+// restarted, left running with a warning, not a second sidecar to stop.
+func TestRestartBeforeTheStoppedSidecarsExitEvent(t *testing.T) {
+	rt := newFakeRuntime()
+	rt.stopExit = 143
+	rt.lateExits = map[string]*cri.TaskEvent{"proxy": nil}
+	pod := regularSidecarPod("job", "uid", corev1.RestartPolicyOnFailure, nil)
+	now := time.Now()
+	rt.add(cri.Container{ID: "main", PodUID: "uid", Name: "main", State: cri.StateRunning, CreatedAt: now})
+	rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning, CreatedAt: now})
+	h := start(t, rt, pod)
+	rt.exit("main", 0, time.Now())
+	h.waitRecorded(t, "proxy")
+
+	rt.add(cri.Container{ID: "proxy-1", PodUID: "uid", Name: "proxy", Attempt: 1, State: cri.StateRunning, CreatedAt: time.Now()})
+	pod.Labels = map[string]string{"restarted": "1"}
+	if _, err := h.kube.CoreV1().Pods("ns").Update(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, `sextant_sidecar_stops_total{result="skipped"} to reach 1`, func() bool {
+		return testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultSkipped)) == 1
+	})
+	rt.sendLateExit(t, "proxy")
+	if ids, _ := rt.stopCalls(); len(ids) != 1 || ids[0] != "proxy" {
+		t.Errorf("StopContainer calls = %v, want proxy once", ids)
+	}
+	var reasons []string
+	for _, ev := range h.events(t) {
+		reasons = append(reasons, ev.Reason)
+	}
+	slices.Sort(reasons)
+	if !slices.Equal(reasons, []string{"SidecarNotStopped", "SidecarStopped"}) {
+		t.Errorf("Events %v, want SidecarNotStopped and SidecarStopped", reasons)
+	}
+}
+
 // The kubelet never stops a container with less than 2 s of grace, and a grace period
 // beyond what a time.Duration holds must not wrap into a negative one.
 func TestStopGracePeriodBounds(t *testing.T) {
@@ -804,7 +877,7 @@ func TestStopGracePeriodBounds(t *testing.T) {
 			rt.add(cri.Container{ID: "proxy", PodUID: "uid", Name: "proxy", State: cri.StateRunning})
 			h := start(t, rt, pod)
 			waitFor(t, "the stop to be recorded", func() bool { return len(h.events(t)) == 1 })
-			waitFor(t, "the recorded mark", func() bool { return strings.HasSuffix(rt.mark("proxy"), ":recorded") })
+			h.waitRecorded(t, "proxy")
 			_, timeouts := rt.stopCalls()
 			if len(timeouts) != 1 {
 				t.Fatalf("StopContainer calls with %v, want one", timeouts)
