@@ -340,10 +340,42 @@ mount_runtime_state() {
   done
 }
 
+# RUNTIME_CGROUP is the CPU cgroup containerd (with the shims it starts and the runc
+# processes they run) and the kubelet run in, as a systemd node runs them in
+# system.slice: there the runtime's processes share one CPU weight against the pods'.
+# In the root cgroup each of them weighs half as much as all the pods together on a
+# 2-CPU machine, and under a burst of finishing Jobs containerd starts two runc
+# processes per exit: a sidecar being stopped waited for the CPU behind them
+# (docs/design/0080).
+RUNTIME_CGROUP=sextant-node-runtime
+
+# runtime_cgroup makes that cgroup and prints its directory; nothing where no CPU
+# controller can be used (the components then run where this script does).
+runtime_cgroup() {
+  local d
+  if [ -f /sys/fs/cgroup/cpu/cpu.shares ]; then # v1, or hybrid
+    d=/sys/fs/cgroup/cpu/$RUNTIME_CGROUP
+    { mkdir -p "$d" && echo 1024 >"$d/cpu.shares"; } 2>/dev/null || return 0
+  elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then # v2
+    d=/sys/fs/cgroup/$RUNTIME_CGROUP
+    echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
+    { mkdir -p "$d" && echo 100 >"$d/cpu.weight"; } 2>/dev/null || return 0
+  else
+    return 0
+  fi
+  echo "$d"
+}
+
+# join_cgroup is a script for `sh -c SCRIPT CGROUP-DIR COMMAND...`: it moves its own
+# process into the cgroup (none when the directory is empty), then execs the command,
+# which its children inherit.
+# shellcheck disable=SC2016 # expanded by that sh
+join_cgroup='if [ -n "$0" ]; then echo $$ >"$0/cgroup.procs" || echo "cluster: warning: could not join cgroup $0" >&2; fi; exec "$@"'
+
 start_containerd() {
   local bin=$STATE/containerd-bin
   # containerd finds its runc shim on its PATH.
-  start containerd env PATH="$bin:$PATH" "$bin/containerd" --config "$STATE/containerd/config.toml"
+  start containerd sh -c "$join_cgroup" "$(runtime_cgroup)" env PATH="$bin:$PATH" "$bin/containerd" --config "$STATE/containerd/config.toml"
   wait_for "containerd" 60 "$bin/ctr" --address "$SOCK" version
 }
 
@@ -416,7 +448,7 @@ CONTROLLERS=clusterrole-aggregation-controller,job-controller,garbage-collector-
 start_kubelet() {
   local kube=$1
   mkdir -p "$STATE/kubelet/root" "$STATE/pod-logs"
-  start kubelet "$kube/kubelet" --config "$STATE/kubelet/config.yaml" \
+  start kubelet sh -c "$join_cgroup" "$(runtime_cgroup)" "$kube/kubelet" --config "$STATE/kubelet/config.yaml" \
     --kubeconfig "$pki/kubelet.kubeconfig" --root-dir "$STATE/kubelet/root" \
     --hostname-override "$NODE_NAME" --node-ip "$NODE_IP" \
     --node-labels "sextant.io/local=true" --v 2
@@ -558,6 +590,7 @@ cmd_down() {
       umount -l "$m" 2>/dev/null || true
     done
   fi
+  rmdir "/sys/fs/cgroup/cpu/$RUNTIME_CGROUP" "/sys/fs/cgroup/$RUNTIME_CGROUP" 2>/dev/null || true
   # containerd makes this directory for shim sockets; keep it only if something else uses it.
   rmdir /run/containerd/s /run/containerd 2>/dev/null || true
   # The chart's agent shapes the demo veth (bandwidth enforcement) through an IFB of
