@@ -349,21 +349,19 @@ mount_runtime_state() {
 # (docs/design/0080).
 RUNTIME_CGROUP=sextant-node-runtime
 
-# runtime_cgroup makes that cgroup and prints its directory; nothing where no CPU
-# controller can be used (the components then run where this script does).
+# runtime_cgroup makes that cgroup and prints its directory. Where no CPU controller can
+# be used it warns and prints nothing: the components then run where this script does.
 runtime_cgroup() {
   local d
   if [ -f /sys/fs/cgroup/cpu/cpu.shares ]; then # v1, or hybrid
     d=/sys/fs/cgroup/cpu/$RUNTIME_CGROUP
-    { mkdir -p "$d" && echo 1024 >"$d/cpu.shares"; } 2>/dev/null || return 0
+    { mkdir -p "$d" && echo 1024 >"$d/cpu.shares"; } 2>/dev/null && { echo "$d"; return 0; }
   elif grep -qw cpu /sys/fs/cgroup/cgroup.controllers 2>/dev/null; then # v2
     d=/sys/fs/cgroup/$RUNTIME_CGROUP
     echo +cpu >/sys/fs/cgroup/cgroup.subtree_control 2>/dev/null || true
-    { mkdir -p "$d" && echo 100 >"$d/cpu.weight"; } 2>/dev/null || return 0
-  else
-    return 0
+    { mkdir -p "$d" && echo 100 >"$d/cpu.weight"; } 2>/dev/null && { echo "$d"; return 0; }
   fi
-  echo "$d"
+  log "cluster: warning: no CPU cgroup of its own for the runtime; it runs in this script's"
 }
 
 # join_cgroup is a script for `sh -c SCRIPT CGROUP-DIR COMMAND...`: it moves its own
