@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sextant.io/sextant/agent/procsignal"
-	"sextant.io/sextant/api/sidecarrules"
 	"sextant.io/sextant/cri"
 )
 
@@ -34,8 +32,6 @@ type fakeSignaller struct {
 
 	mu   sync.Mutex
 	sent []sent
-	// stacks are the goroutine stacks each signal was sent from.
-	stacks []string
 }
 
 type sent struct {
@@ -48,11 +44,8 @@ func (f *fakeSignaller) Signal(pid uint32, id string, sig syscall.Signal) error 
 	if f.refuse != nil {
 		return f.refuse
 	}
-	stack := make([]byte, 64<<10)
-	stack = stack[:runtime.Stack(stack, false)]
 	f.mu.Lock()
 	f.sent = append(f.sent, sent{pid, id, sig})
-	f.stacks = append(f.stacks, string(stack))
 	f.mu.Unlock()
 	if !f.ignore {
 		go f.rt.exit(id, f.code, time.Now())
@@ -108,54 +101,6 @@ func TestStopSignalsTheProcess(t *testing.T) {
 	h.waitRecorded(t, "proxy")
 	if _, err := os.Stat(filepath.Join(rt.stateDir, "sidecar-stops", "uid", "proxy")); err != nil {
 		t.Errorf("no mark file: %v", err)
-	}
-}
-
-// A regular sidecar's stop signal leaves in the worker's pass over the pod that decided
-// the stop, after its mark, not from a goroutine started for it: under a burst such a
-// goroutine waits behind the other workers' passes. A native sidecar's waits, in its
-// stop's goroutine, for the CRI to report its main's exit.
-func TestStopSignalLeavesInTheDecidingPass(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		native bool
-	}{
-		{"regular sidecar", false},
-		{"native sidecar", true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			rt := newFakeRuntime()
-			pod := signalPod(rt, "SIGTERM", 5)
-			if !tc.native {
-				pod = regularSidecarPod("job", "uid", corev1.RestartPolicyNever, []string{sidecarrules.WrapperPath})
-			}
-			sig := &fakeSignaller{rt: rt}
-			h := startWith(t, setup{cfg: Config{Signaller: sig}}, rt, pod)
-			rt.exits <- cri.TaskEvent{ContainerID: "proxy", Started: true, Pid: 4242}
-			waitFor(t, "the start event to be read", func() bool {
-				h.term.mu.Lock()
-				defer h.term.mu.Unlock()
-				return h.term.pids["proxy"] == 4242
-			})
-			rt.exit("main", 0, time.Now())
-			// The stop is counted last, once recorded.
-			waitFor(t, "the stop to be counted", func() bool {
-				return testutil.ToFloat64(h.metrics.stops.WithLabelValues(resultStopped)) == 1
-			})
-
-			sig.mu.Lock()
-			stacks := slices.Clone(sig.stacks)
-			sig.mu.Unlock()
-			if len(stacks) != 1 {
-				t.Fatalf("%d signals sent, want 1", len(stacks))
-			}
-			if inPass := strings.Contains(stacks[0], "(*Terminator).process("); inPass == tc.native {
-				t.Errorf("signal sent in the deciding pass: %v, want %v; from:\n%s", inPass, !tc.native, stacks[0])
-			}
-			if ids, _ := rt.stopCalls(); len(ids) != 0 {
-				t.Errorf("StopContainer calls %v, want none", ids)
-			}
-		})
 	}
 }
 

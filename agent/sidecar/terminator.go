@@ -1009,9 +1009,7 @@ func (t *Terminator) stopping(id string) bool {
 	return t.inflight[id]
 }
 
-// startStop stops one container, unless this process already is. Where the stop signal
-// needs nothing from the runtime, it leaves in this pass (sendNow); the rest of the stop
-// runs in the background.
+// startStop stops one container in the background, unless this process already is.
 func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, timing stopTiming) {
 	t.mu.Lock()
 	if t.inflight[c.ID] {
@@ -1020,17 +1018,13 @@ func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Conta
 	}
 	t.inflight[c.ID] = true
 	t.mu.Unlock()
-	var sent *sentSignal
-	if !adopted {
-		sent = t.sendNow(pod, c, mark, &timing)
-	}
 	t.stops.Go(func() {
 		defer func() {
 			t.mu.Lock()
 			delete(t.inflight, c.ID)
 			t.mu.Unlock()
 		}()
-		if err := t.stop(ctx, pod, c, mark, adopted, timing, sent); err != nil && ctx.Err() == nil {
+		if err := t.stop(ctx, pod, c, mark, adopted, timing); err != nil && ctx.Err() == nil {
 			t.metrics.stops.WithLabelValues(resultFailed).Inc()
 			t.log.Error(err, "stopping a sidecar failed", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "id", c.ID)
 			t.warn(ctx, pod, c.Name, err)
@@ -1041,49 +1035,7 @@ func (t *Terminator) startStop(ctx context.Context, pod *corev1.Pod, c cri.Conta
 	})
 }
 
-// sentSignal is a stop signal that left in the pass that decided the stop (sendNow):
-// exited is closed once the container's exit is heard, release forgets it.
-type sentSignal struct {
-	exited  <-chan struct{}
-	release func()
-}
-
-// sendNow writes c's stop mark and signals its process in the calling pass, when that
-// needs nothing from the runtime: a stop that waits for no CRI record (a regular
-// sidecar), of a process whose PID the start event gave. Under a burst of finishing
-// Jobs a goroutine started for the signal would wait behind the workers' passes over
-// other pods. It returns nil when the stop's goroutine is to do both, also when a step
-// failed here: that goroutine tries again and reports what fails.
-func (t *Terminator) sendNow(pod *corev1.Pod, c cri.Container, mark stopMark, timing *stopTiming) *sentSignal {
-	if t.cfg.Signaller == nil || len(timing.confirm) > 0 {
-		return nil
-	}
-	sig, ok := procsignal.SignalNumber(c.StopSignal)
-	if !ok {
-		return nil
-	}
-	t.mu.Lock()
-	pid := t.pids[c.ID]
-	t.mu.Unlock()
-	if pid == 0 {
-		return nil // the runtime's task service knows it: a call for the goroutine
-	}
-	confirmed := t.now()
-	if err := t.marks.write(string(pod.UID), c.ID, mark.String()); err != nil {
-		return nil
-	}
-	marked := t.now()
-	exited, release, ok := t.signalPID(c, pid, sig)
-	if !ok {
-		return nil
-	}
-	timing.confirmed, timing.marked = confirmed, marked
-	return &sentSignal{exited: exited, release: release}
-}
-
-// stop carries a stop through: the mark, the signal (unless sent already went out), the
-// exit, and its record.
-func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, timing stopTiming, sent *sentSignal) error {
+func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container, mark stopMark, adopted bool, timing stopTiming) error {
 	// Stopping may take the whole grace period (an adopted stop: what is left of the
 	// first one, then a second); allow for it and a little more.
 	sctx, cancel := context.WithTimeout(ctx, 2*mark.Grace+30*time.Second)
@@ -1091,21 +1043,19 @@ func (t *Terminator) stop(ctx context.Context, pod *corev1.Pod, c cri.Container,
 	var st cri.Container
 	var err error
 	if !adopted {
-		if sent == nil {
-			if len(timing.confirm) > 0 {
-				if err := t.awaitReportedExits(sctx, timing.confirm); err != nil {
-					return err
-				}
-			}
-			timing.confirmed = t.now()
-			// The mark goes first: if the agent dies during the stop, the next one
-			// knows the container was already told to stop.
-			if err := t.marks.write(string(pod.UID), c.ID, mark.String()); err != nil {
+		if len(timing.confirm) > 0 {
+			if err := t.awaitReportedExits(sctx, timing.confirm); err != nil {
 				return err
 			}
-			timing.marked = t.now()
 		}
-		if st, timing.via, err = t.stopContainer(sctx, c, mark.Grace, sent); err != nil {
+		timing.confirmed = t.now()
+		// The mark goes first: if the agent dies during the stop, the next one knows
+		// the container was already told to stop.
+		if err := t.marks.write(string(pod.UID), c.ID, mark.String()); err != nil {
+			return err
+		}
+		timing.marked = t.now()
+		if st, timing.via, err = t.stopContainer(sctx, c, mark.Grace); err != nil {
 			return err
 		}
 		timing.stopped = t.now()
@@ -1132,20 +1082,15 @@ const (
 const exitPoll = 5 * time.Second
 
 // stopContainer stops c and returns it as it exited, and how it was signalled. The stop
-// signal goes straight to its process where the Signaller can send it (or went already:
-// sent), and the runtime kills the container only if it outlives the grace period;
-// otherwise the runtime's StopContainer does both. The runtime's way passes the signal
-// through containerd and the container's shim to a new `runc kill` process, which under
-// a burst of finishing Jobs was most of a stop's time (docs/design/0074).
-func (t *Terminator) stopContainer(ctx context.Context, c cri.Container, grace time.Duration, sent *sentSignal) (cri.Container, string, error) {
-	if sent == nil {
-		if exited, release, ok := t.signalProcess(ctx, c); ok {
-			sent = &sentSignal{exited: exited, release: release}
-		}
-	}
-	if sent != nil {
-		defer sent.release()
-		st, done, err := t.awaitExit(ctx, c, sent.exited, grace)
+// signal goes straight to its process where the Signaller can send it, and the runtime
+// kills the container only if it outlives the grace period; otherwise the runtime's
+// StopContainer does both. The runtime's way passes the signal through containerd and
+// the container's shim to a new `runc kill` process, which under a burst of finishing
+// Jobs was most of a stop's time (docs/design/0074).
+func (t *Terminator) stopContainer(ctx context.Context, c cri.Container, grace time.Duration) (cri.Container, string, error) {
+	if exited, release, ok := t.signalProcess(ctx, c); ok {
+		defer release()
+		st, done, err := t.awaitExit(ctx, c, exited, grace)
 		if done || err != nil {
 			return st, viaProcess, err
 		}
@@ -1209,16 +1154,11 @@ func (t *Terminator) signalProcess(ctx context.Context, c cri.Container) (exited
 			return nil, nil, false
 		}
 	}
-	return t.signalPID(c, pid, sig)
-}
-
-// signalPID sends sig to c's process pid, watched to its end first.
-func (t *Terminator) signalPID(c cri.Container, pid uint32, sig syscall.Signal) (exited <-chan struct{}, release func(), ok bool) {
 	t.watchEnd(pid, c.ID)
 	ch, release := t.exitWaiter(c.ID)
 	if err := t.cfg.Signaller.Signal(pid, c.ID, sig); err != nil {
 		release()
-		t.log.V(1).Info("could not signal a sidecar's process", "id", c.ID, "pid", pid, "reason", err.Error())
+		t.log.V(1).Info("stopping a sidecar through the runtime: its process could not be signalled", "id", c.ID, "pid", pid, "reason", err.Error())
 		return nil, nil, false
 	}
 	return ch, release, true
