@@ -11,8 +11,8 @@
 // not in the one of the caller's other API requests.
 //
 // It is a small copy of what k8s.io/apiserver's delegating authenticator and
-// authorizer do: importing those adds CEL and its dependencies to a binary, 18 MB of
-// memory at start in the agent (docs/design/0071-agent-metrics-behind-tokenreview.md).
+// authorizer do: importing those adds CEL and its dependencies to a binary, and their
+// memory to the agent at start (docs/design/0071-agent-metrics-behind-tokenreview.md).
 package delegatedauth
 
 import (
