@@ -28,7 +28,8 @@
 # SEXTANT_ETCD_PORT (default 12379), SEXTANT_SERVICE_CIDR (default 10.96.0.0/24),
 # SEXTANT_POD_CIDR (default 10.244.0.0/24), SEXTANT_CONTAINERD (2, the default: the
 # containerd 2.x release pinned in scripts/containerd/go.mod, built by
-# scripts/containerd.sh, with CDI; debian: Debian's containerd 1.6, which has no CDI).
+# scripts/containerd.sh, with CDI, running the runc release scripts/runc.sh builds;
+# debian: Debian's containerd 1.6 and runc 1.1, which have no CDI).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/.." && pwd)
@@ -177,25 +178,13 @@ containerd_major() {
   "$STATE/containerd-bin/containerd" --version | sed -nE 's/.* v?([0-9]+)\.[0-9]+.*/\1/p'
 }
 
+# write_runtime_config writes containerd's configuration and the CNI network's. This
+# host's root lacks CAP_SYS_RESOURCE, so runc cannot set the negative oom_score_adj the
+# kubelet asks for sandboxes and Guaranteed pods: restrict_oom_score_adj makes
+# containerd clamp it to its own (0) before runc reads it. The runtime's binary is
+# $STATE/bin/runc, a link that cmd_up makes.
 write_runtime_config() {
   mkdir -p "$STATE/containerd" "$STATE/run" "$STATE/cni/net.d" "$STATE/bin"
-  # This host's root lacks CAP_SYS_RESOURCE, so runc cannot set the negative
-  # oom_score_adj the kubelet asks for sandboxes and Guaranteed pods; the wrapper
-  # clamps it to 0 in the bundle before runc reads it.
-  cat >"$STATE/bin/runc" <<'EOF'
-#!/bin/sh
-prev=
-for a in "$@"; do
-  case "$prev" in --bundle|-b) bundle=$a ;; esac
-  case "$a" in --bundle=*) bundle=${a#--bundle=} ;; esac
-  prev=$a
-done
-if [ -n "${bundle:-}" ] && [ -f "$bundle/config.json" ]; then
-  sed -i -E 's/"oomScoreAdj":-[0-9]+/"oomScoreAdj":0/' "$bundle/config.json"
-fi
-exec /usr/sbin/runc "$@"
-EOF
-  chmod +x "$STATE/bin/runc"
   # Where containerd keeps its state and listens: the same keys in both configuration
   # versions.
   containerd_common_config() {
@@ -224,6 +213,7 @@ $(containerd_common_config)
 
 [plugins."io.containerd.cri.v1.runtime"]
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  restrict_oom_score_adj = true
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni"]
     conf_dir = "$STATE/cni/net.d"
@@ -243,6 +233,7 @@ $(containerd_common_config)
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$SANDBOX_IMAGE"
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$STATE/cni/net.d"
@@ -466,10 +457,13 @@ cmd_up() {
   [ "$(id -u)" -eq 0 ] || die "cluster: up needs root (it runs a kubelet and containerd)"
   "$here/deps.sh" || die "cluster: installing packages failed (scripts/deps.sh)"
   KUBE_BIN=$("$here/kube.sh") || die "cluster: building the Kubernetes binaries failed (scripts/kube.sh)"
-  local ctrd_bin
+  local ctrd_bin runc_bin
   case "${SEXTANT_CONTAINERD:-2}" in
-    2) ctrd_bin=$("$here/containerd.sh") || die "cluster: building containerd failed (scripts/containerd.sh)" ;;
-    debian) ctrd_bin=/usr/bin ;;
+    2)
+      ctrd_bin=$("$here/containerd.sh") || die "cluster: building containerd failed (scripts/containerd.sh)"
+      runc_bin=$("$here/runc.sh") || die "cluster: building runc failed (scripts/runc.sh)"
+      ;;
+    debian) ctrd_bin=/usr/bin runc_bin=/usr/sbin/runc ;;
     *) usage_error "cluster: SEXTANT_CONTAINERD=${SEXTANT_CONTAINERD}: want 2 (built from scripts/containerd/go.mod) or debian (Debian's containerd 1.6)" ;;
   esac
   mkdir -p "$STATE" "$logs" "$pids"
@@ -480,7 +474,12 @@ cmd_up() {
   echo "$NODE_IP" >"$STATE/node-ip"
   ln -sfn "$KUBE_BIN" "$STATE/kube-bin"
   # A running cluster keeps the containerd it runs; restart-containerd starts that one.
-  running containerd || ln -sfn "$ctrd_bin" "$STATE/containerd-bin"
+  if ! running containerd; then
+    ln -sfn "$ctrd_bin" "$STATE/containerd-bin"
+    mkdir -p "$STATE/bin"
+    rm -f "$STATE/bin/runc"
+    ln -s "$runc_bin" "$STATE/bin/runc"
+  fi
   make_pki
   mount_runtime_state
   write_runtime_config

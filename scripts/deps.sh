@@ -12,8 +12,9 @@ exit_on_help "$@"
 packages=(
   # eBPF toolchain: bpf2go drives clang; headers from libbpf and the kernel uapi.
   clang llvm libbpf-dev linux-libc-dev bpftool
-  # go test -race needs cgo, and cgo a C compiler and libc's headers.
-  gcc libc6-dev
+  # go test -race needs cgo, and cgo a C compiler and libc's headers; scripts/runc.sh
+  # builds runc with cgo and libseccomp.
+  gcc libc6-dev libseccomp-dev
   # The local cluster: etcd for the API server, containerd + runc for the kubelet,
   # CNI plugins for the pod bridge, busybox for the test image.
   etcd-server containerd runc containernetworking-plugins busybox-static
