@@ -13,8 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 exit_on_help "$@"
 
-version=$(sed -nE 's/^(require)?[[:space:]]*github\.com\/containerd\/containerd\/v2 (v[^ ]+).*/\2/p' "$here/containerd/go.mod" | head -1)
-[ -n "$version" ] || die "containerd: no github.com/containerd/containerd/v2 version in $here/containerd/go.mod"
+version=$(pinned_version containerd github.com/containerd/containerd/v2 "$here/containerd/go.mod")
 bindir=${1:-$SEXTANT_CACHE/containerd-$version/bin}
 mkdir -p "$bindir"
 

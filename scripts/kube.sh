@@ -13,8 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 exit_on_help "$@"
 
-version=$(sed -nE 's/^(require)?[[:space:]]*k8s\.io\/kubernetes (v[^ ]+).*/\2/p' "$here/kube/go.mod" | head -1)
-[ -n "$version" ] || die "kube: no k8s.io/kubernetes version in $here/kube/go.mod"
+version=$(pinned_version kube k8s.io/kubernetes "$here/kube/go.mod")
 bindir=${1:-$SEXTANT_CACHE/kube-$version/bin}
 mkdir -p "$bindir"
 

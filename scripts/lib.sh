@@ -4,6 +4,16 @@
 # fresh clone on the same machine reuses them.
 SEXTANT_CACHE=${SEXTANT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sextant}
 
+# pinned_version NAME MODULE GO.MOD: prints the version GO.MOD requires of MODULE, for
+# the scripts that build a release pinned in a go.mod of their own; dies naming NAME
+# and the file when it requires none.
+pinned_version() {
+  local v
+  v=$(awk -v m="$2" '$1 == "require" && $2 == m { print $3; exit } $1 == m { print $2; exit }' "$3")
+  [ -n "$v" ] || die "$1: no $2 version in $3"
+  echo "$v"
+}
+
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { printf '%s ERROR %s\n' "$(date +%H:%M:%S)" "$*" >&2; exit 1; }
 

@@ -19,8 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 exit_on_help "$@"
 
-version=$(sed -nE 's/^(require)?[[:space:]]*github\.com\/opencontainers\/runc (v[^ ]+).*/\2/p' "$here/runc/go.mod" | head -1)
-[ -n "$version" ] || die "runc: no github.com/opencontainers/runc version in $here/runc/go.mod"
+version=$(pinned_version runc github.com/opencontainers/runc "$here/runc/go.mod")
 out=${1:-$SEXTANT_CACHE/runc-$version/runc}
 if [ ! -x "$out" ]; then
   mkdir -p "$(dirname "$out")"
