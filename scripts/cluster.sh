@@ -184,7 +184,7 @@ containerd_major() {
 # containerd clamp it to its own (0) before runc reads it. The runtime's binary is
 # $STATE/bin/runc, a link that cmd_up makes.
 write_runtime_config() {
-  mkdir -p "$STATE/containerd" "$STATE/run" "$STATE/cni/net.d" "$STATE/bin"
+  mkdir -p "$STATE/containerd" "$STATE/run" "$STATE/cni/net.d"
   # Where containerd keeps its state and listens: the same keys in both configuration
   # versions.
   containerd_common_config() {
@@ -477,8 +477,7 @@ cmd_up() {
   if ! running containerd; then
     ln -sfn "$ctrd_bin" "$STATE/containerd-bin"
     mkdir -p "$STATE/bin"
-    rm -f "$STATE/bin/runc"
-    ln -s "$runc_bin" "$STATE/bin/runc"
+    ln -sfn "$runc_bin" "$STATE/bin/runc"
   fi
   make_pki
   mount_runtime_state
