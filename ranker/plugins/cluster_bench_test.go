@@ -46,6 +46,10 @@ import (
 // from its cost per node evaluated.
 var clusterNodes = flag.Int("cluster-nodes", 5000, "nodes of BenchmarkSchedulingCycle's cluster; each pod must pass a tenth of them, as kube-scheduler's default asks at 5000")
 
+// clusterBound fills the cluster part way, as make bench-ranker's is once it has placed
+// some of its pods: nodes that hold pods are what keeps NUMAAware's floor low.
+var clusterBound = flag.Int("cluster-bound", 0, "pods of the bench's mix already bound to BenchmarkSchedulingCycle's nodes, each on a node drawn at random")
+
 const (
 	numaPerNode = 4
 	cpusPerNUMA = 16
@@ -81,12 +85,13 @@ func BenchmarkSchedulingCycle(b *testing.B) {
 	schedmetrics.Register()
 	nodes, store := benchCluster()
 	pods := benchPods(1000)
+	bound := boundPods(*clusterBound, nodes)
 	profiles := []benchProfile{vanillaProfile, emptyProfile, lookupProfile, sextantProfile}
 	for _, profile := range profiles {
 		b.Run(string(profile), func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			c := newCycleRunner(ctx, b, nodes, store, profile, 0)
+			c := newCycleRunner(ctx, b, nodes, bound, store, profile, 0)
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -104,7 +109,7 @@ func BenchmarkSchedulingCycle(b *testing.B) {
 		for k, profile := range profiles {
 			// Each profile starts its sweep in its own quarter of the cluster, so none
 			// finds the nodes the one before it just visited in the CPU's caches.
-			runners[k] = newCycleRunner(ctx, b, nodes, store, profile, k*len(nodes)/len(profiles))
+			runners[k] = newCycleRunner(ctx, b, nodes, bound, store, profile, k*len(nodes)/len(profiles))
 		}
 		spent := make([]time.Duration, len(profiles))
 		i := 0
@@ -137,8 +142,8 @@ type cycleRunner struct {
 	evaluated int64
 }
 
-func newCycleRunner(ctx context.Context, b *testing.B, nodes []*v1.Node, store *heartbeat.Store, profile benchProfile, start int) *cycleRunner {
-	fw, infos := benchFramework(ctx, b, nodes, store, profile)
+func newCycleRunner(ctx context.Context, b *testing.B, nodes []*v1.Node, bound []*v1.Pod, store *heartbeat.Store, profile benchProfile, start int) *cycleRunner {
+	fw, infos := benchFramework(ctx, b, nodes, bound, store, profile)
 	return &cycleRunner{
 		fw: fw, infos: infos, par: parallelize.NewParallelizer(parallelize.DefaultParallelism),
 		want: len(nodes) / 10, next: start,
@@ -200,7 +205,7 @@ const (
 	sextantProfile benchProfile = "sextant"
 )
 
-func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *heartbeat.Store, profileName benchProfile) (framework.Framework, []fwk.NodeInfo) {
+func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, bound []*v1.Pod, store *heartbeat.Store, profileName benchProfile) (framework.Framework, []fwk.NodeInfo) {
 	cfg, err := latest.Default()
 	if err != nil {
 		b.Fatal(err)
@@ -258,7 +263,7 @@ func benchFramework(ctx context.Context, b *testing.B, nodes []*v1.Node, store *
 		profile.Plugins.MultiPoint.Enabled = append(profile.Plugins.MultiPoint.Enabled, config.Plugin{Name: binder.Name})
 	}
 	client := fake.NewClientset()
-	snapshot := schedcache.NewSnapshot(nil, nodes)
+	snapshot := schedcache.NewSnapshot(bound, nodes)
 	fw, err := frameworkruntime.NewFramework(ctx, registry, &profile,
 		frameworkruntime.WithClientSet(client),
 		frameworkruntime.WithInformerFactory(informers.NewSharedInformerFactory(client, 0)),
@@ -398,6 +403,21 @@ func benchTopology(name string) *v1alpha1.NodeTopology {
 		})
 	}
 	return t
+}
+
+// boundPods returns n pods of benchPods' mix, each bound to a node drawn at random.
+func boundPods(n int, nodes []*v1.Node) []*v1.Pod {
+	rng := rand.New(rand.NewSource(3))
+	mix := benchPods(max(n, 1))
+	out := make([]*v1.Pod, n)
+	for i := range out {
+		p := mix[i].DeepCopy()
+		p.Name = fmt.Sprintf("bound-%05d", i)
+		p.UID = types.UID(p.Name)
+		p.Spec.NodeName = nodes[rng.Intn(len(nodes))].Name
+		out[i] = p
+	}
+	return out
 }
 
 // benchPods is make bench-ranker's mix: 10% GPU jobs, 30% large CPU and memory, the

@@ -82,7 +82,7 @@ func shortResource(free []Free, req Request) string {
 // agent back; the agent's first fresh report brings the pod back (reportArrived).
 func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.idle() {
+	if !ok || s.idle() || s.fast.covers(nodeInfo.GetGeneration()) {
 		return nil
 	}
 	node := nodeInfo.Node()
@@ -420,7 +420,11 @@ func (pl *NUMAAware) reportArrived(node string, report *heartbeat.Bandwidth) {
 }
 
 func (pl *NUMAAware) numaFree(node *v1.Node, nodeInfo fwk.NodeInfo) (nf *nodeFree, topo *v1alpha1.NodeTopology, ok bool) {
-	rec := pl.nodes.NodeOf(node)
+	return pl.numaFreeOf(pl.nodes.NodeOf(node), nodeInfo)
+}
+
+// numaFreeOf is numaFree for the node whose record is rec.
+func (pl *NUMAAware) numaFreeOf(rec *heartbeat.Node, nodeInfo fwk.NodeInfo) (nf *nodeFree, topo *v1alpha1.NodeTopology, ok bool) {
 	if topo = rec.Topology(); topo == nil {
 		return nil, nil, false
 	}

@@ -70,6 +70,9 @@ type floor struct {
 const (
 	// floorRefresh is how old a floor may get before it is recomputed.
 	floorRefresh = 10 * time.Second
+	// spareRefresh is how old the spare floor may get before it is recomputed: the
+	// nodes given pods since fall out of its reach.
+	spareRefresh = 2 * time.Second
 	// floorRetry is how long after a recomputation a void floor waits for the next:
 	// pods bound by others can void it every cycle, and a computation reads every node.
 	floorRetry = time.Second
@@ -79,6 +82,7 @@ const (
 // it (PreFilter, Reserve); informer handlers void it.
 type floorKeeper struct {
 	cur   atomic.Pointer[floor]
+	spare atomic.Pointer[spare]
 	voids atomic.Uint64
 	// tried is when the last computation ran.
 	tried time.Time
@@ -104,16 +108,24 @@ func (pl *NUMAAware) fitsFloor(req Request, nodes []fwk.NodeInfo) (one, together
 		if now.Sub(k.tried) < floorRetry {
 			return false, false, nil, false
 		}
-		k.tried = now
-		f = pl.computeFloor(nodes, now)
-		k.cur.Store(f)
+		f = pl.recomputeFloor(nodes, now)
 	}
 	return req.within(f.one), req.within(f.together), f.bare, f.unpinned
 }
 
+// recomputeFloor computes the floor and the spare floor of nodes and keeps both.
+func (pl *NUMAAware) recomputeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
+	k := &pl.floor
+	k.tried = now
+	f, sp := pl.computeFloor(nodes, now)
+	k.cur.Store(f)
+	k.spare.Store(sp)
+	return f
+}
+
 // computeFloor returns the floor of nodes. The void count and topology version are read
 // first: a change while the nodes are read voids the result.
-func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
+func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) (*floor, *spare) {
 	f := &floor{
 		one:      Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
 		together: Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
@@ -123,25 +135,148 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) *floor {
 		nodes:    len(nodes),
 		at:       now,
 	}
+	sp := &spare{topology: f.topology, at: now}
+	room := make([]nodeRoom, 0, len(nodes))
 	for _, ni := range nodes {
+		gen := ni.GetGeneration()
+		sp.gen = max(sp.gen, gen)
 		node := ni.Node()
 		if node == nil {
 			continue
 		}
-		nf, topo, ok := pl.numaFree(node, ni)
+		rec := pl.nodes.NodeOf(node)
+		nf, topo, ok := pl.numaFreeOf(rec, ni)
 		if !ok {
 			f.bare = append(f.bare, ni)
+			sp.lowOne = append(sp.lowOne, gen)
+			sp.lowTogether = append(sp.lowTogether, gen)
 			continue
 		}
-		// Silence is read only until one such node is found: it is one more record
-		// field per node, and a computation reads every node.
-		if !f.unpinned && !pl.pins(pl.nodes.NodeOf(node), topo) {
+		r := nodeRoom{gen: gen, one: roomiest(nf.free(), nil, Request{}), together: total(nf.free())}
+		f.one = lowest(f.one, r.one)
+		f.together = lowest(f.together, r.together)
+		if !pl.pins(rec, topo) {
+			// Filter drops such a node for a pod under single-numa-node: it is never
+			// passed on the spare floor's say-so.
 			f.unpinned = true
+			sp.lowOne = append(sp.lowOne, gen)
+			r.unpinned = true
 		}
-		f.one = lowest(f.one, roomiest(nf.free(), nil, Request{}))
-		f.together = lowest(f.together, total(nf.free()))
+		room = append(room, r)
 	}
-	return f
+	sp.one, sp.lowOne = spareFloor(room, sp.lowOne, func(r *nodeRoom) (Request, bool) { return r.one, !r.unpinned })
+	sp.together, sp.lowTogether = spareFloor(room, sp.lowTogether, func(r *nodeRoom) (Request, bool) { return r.together, true })
+	return f, sp
+}
+
+// spare is the floor with the fullest nodes set aside, for the pods the floor is too
+// low for. In a cluster that places pods, some node is nearly full at any time, and the
+// floor, which holds on every node, drops below most pods. The spare floor holds on
+// every node but a few, named by their NodeInfo's generation: the scheduler gives a
+// NodeInfo a new generation, from one counter for all nodes, whenever its pods or its
+// Node object change. A node still of a generation up to gen has the free capacity it
+// had when the spare floor was computed, so Filter passes it without finding its record
+// or free capacity, unless it is set aside; every other node is filtered in full. No
+// event voids the spare floor: what it says of a node stays true for that generation,
+// and only a NodeTopology changed (the topology version) retires it.
+type spare struct {
+	// one and together are as floor's, over the nodes not set aside.
+	one, together Request
+	// lowOne and lowTogether are the generations, sorted, of the nodes set aside:
+	// those below one (or together), those without NUMA nodes, and, for one, those
+	// that do not pin pods.
+	lowOne, lowTogether []int64
+	// gen is the highest generation among the nodes it was computed from.
+	gen      int64
+	topology uint64
+	at       time.Time
+}
+
+// fastPath is what Filter and Score need of the spare floor for one pod: which nodes
+// they may pass without a look.
+type fastPath struct {
+	gen int64
+	low []int64
+	// one: the pod fits one NUMA node of each such node, so Score would rank them all
+	// as one NUMA node at distance 0.
+	one bool
+}
+
+// covers reports whether the spare floor holds for the node of generation gen.
+func (p *fastPath) covers(gen int64) bool {
+	if p == nil || gen > p.gen {
+		return false
+	}
+	_, low := slices.BinarySearch(p.low, gen)
+	return !low
+}
+
+// nodeRoom is one node's free capacity as the floors count it.
+type nodeRoom struct {
+	gen           int64
+	one, together Request
+	unpinned      bool
+}
+
+// spareSetAside is the share of the nodes the spare floor may set aside: kube-scheduler
+// looks at a tenth of a large cluster per pod, and at most one in eight of them is then
+// filtered in full for a pod the spare floor holds.
+const spareSetAside = 8
+
+// spareFloor returns the floor of the nodes of room that use says count, with the
+// roomiest ones kept until at most one in spareSetAside is set aside, and the sorted
+// generations of the nodes set aside, added to low. Nodes are ranked by the smaller
+// side of their room, as roomiest ranks NUMA nodes.
+func spareFloor(room []nodeRoom, low []int64, use func(*nodeRoom) (Request, bool)) (Request, []int64) {
+	side := func(r Request) int64 { return min(r.MilliCPU, r.Memory/bytesPerMilliCPU) }
+	sides := make([]int64, 0, len(room))
+	for i := range room {
+		if r, ok := use(&room[i]); ok {
+			sides = append(sides, side(r))
+		}
+	}
+	floor := Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64}
+	if len(sides) == 0 {
+		slices.Sort(low)
+		return floor, low
+	}
+	slices.Sort(sides)
+	cut := sides[len(sides)/spareSetAside]
+	for i := range room {
+		r, ok := use(&room[i])
+		switch {
+		case !ok:
+		case side(r) < cut:
+			low = append(low, room[i].gen)
+		default:
+			floor = lowest(floor, r)
+		}
+	}
+	slices.Sort(low)
+	return floor, low
+}
+
+// spareFor returns the spare floor of the snapshot whose node list is nodes, computing
+// it (with the floor) when there is none for the current topology version, or it is
+// older than spareRefresh, but not more often than every floorRetry. An older one still
+// holds where it says it does, for fewer nodes.
+func (pl *NUMAAware) spareFor(nodes []fwk.NodeInfo) *spare {
+	if pl.nodes == nil || len(nodes) == 0 {
+		return nil
+	}
+	now := pl.now()
+	k := &pl.floor
+	sp := k.spare.Load()
+	if sp != nil && sp.topology != pl.nodes.TopologyVersion() {
+		sp = nil
+	}
+	if (sp == nil || now.Sub(sp.at) >= spareRefresh) && now.Sub(k.tried) >= floorRetry {
+		pl.recomputeFloor(nodes, now)
+		if sp = k.spare.Load(); sp.topology != pl.nodes.TopologyVersion() {
+			return nil
+		}
+	}
+	return sp
 }
 
 // lowerFloor lowers the floor to what the node whose free capacity was free keeps in

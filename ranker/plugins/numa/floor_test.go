@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -343,4 +344,107 @@ func TestFloorVoided(t *testing.T) {
 			t.Error("the floor was not computed again after floorRefresh")
 		}
 	})
+}
+
+// Where Filter and Score pass a node on the spare floor's say-so, they answer what they
+// would have answered after a look, and a node given a pod after the spare floor was
+// computed is looked at: random clusters with some nodes nearly full, some without
+// NodeTopology, some that do not pin, and pods of both policies that the floor is too
+// low for.
+func TestSpareFloorAgreesWithFilter(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	ctx := context.Background()
+	var fastPods, covered, looked, refilled int
+	for c := range 200 {
+		var infos []*framework.NodeInfo
+		var topos []*v1alpha1.NodeTopology
+		// One shape of node per cluster, as a node pool has.
+		numa, cpus, mem := 1+rng.Intn(4), 4+rng.Intn(13), int64(8+rng.Intn(57))*gi
+		for n := range 8 + rng.Intn(33) {
+			name := fmt.Sprint("n", n)
+			if rng.Intn(10) != 0 {
+				topo := uniform(name, numa, cpus, mem)
+				if rng.Intn(8) == 0 {
+					topo.Status.NUMAPinning = v1alpha1.PinningOff
+				}
+				topos = append(topos, topo)
+			}
+			var pods []*v1.Pod
+			for i := range rng.Intn(3) + rng.Intn(2)*rng.Intn(12) { // a few nodes nearly full
+				p := pod(fmt.Sprint(name, "-", i), fmt.Sprint(1+rng.Intn(6)), int64(1+rng.Intn(12))*gi,
+					map[string]string{annotations.NUMANodes: fmt.Sprint(rng.Intn(numa))})
+				pods = append(pods, on(name, p))
+			}
+			infos = append(infos, nodeInfo(name, pods...))
+		}
+		pl, _ := newPlugin(t, infos, topos...)
+		nodes := list(infos)
+		for range 5 {
+			ann := map[string]string(nil)
+			if rng.Intn(3) == 0 {
+				ann = map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}
+			}
+			p := pod("p", fmt.Sprintf("%dm", 100+rng.Intn(cpus*1000)), 1+rng.Int63n(mem), ann)
+			state := newState()
+			if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() == fwk.Skip {
+				continue
+			}
+			s, _ := readState(state)
+			if s.fast == nil {
+				continue
+			}
+			fastPods++
+			fast := s.fast
+			check := func(ni *framework.NodeInfo) {
+				t.Helper()
+				gotFilter := pl.Filter(ctx, state, p, ni)
+				gotScore, _ := pl.Score(ctx, state, p, ni)
+				s.fast = nil
+				wantFilter := pl.Filter(ctx, state, p, ni)
+				wantScore, _ := pl.Score(ctx, state, p, ni)
+				s.fast = fast
+				if gotFilter.Code() != wantFilter.Code() {
+					t.Fatalf("cluster %d, node %s: Filter = %v with the spare floor, %v after a look, for %+v (policy %q)",
+						c, ni.Node().Name, gotFilter, wantFilter, s.req, s.policy)
+				}
+				if wantFilter.IsSuccess() && fast.one && gotScore != wantScore {
+					t.Fatalf("cluster %d, node %s: Score = %d with the spare floor, %d after a look", c, ni.Node().Name, gotScore, wantScore)
+				}
+			}
+			for _, ni := range infos {
+				if fast.covers(ni.GetGeneration()) {
+					covered++
+				} else {
+					looked++
+				}
+				check(ni)
+			}
+			// A node the spare floor held for, given a pod that fills it: a new generation,
+			// and Filter looks again.
+			for _, ni := range infos {
+				if !fast.covers(ni.GetGeneration()) || ni.Node() == nil {
+					continue
+				}
+				filler := pod(fmt.Sprint("filler-", c), "64", 256*gi, nil)
+				ni.AddPod(on(ni.Node().Name, filler))
+				if fast.covers(ni.GetGeneration()) {
+					t.Fatalf("cluster %d: the spare floor still holds for %s after it was given a pod", c, ni.Node().Name)
+				}
+				if st := pl.Filter(ctx, state, p, ni); st.IsSuccess() {
+					t.Fatalf("cluster %d: Filter passed %s after a pod filled it: %v", c, ni.Node().Name, st)
+				}
+				refilled++
+				if err := ni.RemovePod(klog.Background(), filler); err != nil {
+					t.Fatal(err)
+				}
+				break
+			}
+		}
+	}
+	// The spare floor must do its work: many nodes passed at once, and some looked at.
+	if fastPods < 100 || covered <= looked || looked == 0 || refilled == 0 {
+		t.Fatalf("%d pods on the spare floor, %d nodes passed at once, %d looked at, %d refilled; want at least 100 pods, most nodes passed at once, some looked at",
+			fastPods, covered, looked, refilled)
+	}
+	t.Logf("%d pods on the spare floor: %d nodes passed at once, %d looked at, %d refilled", fastPods, covered, looked, refilled)
 }

@@ -223,6 +223,9 @@ type cycleState struct {
 	// bare are the snapshot's nodes without NodeTopology when PreFilter skipped Filter
 	// (see floor): PreScore's question is then whether one of them is feasible.
 	bare []fwk.NodeInfo
+	// fast names the nodes Filter passes, and Score ranks, without a look (see spare);
+	// nil when the spare floor is too low for the pod.
+	fast *fastPath
 	// claims are the pod's DRA claims, predicted on every node; nil for a pod without
 	// any, and for one whose claims wait for Reserve (claimsAtReserve).
 	claims *claims

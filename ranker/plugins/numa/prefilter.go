@@ -16,7 +16,8 @@ import (
 // cycle. A malformed policy leaves the pod Pending (UnschedulableAndUnresolvable, the
 // message names the annotation and the accepted form); a pod asking for neither CPU nor
 // memory skips NUMAAware's Filter, and so does one that fits one NUMA node of every
-// node or, without a policy, all NUMA nodes of every node together (see floor).
+// node or, without a policy, all NUMA nodes of every node together (see floor). Short
+// of that, Filter passes at once the nodes the spare floor holds for (see spare).
 func (pl *NUMAAware) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	policy, err := annotations.PodNUMAPolicy(pod.Annotations)
 	if err != nil {
@@ -67,6 +68,16 @@ func (pl *NUMAAware) PreFilter(ctx context.Context, state fwk.CycleState, pod *v
 	if together && s.policy == annotations.PolicyNone {
 		s.uneven.Store(true)
 		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	// Short of that, Filter passes the nodes the spare floor holds for without a look.
+	if sp := pl.spareFor(nodes); sp != nil {
+		switch {
+		case s.req.within(sp.one):
+			s.fast = &fastPath{gen: sp.gen, low: sp.lowOne, one: true}
+		case s.policy == annotations.PolicyNone && s.req.within(sp.together):
+			s.fast = &fastPath{gen: sp.gen, low: sp.lowTogether}
+			s.uneven.Store(true)
+		}
 	}
 	return nil, nil
 }

@@ -13,6 +13,9 @@ import (
 // NormalizeScore maps to the lowest score.
 const countShift = 32
 
+// scoreOneNUMANode is the encoded choice of one NUMA node, at distance 0.
+const scoreOneNUMANode = int64(1) << countShift
+
 func encode(ch Choice) int64 {
 	d := min(ch.Distance, int64(math.MaxUint32))
 	return int64(len(ch.Nodes))<<countShift | d
@@ -46,6 +49,9 @@ func (pl *NUMAAware) Score(ctx context.Context, state fwk.CycleState, _ *v1.Pod,
 	s, ok := readState(state)
 	if !ok || s.idle() {
 		return 0, nil
+	}
+	if s.fast != nil && s.fast.one && s.fast.covers(nodeInfo.GetGeneration()) {
+		return scoreOneNUMANode, nil
 	}
 	node := nodeInfo.Node()
 	if node == nil {
