@@ -59,9 +59,10 @@ type floor struct {
 	// by Reserve, which voids the floor.
 	unpinned bool
 	// What the floor was computed for: the void count, the topology version, the
-	// snapshot's node list, and when.
+	// change count, the snapshot's node list, and when.
 	voids    uint64
 	topology uint64
+	changes  uint64
 	list     *fwk.NodeInfo
 	nodes    int
 	at       time.Time
@@ -71,8 +72,10 @@ const (
 	// floorRefresh is how old a floor may get before it is recomputed.
 	floorRefresh = 10 * time.Second
 	// spareRefresh is how old the spare floor may get before it is recomputed: the
-	// nodes given pods since fall out of its reach.
+	// nodes given pods since fall out of its reach. A computation reads every node, so
+	// it waits also until one in spareStale nodes may have been given pods.
 	spareRefresh = 2 * time.Second
+	spareStale   = 32
 	// floorRetry is how long after a recomputation a void floor waits for the next:
 	// pods bound by others can void it every cycle, and a computation reads every node.
 	floorRetry = time.Second
@@ -84,12 +87,17 @@ type floorKeeper struct {
 	cur   atomic.Pointer[floor]
 	spare atomic.Pointer[spare]
 	voids atomic.Uint64
+	// changes counts what gave a node new pods: this plugin's reservations and voids.
+	changes atomic.Uint64
 	// tried is when the last computation ran.
 	tried time.Time
 }
 
 // void makes the floor unusable until it is computed again.
-func (k *floorKeeper) void() { k.voids.Add(1) }
+func (k *floorKeeper) void() {
+	k.voids.Add(1)
+	k.changes.Add(1)
+}
 
 // fitsFloor reports whether req fits one NUMA node of every node with NUMA nodes of the
 // snapshot whose node list is nodes, and whether it fits all NUMA nodes of every such
@@ -131,11 +139,12 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) (*floor, 
 		together: Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
 		voids:    pl.floor.voids.Load(),
 		topology: pl.nodes.TopologyVersion(),
+		changes:  pl.floor.changes.Load(),
 		list:     unsafe.SliceData(nodes),
 		nodes:    len(nodes),
 		at:       now,
 	}
-	sp := &spare{topology: f.topology, at: now}
+	sp := &spare{topology: f.topology, changes: f.changes, at: now}
 	room := make([]nodeRoom, 0, len(nodes))
 	for _, ni := range nodes {
 		gen := ni.GetGeneration()
@@ -189,6 +198,7 @@ type spare struct {
 	// gen is the highest generation among the nodes it was computed from.
 	gen      int64
 	topology uint64
+	changes  uint64
 	at       time.Time
 }
 
@@ -258,8 +268,9 @@ func spareFloor(room []nodeRoom, low []int64, use func(*nodeRoom) (Request, bool
 
 // spareFor returns the spare floor of the snapshot whose node list is nodes, computing
 // it (with the floor) when there is none for the current topology version, or it is
-// older than spareRefresh, but not more often than every floorRetry. An older one still
-// holds where it says it does, for fewer nodes.
+// older than spareRefresh and a share of the nodes may have been given pods since
+// (spareStale), but not more often than every floorRetry. An older one still holds
+// where it says it does, for fewer nodes.
 func (pl *NUMAAware) spareFor(nodes []fwk.NodeInfo) *spare {
 	if pl.nodes == nil || len(nodes) == 0 {
 		return nil
@@ -270,7 +281,8 @@ func (pl *NUMAAware) spareFor(nodes []fwk.NodeInfo) *spare {
 	if sp != nil && sp.topology != pl.nodes.TopologyVersion() {
 		sp = nil
 	}
-	if (sp == nil || now.Sub(sp.at) >= spareRefresh) && now.Sub(k.tried) >= floorRetry {
+	stale := sp == nil || now.Sub(sp.at) >= spareRefresh && k.changes.Load()-sp.changes >= uint64(len(nodes)/spareStale+1)
+	if stale && now.Sub(k.tried) >= floorRetry {
 		pl.recomputeFloor(nodes, now)
 		if sp = k.spare.Load(); sp.topology != pl.nodes.TopologyVersion() {
 			return nil
@@ -284,6 +296,7 @@ func (pl *NUMAAware) spareFor(nodes []fwk.NodeInfo) *spare {
 // among them as FreeCapacity counts it, and the together floor to what its NUMA nodes
 // keep together: less all of req, which is no less than the even split takes.
 func (pl *NUMAAware) lowerFloor(free []Free, taken []int32, req Request) {
+	pl.floor.changes.Add(1)
 	f := pl.floor.cur.Load()
 	if f == nil || len(taken) == 0 {
 		return

@@ -70,6 +70,10 @@ func (pl *NUMAAware) PreFilter(ctx context.Context, state fwk.CycleState, pod *v
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	// Short of that, Filter passes the nodes the spare floor holds for without a look.
+	// It counts no devices.
+	if !s.req.Devices.IsZero() {
+		return nil, nil
+	}
 	if sp := pl.spareFor(nodes); sp != nil {
 		switch {
 		case s.req.within(sp.one):
