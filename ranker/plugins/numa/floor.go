@@ -131,8 +131,9 @@ func (pl *NUMAAware) recomputeFloor(nodes []fwk.NodeInfo, now time.Time) *floor 
 	return f
 }
 
-// computeFloor returns the floor of nodes. The void count and topology version are read
-// first: a change while the nodes are read voids the result.
+// computeFloor returns the floor and the spare floor of nodes. The void count, the
+// topology version and the change count are read first: a change while the nodes are
+// read voids the floor, and makes the spare floor older.
 func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) (*floor, *spare) {
 	f := &floor{
 		one:      Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
