@@ -48,22 +48,12 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 			if c%4 != 0 || rng.Intn(4) != 0 { // some nodes of a quarter of the clusters lack topology
 				topos = append(topos, uniform(name, numa, 2+rng.Intn(7), int64(2+rng.Intn(15))*gi))
 			}
-			var pods []*v1.Pod
-			for i := range rng.Intn(4) {
-				p := pod(fmt.Sprint(name, "-", i), fmt.Sprint(1+rng.Intn(4)), int64(1+rng.Intn(6))*gi,
-					map[string]string{annotations.NUMANodes: fmt.Sprint(rng.Intn(numa))})
-				p.UID = types.UID(p.Name)
-				pods = append(pods, on(name, p))
-			}
-			infos = append(infos, nodeInfo(name, pods...))
+			infos = append(infos, nodeInfo(name, pinnedPods(rng, name, rng.Intn(4), 4, 6, numa)...))
 		}
 		pl, _ := newPlugin(t, infos, topos...)
 		nodes := list(infos)
 		for range 5 {
-			ann := map[string]string(nil)
-			if rng.Intn(3) == 0 {
-				ann = map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}
-			}
+			ann := randomPolicy(rng)
 			p := pod("p", fmt.Sprintf("%dm", 100+rng.Intn(4000)), int64(1+rng.Intn(8))*gi/2, ann)
 			if rng.Intn(4) == 0 { // larger than many NUMA nodes
 				p = pod("p", fmt.Sprintf("%dm", 100+rng.Intn(12000)), int64(1+rng.Intn(24))*gi/2, ann)
@@ -129,6 +119,26 @@ func TestFloorAgreesWithFilter(t *testing.T) {
 		t.Fatalf("PreFilter skipped Filter for %d pods (%d marked uneven, %d by the together floor); want most of 1500, some of both", skipped, skippedUneven, skippedTogether)
 	}
 	t.Logf("PreFilter skipped Filter for %d of 1500 pods (%d uneven, %d by the together floor)", skipped, skippedUneven, skippedTogether)
+}
+
+// pinnedPods returns n pods on node, each of 1 to cpus CPUs and 1 to memGi GiB, pinned to
+// one of its numa NUMA nodes drawn at random.
+func pinnedPods(rng *rand.Rand, node string, n, cpus, memGi, numa int) []*v1.Pod {
+	pods := make([]*v1.Pod, n)
+	for i := range pods {
+		p := pod(fmt.Sprint(node, "-", i), fmt.Sprint(1+rng.Intn(cpus)), int64(1+rng.Intn(memGi))*gi,
+			map[string]string{annotations.NUMANodes: fmt.Sprint(rng.Intn(numa))})
+		pods[i] = on(node, p)
+	}
+	return pods
+}
+
+// randomPolicy returns single-numa-node's annotation one time in three, else none.
+func randomPolicy(rng *rand.Rand) map[string]string {
+	if rng.Intn(3) == 0 {
+		return map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}
+	}
+	return nil
 }
 
 // A reservation lowers the floor to what its node keeps: the next pod of the same size
@@ -369,21 +379,13 @@ func TestSpareFloorAgreesWithFilter(t *testing.T) {
 				}
 				topos = append(topos, topo)
 			}
-			var pods []*v1.Pod
-			for i := range rng.Intn(3) + rng.Intn(2)*rng.Intn(12) { // a few nodes nearly full
-				p := pod(fmt.Sprint(name, "-", i), fmt.Sprint(1+rng.Intn(6)), int64(1+rng.Intn(12))*gi,
-					map[string]string{annotations.NUMANodes: fmt.Sprint(rng.Intn(numa))})
-				pods = append(pods, on(name, p))
-			}
-			infos = append(infos, nodeInfo(name, pods...))
+			n := rng.Intn(3) + rng.Intn(2)*rng.Intn(12) // a few nodes nearly full
+			infos = append(infos, nodeInfo(name, pinnedPods(rng, name, n, 6, 12, numa)...))
 		}
 		pl, _ := newPlugin(t, infos, topos...)
 		nodes := list(infos)
 		for range 5 {
-			ann := map[string]string(nil)
-			if rng.Intn(3) == 0 {
-				ann = map[string]string{annotations.NUMAPolicy: string(annotations.PolicySingleNUMANode)}
-			}
+			ann := randomPolicy(rng)
 			p := pod("p", fmt.Sprintf("%dm", 100+rng.Intn(cpus*1000)), 1+rng.Int63n(mem), ann)
 			state := newState()
 			if _, st := pl.PreFilter(ctx, state, p, nodes); st.Code() == fwk.Skip {
