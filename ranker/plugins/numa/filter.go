@@ -82,7 +82,9 @@ func shortResource(free []Free, req Request) string {
 // agent back; the agent's first fresh report brings the pod back (reportArrived).
 func (pl *NUMAAware) Filter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, ok := readState(state)
-	if !ok || s.idle() || s.fast.covers(nodeInfo.GetGeneration()) {
+	// The generation is read only for a pod on the spare floor: it is a cache line of
+	// the NodeInfo that nothing else reads.
+	if !ok || s.idle() || s.fast != nil && s.fast.covers(nodeInfo.GetGeneration()) {
 		return nil
 	}
 	node := nodeInfo.Node()

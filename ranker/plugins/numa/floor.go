@@ -59,10 +59,9 @@ type floor struct {
 	// by Reserve, which voids the floor.
 	unpinned bool
 	// What the floor was computed for: the void count, the topology version, the
-	// change count, the snapshot's node list, and when.
+	// snapshot's node list, and when.
 	voids    uint64
 	topology uint64
-	changes  uint64
 	list     *fwk.NodeInfo
 	nodes    int
 	at       time.Time
@@ -140,12 +139,11 @@ func (pl *NUMAAware) computeFloor(nodes []fwk.NodeInfo, now time.Time) (*floor, 
 		together: Request{MilliCPU: math.MaxInt64, Memory: math.MaxInt64},
 		voids:    pl.floor.voids.Load(),
 		topology: pl.nodes.TopologyVersion(),
-		changes:  pl.floor.changes.Load(),
 		list:     unsafe.SliceData(nodes),
 		nodes:    len(nodes),
 		at:       now,
 	}
-	sp := &spare{topology: f.topology, changes: f.changes, at: now}
+	sp := &spare{topology: f.topology, changes: pl.floor.changes.Load(), at: now}
 	room := make([]nodeRoom, 0, len(nodes))
 	for _, ni := range nodes {
 		gen := ni.GetGeneration()
