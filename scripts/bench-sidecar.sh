@@ -17,13 +17,16 @@
 # StopContainer; process, the agent to the sidecar's process), one after the other, for
 # each kind of sidecar (--sidecar: native, an init container the kubelet restarts if it
 # sees it exited while a main runs, so its stop waits for the CRI's record of the main's
-# exit; regular, a container with sidecar.sextant.io/native: "false"). The summary takes
+# exit; regular, a container with sidecar.sextant.io/native: "false"; floor, no sidecar
+# at all but a second container that ends by itself together with its main, once per run
+# whatever --signal says: the floor under any stop during such a burst, since no stop can
+# end a sidecar sooner than its main ends, docs/design/0084). The summary takes
 # the median of the runs' p50s and p99s per Job count, kind and way, and the ratio of
 # process's to runtime's. Goals: 20 Jobs, p99 <= 100 ms; 100 Jobs, p99 <= 250 ms; both
 # p50 <= 50 ms. Needs root.
 #
 #   scripts/bench-sidecar.sh [--jobs 20,100] [--runs 3] [--mode burst|staggered]
-#                            [--signal runtime,process] [--sidecar native,regular]
+#                            [--signal runtime,process] [--sidecar native,regular,floor]
 #   (make bench-sidecar passes BENCH_SIDECAR_ARGS)
 #
 # Brings the cluster up if it is not (never down: others may share it); cleans up the
@@ -42,11 +45,11 @@ while [[ $# -gt 0 ]]; do
     --mode) mode=${2:-}; shift 2 ;;
     --signal) signals=${2:-}; shift 2 ;;
     --sidecar) kinds=${2:-}; shift 2 ;;
-    *) echo "bench-sidecar: unknown argument '$1' (want --jobs N[,N...], --runs N, --mode burst|staggered, --signal runtime,process, --sidecar native,regular; see --help)" >&2; exit 2 ;;
+    *) echo "bench-sidecar: unknown argument '$1' (want --jobs N[,N...], --runs N, --mode burst|staggered, --signal runtime,process, --sidecar native,regular,floor; see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $signals =~ ^(runtime|process)(,(runtime|process))?$ ]] || { echo "bench-sidecar: --signal '$signals': want runtime, process or both, comma-separated" >&2; exit 2; }
-[[ $kinds =~ ^(native|regular)(,(native|regular))?$ ]] || { echo "bench-sidecar: --sidecar '$kinds': want native, regular or both, comma-separated" >&2; exit 2; }
+[[ $kinds =~ ^(native|regular|floor)(,(native|regular|floor)){0,2}$ ]] || { echo "bench-sidecar: --sidecar '$kinds': want one or more of native, regular and floor, comma-separated" >&2; exit 2; }
 [[ $mode == burst || $kinds == native ]] || { echo "bench-sidecar: --mode staggered runs native sidecars only: add --sidecar native" >&2; exit 2; }
 [[ $jobs_list =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "bench-sidecar: --jobs '$jobs_list': want Job counts from 1 to 100, comma-separated, e.g. 20,100" >&2; exit 2; }
 for n in ${jobs_list//,/ }; do
@@ -72,6 +75,8 @@ for ((r = 1; r <= runs; r++)); do
       # node the other just left busy.
       order=${signals//,/ }
       ((r % 2 == 0)) && order=$(tr ' ' '\n' <<<"$order" | tac | tr '\n' ' ')
+      # The floor has nothing to stop: one run, the agent started as for the first way.
+      [[ $k == floor ]] && order=${signals%%,*}
       for s in $order; do
         log "bench-sidecar: run $r of $runs, $n Jobs, $mode, $k sidecars, --sidecar-signal=$s"
         if ! SEXTANT_BENCH_SIDECAR_JOBS=$n SEXTANT_BENCH_SIDECAR_SIGNAL=$s SEXTANT_BENCH_SIDECAR_KIND=$k go test -tags e2e -count=1 -run '^TestSidecarBench$' -timeout 40m ./test/e2e/ -v >"$out" 2>&1; then
@@ -96,7 +101,9 @@ verdict() { # value goal
 }
 for n in ${jobs_list//,/ }; do
   for k in ${kinds//,/ }; do
-    for s in ${signals//,/ }; do
+    ways=${signals//,/ }
+    [[ $k == floor ]] && ways=${signals%%,*}
+    for s in $ways; do
       p50=$(median "$n" "$k" "$s" p50_ms) p99=$(median "$n" "$k" "$s" p99_ms)
       line="bench-sidecar: $n Jobs, $mode, $k sidecars, --sidecar-signal=$s, median of $runs runs: p50 $p50 ms, p99 $p99 ms, agent CPU $(median "$n" "$k" "$s" cpu_ms) ms, peak RSS $(median "$n" "$k" "$s" rss_mib) MiB"
       case $mode:$n in
@@ -107,7 +114,7 @@ for n in ${jobs_list//,/ }; do
       proc50=$(median "$n" "$k" "$s" proc_p50_ms) proc99=$(median "$n" "$k" "$s" proc_p99_ms)
       [[ -n $proc50 ]] && echo "bench-sidecar: $n Jobs, $mode, $k sidecars, --sidecar-signal=$s, median of $runs runs: main container's exit heard -> sidecar's process ended (the agent's pidfds): p50 $proc50 ms, p99 $proc99 ms"
     done
-    if [[ $signals == *,* ]]; then
+    if [[ $signals == *,* && $k != floor ]]; then
       awk -v n="$n" -v k="$k" -v a50="$(median "$n" "$k" process p50_ms)" -v b50="$(median "$n" "$k" runtime p50_ms)" \
         -v a99="$(median "$n" "$k" process p99_ms)" -v b99="$(median "$n" "$k" runtime p99_ms)" \
         'BEGIN {printf "bench-sidecar: %s Jobs, %s sidecars: process / runtime: p50 %.2fx, p99 %.2fx\n", n, k, (b50 > 0 ? a50 / b50 : 0), (b99 > 0 ? a99 / b99 : 0)}'

@@ -51,7 +51,12 @@ func newBarrier(t *testing.T) *barrier {
 
 // main is a main container that exits 0 when the barrier is released.
 func (b *barrier) main(h *sidecarHarness) corev1.Container {
-	c := h.main("main", "read x < /barrier/go; exit 0")
+	return b.container(h, "main")
+}
+
+// container is a container name, unmarked, that exits 0 when the barrier is released.
+func (b *barrier) container(h *sidecarHarness, name string) corev1.Container {
+	c := h.main(name, "read x < /barrier/go; exit 0")
 	c.VolumeMounts = []corev1.VolumeMount{{Name: "barrier", MountPath: "/barrier", ReadOnly: true}}
 	return c
 }
@@ -110,13 +115,22 @@ type burstResult struct {
 // runs until stopped (a native sidecar, or a regular container with the annotations
 // SidecarNative: "false"), waits until every main runs, releases them together, and
 // waits for every Job to complete.
-func runBurst(t *testing.T, h *sidecarHarness, jobs int, podAnnotations map[string]string) burstResult {
+//
+// With floor, the second container is no sidecar: it waits at the barrier too and ends
+// by itself at the same moment as its main, and nothing stops it. Its delay is then
+// the floor under any stop on this node during such a burst: how far apart the runtime
+// stamps the exits of two containers of a pod that end together.
+func runBurst(t *testing.T, h *sidecarHarness, jobs int, podAnnotations map[string]string, floor bool) burstResult {
 	t.Helper()
 	b := newBarrier(t)
+	second := h.sidecar("proxy", "sleep", "3600")
+	if floor {
+		second = b.container(h, "proxy")
+	}
 	names := make([]string, jobs)
 	for i := range names {
 		names[i] = fmt.Sprintf("burst-%03d", i)
-		h.jobOf(names[i], podAnnotations, b.spec(h, []corev1.Container{b.main(h)}, []corev1.Container{h.sidecar("proxy", "sleep", "3600")}))
+		h.jobOf(names[i], podAnnotations, b.spec(h, []corev1.Container{b.main(h)}, []corev1.Container{second}))
 	}
 	mainsRunning := func() (running, total int) {
 		list, err := local.kube.CoreV1().Pods(h.ns).List(context.Background(), metav1.ListOptions{LabelSelector: sidecarLabel + "=" + h.id})
@@ -143,12 +157,13 @@ func runBurst(t *testing.T, h *sidecarHarness, jobs int, podAnnotations map[stri
 	time.Sleep(2 * time.Second)
 	cpu0 := processCPU(t, h.agent.cmd.Process.Pid)
 	b.release(t, func() int { running, _ := mainsRunning(); return running })
-	return collectBurst(t, h, names, cpu0)
+	return collectBurst(t, h, names, cpu0, !floor)
 }
 
 // collectBurst waits for the Jobs names to complete and reads what their stops took:
-// from the runtime, the agent's log, and the agent's CPU time since cpu0.
-func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Duration) burstResult {
+// from the runtime, the agent's log (waiting for a stop of each when stops), and the
+// agent's CPU time since cpu0.
+func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Duration, stops bool) burstResult {
 	t.Helper()
 	for _, name := range names {
 		if got := h.waitJob(name, 10*time.Minute); got != batchv1.JobComplete {
@@ -179,17 +194,19 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 	// A stop's log line comes after its Event and mark, so it may trail the Job's
 	// completion by as long as the agent takes to write a burst's Events (its API
 	// client's rate limit, retries): wait for a line for each sidecar, then read them all.
-	var lines []agentStop
-	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-		lines = agentStopLines(t, h.agent.output())
-		seen := 0
-		for _, l := range lines {
-			if proxies[l.id] {
-				seen++
+	lines := agentStopLines(t, h.agent.output())
+	if stops {
+		_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+			lines = agentStopLines(t, h.agent.output())
+			seen := 0
+			for _, l := range lines {
+				if proxies[l.id] {
+					seen++
+				}
 			}
-		}
-		return seen >= len(proxies), nil
-	})
+			return seen >= len(proxies), nil
+		})
+	}
 	for _, line := range lines {
 		res.stopsByContainer[line.id]++
 		res.signalled[line.signalled]++
@@ -300,7 +317,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // through the CRI.
 func TestSidecarBurstStopsEachOnce(t *testing.T) {
 	h := newSidecarHarnessSignalling(t, "process")
-	res := runBurst(t, h, 50, nil)
+	res := runBurst(t, h, 50, nil, false)
 	if n := res.signalled["process"]; n != len(res.pods) || len(res.signalled) != 1 {
 		t.Errorf("stops by how they were signalled: %v; want all %d by the agent to the process", res.signalled, len(res.pods))
 	}
@@ -366,7 +383,9 @@ func checkStoppedOnce(t *testing.T, h *sidecarHarness, res burstResult) {
 // SEXTANT_BENCH_SIDECAR_MODE=staggered they finish over five seconds. The agent stops
 // the sidecars as SEXTANT_BENCH_SIDECAR_SIGNAL says (its --sidecar-signal: runtime, the
 // default, or process). The sidecars are native ones, or regular containers with
-// SEXTANT_BENCH_SIDECAR_KIND=regular (burst mode only). It prints p50
+// SEXTANT_BENCH_SIDECAR_KIND=regular (burst mode only). SEXTANT_BENCH_SIDECAR_KIND=floor
+// (burst mode only) measures the floor under any stop instead: the second container
+// ends by itself with its main, and the agent must stop nothing. It prints p50
 // and p99 of (main container finished → sidecar finished) from the runtime's own
 // timestamps, the same of each phase of the agent's stops, and the agent's CPU time and
 // peak memory; scripts/bench-sidecar.sh judges the goals over several runs.
@@ -399,15 +418,16 @@ func TestSidecarBench(t *testing.T) {
 	case "native":
 	case "regular":
 		podAnnotations = map[string]string{annotations.SidecarNative: "false"}
+	case "floor":
 	default:
-		t.Fatalf("SEXTANT_BENCH_SIDECAR_KIND %q: want native or regular", kind)
+		t.Fatalf("SEXTANT_BENCH_SIDECAR_KIND %q: want native, regular or floor", kind)
 	}
 	h := newSidecarHarnessSignalling(t, signal)
 	var res burstResult
 	switch mode {
 	case "", "burst":
 		mode = "burst"
-		res = runBurst(t, h, jobs, podAnnotations)
+		res = runBurst(t, h, jobs, podAnnotations, kind == "floor")
 	case "staggered":
 		if kind != "native" {
 			t.Fatalf("SEXTANT_BENCH_SIDECAR_KIND %s: the staggered mode runs native sidecars only", kind)
@@ -416,16 +436,29 @@ func TestSidecarBench(t *testing.T) {
 	default:
 		t.Fatalf("SEXTANT_BENCH_SIDECAR_MODE %q: want burst or staggered", mode)
 	}
-	checkStoppedOnce(t, h, res)
+	if kind == "floor" {
+		if len(res.stopsByContainer) != 0 {
+			t.Errorf("the agent stopped %d containers of Jobs with no sidecar; want none", len(res.stopsByContainer))
+		}
+		for _, pod := range res.pods {
+			if c := h.containers(pod)["proxy"]; c.ExitCode != 0 || c.StopMark != "" {
+				t.Errorf("pod %s: the second container exited %d with stop mark %q; want 0, ended by itself", pod.Name, c.ExitCode, c.StopMark)
+			}
+		}
+	} else {
+		checkStoppedOnce(t, h, res)
+	}
 	ms := func(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
 	fmt.Printf("bench-sidecar: %d Jobs, %s, %s sidecars, --sidecar-signal=%s: main containers finished within %s ms; stops signalled %v\n", jobs, mode, kind, signal, ms(res.mainSpread), res.signalled)
 	fmt.Printf("bench-sidecar: main container finished -> sidecar finished (runtime timestamps): min %s  p50 %s  p99 %s  max %s ms\n",
 		ms(res.delays[0]), ms(percentile(res.delays, 0.5)), ms(percentile(res.delays, 0.99)), ms(res.delays[len(res.delays)-1]))
-	var parts []string
-	for _, p := range stopPhases {
-		parts = append(parts, fmt.Sprintf("%s %s/%s", p, ms(percentile(res.phases[p], 0.5)), ms(percentile(res.phases[p], 0.99))))
+	if n := len(res.phases[stopPhases[0]]); n > 0 {
+		var parts []string
+		for _, p := range stopPhases {
+			parts = append(parts, fmt.Sprintf("%s %s/%s", p, ms(percentile(res.phases[p], 0.5)), ms(percentile(res.phases[p], 0.99))))
+		}
+		fmt.Printf("bench-sidecar: phases p50/p99 ms (%d stops): %s\n", n, strings.Join(parts, ", "))
 	}
-	fmt.Printf("bench-sidecar: phases p50/p99 ms (%d stops): %s\n", len(res.phases[stopPhases[0]]), strings.Join(parts, ", "))
 	procP50, procP99 := "-", "-"
 	if len(res.processEnded) > 0 {
 		procP50, procP99 = ms(percentile(res.processEnded, 0.5)), ms(percentile(res.processEnded, 0.99))
@@ -449,5 +482,5 @@ func runStaggered(t *testing.T, h *sidecarHarness, jobs int) burstResult {
 			[]corev1.Container{h.main("main", fmt.Sprintf("sleep %d.%d; exit 0", 4+i%5, i%10))},
 			[]corev1.Container{h.sidecar("proxy", "sleep", "3600")})
 	}
-	return collectBurst(t, h, names, cpu0)
+	return collectBurst(t, h, names, cpu0, true)
 }
