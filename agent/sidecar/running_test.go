@@ -108,3 +108,42 @@ func TestRunningStateNotKeptOverAnExitHeardMeanwhile(t *testing.T) {
 		t.Error("main-a kept running although its exit was heard during the question")
 	}
 }
+
+// A pass asks the runtime only about the pod's main and sidecar containers: the
+// wrapper's installer, an init container long exited, decides nothing. Its exit is heard
+// once and then forgotten, and asking for its state again at a burst of finishing Jobs
+// held up the pass that decided a stop for as long as containerd took to answer.
+func TestPassAsksNothingAboutOtherContainers(t *testing.T) {
+	rt := newFakeRuntime()
+	twoContainers(rt, "a")
+	rt.add(cri.Container{ID: "install-a", PodUID: "a", Name: "sextant-sidecar-install", State: cri.StateExited, CreatedAt: time.Now()})
+	pod := jobPod("job-a", "a", corev1.RestartPolicyNever)
+	pod.Spec.InitContainers = append([]corev1.Container{{Name: "sextant-sidecar-install"}}, pod.Spec.InitContainers...)
+	pod.Status.InitContainerStatuses = []corev1.ContainerStatus{
+		{Name: "sextant-sidecar-install", ContainerID: "containerd://install-a",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{}}},
+		{Name: "proxy", ContainerID: "containerd://proxy-a"},
+	}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "main", ContainerID: "containerd://main-a"}}
+	roles := rolesOf(t, pod)
+	term := idleTerminator(t, rt)
+	term.newStream()
+	term.streamProven()
+	for range 3 {
+		ctrs, err := term.podContainers(context.Background(), pod, roles)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range ctrs {
+			if c.ID == "install-a" {
+				t.Errorf("a pass returned the installer %s, which no rule reads", c.ID)
+			}
+		}
+	}
+	if n := rt.statusCalls("install-a"); n != 0 {
+		t.Errorf("runtime asked about the installer %d times, want never", n)
+	}
+	if m, p := rt.statusCalls("main-a"), rt.statusCalls("proxy-a"); m != 1 || p != 1 {
+		t.Errorf("runtime asked about main-a %d and proxy-a %d times, want once each (then kept running)", m, p)
+	}
+}

@@ -818,11 +818,11 @@ func (t *Terminator) recordLeftRunning(ctx context.Context, pod *corev1.Pod, con
 	return nil
 }
 
-// podContainers reads the pod's containers: the runtime's records of them (which do not
-// wait on the CRI's lock of any container's state; known ones from memory), the state
-// of each from its exit event if the agent heard it and otherwise from the runtime, and
-// the stop marks from the agent's state directory or, where an agent from before those
-// files wrote one, the container's label.
+// podContainers reads the pod's main and sidecar containers: the runtime's records of
+// them (which do not wait on the CRI's lock of any container's state; known ones from
+// memory), the state of each from its exit event if the agent heard it and otherwise
+// from the runtime, and the stop marks from the agent's state directory or, where an
+// agent from before those files wrote one, the container's label.
 func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles sidecarrules.Roles) ([]cri.Container, error) {
 	recs, ok := t.knownRecords(pod, roles)
 	if !ok {
@@ -839,6 +839,12 @@ func (t *Terminator) podContainers(ctx context.Context, pod *corev1.Pod, roles s
 	terminated := terminatedIDs(pod)
 	out := make([]cri.Container, 0, len(recs))
 	for _, c := range recs {
+		if !slices.Contains(roles.Mains, c.Name) && !slices.Contains(roles.Sidecars, c.Name) {
+			// No rule reads any other container of the pod (the wrapper's installer, long
+			// exited): asking for its state again, once its exit is forgotten, held up the
+			// pass deciding a stop for as long as a busy containerd took to answer.
+			continue
+		}
 		mark, err := t.marks.read(string(pod.UID), c.ID)
 		if err != nil {
 			return nil, err
