@@ -110,9 +110,9 @@ func TestRunningStateNotKeptOverAnExitHeardMeanwhile(t *testing.T) {
 }
 
 // A pass asks the runtime only about the pod's main and sidecar containers: the
-// wrapper's installer, an init container long exited, decides nothing. Its exit is heard
-// once and then forgotten, and asking for its state again at a burst of finishing Jobs
-// held up the pass that decided a stop for as long as containerd took to answer.
+// wrapper's installer, an init container long exited, decides nothing. Once the agent
+// no longer held its exit, asking for its state again at a burst of finishing Jobs held
+// up the pass that decided a stop for as long as containerd took to answer.
 func TestPassAsksNothingAboutOtherContainers(t *testing.T) {
 	rt := newFakeRuntime()
 	twoContainers(rt, "a")
