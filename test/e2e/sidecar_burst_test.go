@@ -194,19 +194,17 @@ func collectBurst(t *testing.T, h *sidecarHarness, names []string, cpu0 time.Dur
 	// A stop's log line comes after its Event and mark, so it may trail the Job's
 	// completion by as long as the agent takes to write a burst's Events (its API
 	// client's rate limit, retries): wait for a line for each sidecar, then read them all.
-	lines := agentStopLines(t, h.agent.output())
-	if stops {
-		_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
-			lines = agentStopLines(t, h.agent.output())
-			seen := 0
-			for _, l := range lines {
-				if proxies[l.id] {
-					seen++
-				}
+	var lines []agentStop
+	_ = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 3*time.Minute, true, func(context.Context) (bool, error) {
+		lines = agentStopLines(t, h.agent.output())
+		seen := 0
+		for _, l := range lines {
+			if proxies[l.id] {
+				seen++
 			}
-			return seen >= len(proxies), nil
-		})
-	}
+		}
+		return !stops || seen >= len(proxies), nil
+	})
 	for _, line := range lines {
 		res.stopsByContainer[line.id]++
 		res.signalled[line.signalled]++
