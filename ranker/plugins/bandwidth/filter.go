@@ -18,7 +18,8 @@ import (
 // fresh, full NodeBandwidth whose remaining minus the ledger's reservations there is at
 // least the required rate. A pod that names its network and requires no rate needs only
 // a NodeBandwidth, fresh or not, that lists that network: which networks a node has is
-// its agent's configuration, not a measurement that ages.
+// its agent's configuration, not a measurement that ages. A node the floor PreFilter
+// found for the pod speaks for passes without its record being read (floor.go).
 //
 // The status message is fixed per reason (see message): kube-scheduler's
 // FailedScheduling event counts nodes per distinct message, so figures in it would make
@@ -33,6 +34,9 @@ func (pl *BandwidthAware) Filter(ctx context.Context, state fwk.CycleState, pod 
 	node := nodeInfo.Node()
 	if node == nil {
 		return fwk.NewStatus(fwk.Error, "node not found")
+	}
+	if s.floor != nil && s.adjust == nil && s.floor.passes(nodeInfo, node) {
+		return nil
 	}
 	rec := pl.reports.NodeOf(node)
 	var report *heartbeat.Bandwidth

@@ -102,6 +102,9 @@ type Ledger struct {
 	// onStage is told of every claim a deadline reduced or released, and of the nodes
 	// that gained room by it, after the ledger's lock is released.
 	onStage func([]StageChange)
+	// changed is told, under the lock, of each node whose totals were just replaced:
+	// the plugin's floor no longer speaks for that node (floor.go).
+	changed func(node string)
 }
 
 // StageChange is a pod whose claim a deadline reduced or released.
@@ -170,6 +173,7 @@ type reservation struct {
 // (see reservedOn): each write replaces the whole list, a handful of networks at most.
 type nodeReservations struct {
 	ledger     *Ledger
+	node       string // "" for the ledger's none
 	totals     atomic.Pointer[[]networkReserved]
 	pods       map[types.UID]*reservation
 	guarantees map[types.UID]*guarantee
@@ -234,6 +238,9 @@ func (n *nodeReservations) updateLocked(network string, change func(*networkRese
 		}
 	}
 	n.totals.Store(&next)
+	if n.node != "" && n.ledger.changed != nil {
+		n.ledger.changed(n.node)
+	}
 }
 
 // addLocked adds the rates to network's reservation totals (the ledger's lock held).
@@ -452,7 +459,7 @@ func (l *Ledger) removeLocked(uid types.UID, reason string) {
 func (l *Ledger) entryLocked(node string) *nodeReservations {
 	n := l.byNode[node]
 	if n == nil {
-		n = &nodeReservations{ledger: l, pods: map[types.UID]*reservation{}, guarantees: map[types.UID]*guarantee{}}
+		n = &nodeReservations{ledger: l, node: node, pods: map[types.UID]*reservation{}, guarantees: map[types.UID]*guarantee{}}
 		l.byNode[node] = n
 		l.publishLocked(node, n)
 	}

@@ -48,6 +48,14 @@ type BandwidthAware struct {
 	// scheduling is set once this replica ran a scheduling cycle, which only the
 	// leader does: standbys keep their ledgers too, but do not repeat its Events.
 	scheduling atomic.Bool
+
+	// floorOn says the plugin hears of every report change, which a floor needs
+	// (floor.go); floor is the current one, floorBuilding the one being computed,
+	// floorTried when PreFilter last computed one.
+	floorOn       bool
+	floor         atomic.Pointer[floor]
+	floorBuilding atomic.Pointer[floorBuild]
+	floorTried    time.Time
 }
 
 var (
@@ -144,6 +152,12 @@ func newPlugin(args Args, reports nodelookup.Nodes, now func() time.Time) *Bandw
 		msgStale: staleMessage(args.StaleAfter.Duration), msgPartial: partialMessage(args.MinWindow.Duration)}
 	// The plugin's clock, which tests set after building it.
 	ledger.now = func() time.Time { return pl.now() }
+	ledger.changed = pl.nodeChanged
+	// A floor needs to hear of every report: records that cannot tell have none.
+	if s, ok := reports.(interface{ AddListener(heartbeat.Listener) }); ok {
+		s.AddListener(heartbeat.Listener{Bandwidth: func(node string, _ *heartbeat.Bandwidth) { pl.nodeChanged(node) }})
+		pl.floorOn = true
+	}
 	return pl
 }
 

@@ -25,6 +25,9 @@ type podState struct {
 	// adjust is what AddPod and RemovePod made of one node's reservations and
 	// guarantees (preemption's dry runs, nominated pods); nil without either.
 	adjust *nodeAdjust
+	// floor is the floor level that holds the pod's request, nil if none does: Filter
+	// passes the nodes it speaks for without looking (floor.go).
+	floor *floorLevel
 }
 
 // Clone shares the state: it is never changed once written, AddPod and RemovePod write
@@ -59,7 +62,7 @@ const msgLedgerNotSynced = "the bandwidth ledger has not yet seen every bound po
 // activated when the ledger syncs (activateWhenSynced, PostFilter). A pod with only
 // expected rates is not held: Filter rejects it at most for a network it names, which
 // the ledger does not decide.
-func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !pl.scheduling.Load() {
 		pl.scheduling.Store(true)
 	}
@@ -87,7 +90,8 @@ func (pl *BandwidthAware) PreFilter(_ context.Context, state fwk.CycleState, pod
 			return nil, st
 		}
 	}
-	state.Write(stateKey, &podState{req: req, now: pl.now()})
+	now := pl.now()
+	state.Write(stateKey, &podState{req: req, now: now, floor: pl.floorFor(req, now, nodes)})
 	return nil, nil
 }
 
