@@ -285,22 +285,24 @@ func full(report *heartbeat.Bandwidth, minWindow time.Duration) bool {
 // for it, or no such network.
 func (pl *BandwidthAware) available(rec *heartbeat.Node, network string, now time.Time) (ingress, egress avail) {
 	report, res := pl.ledger.reportAndReserved(rec, network)
-	in, eg := res.ingress, res.egress
-	if report == nil {
-		return avail{}, avail{}
-	}
-	if pl.stale(report, now) || pl.partial(report) {
-		return avail{}, avail{}
-	}
-	nw := report.Network(network)
+	nw := pl.usableNetwork(report, network, now)
 	if nw == nil {
 		return avail{}, avail{}
 	}
 	if nw.IngressKnown {
-		ingress = avail{bits: nw.IngressRemaining - in, ok: true}
+		ingress = avail{bits: nw.IngressRemaining - res.ingress, ok: true}
 	}
 	if nw.EgressKnown {
-		egress = avail{bits: nw.EgressRemaining - eg, ok: true}
+		egress = avail{bits: nw.EgressRemaining - res.egress, ok: true}
 	}
 	return ingress, egress
+}
+
+// usableNetwork returns network of report (nil: none) if the report is fresh at now and
+// full, nil otherwise.
+func (pl *BandwidthAware) usableNetwork(report *heartbeat.Bandwidth, network string, now time.Time) *heartbeat.Network {
+	if report == nil || pl.stale(report, now) || pl.partial(report) {
+		return nil
+	}
+	return report.Network(network)
 }

@@ -145,6 +145,21 @@ type floorBuild struct {
 	done    bool
 }
 
+// publish marks in f (nil: no floor) the nodes that changed during its computation and
+// makes it the current floor; changes from then on are marked in it by nodeChanged.
+func (b *floorBuild) publish(current *atomic.Pointer[floor], f *floor) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f != nil {
+		for _, node := range b.changed {
+			f.mark(node)
+		}
+		f.marked = f.levels[0].marks.set.Load()
+	}
+	current.Store(f)
+	b.done = true
+}
+
 // nodeChanged marks node in the floor: it no longer speaks for that node. A change
 // during a computation is kept for the computation to mark, or, once it has published
 // its floor, marked there: a change either is read by the computation or marks what it
@@ -236,10 +251,7 @@ func (pl *BandwidthAware) computeFloor(now time.Time, nodes []fwk.NodeInfo) *flo
 		}
 	}
 	if len(rooms) == 0 {
-		b.mu.Lock()
-		pl.floor.Store(nil)
-		b.done = true
-		b.mu.Unlock()
+		b.publish(&pl.floor, nil)
 		return nil
 	}
 	ins, egs := make([]int64, len(rooms)), make([]int64, len(rooms))
@@ -257,14 +269,7 @@ func (pl *BandwidthAware) computeFloor(now time.Time, nodes []fwk.NodeInfo) *flo
 			}
 		}
 	}
-	b.mu.Lock()
-	for _, node := range b.changed {
-		f.mark(node)
-	}
-	f.marked = f.levels[0].marks.set.Load()
-	pl.floor.Store(f)
-	b.done = true
-	b.mu.Unlock()
+	b.publish(&pl.floor, f)
 	return f
 }
 
@@ -274,10 +279,7 @@ func (pl *BandwidthAware) computeFloor(now time.Time, nodes []fwk.NodeInfo) *flo
 // turns stale. ok is false when check would reject any pod that requires a rate there.
 func (pl *BandwidthAware) floorRoom(rec *heartbeat.Node, now time.Time) (ingress, egress int64, until time.Time, ok bool) {
 	report, res := pl.ledger.reportAndReserved(rec, annotations.PodNetwork)
-	if report == nil || pl.stale(report, now) || pl.partial(report) {
-		return 0, 0, time.Time{}, false
-	}
-	nw := report.Network(annotations.PodNetwork)
+	nw := pl.usableNetwork(report, annotations.PodNetwork, now)
 	if nw == nil || !nw.IngressKnown || !nw.EgressKnown {
 		return 0, 0, time.Time{}, false
 	}
