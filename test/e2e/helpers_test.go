@@ -55,6 +55,8 @@ func deployChart(t *testing.T) {
 var (
 	binariesMu sync.Mutex
 	binaries   = map[string]string{}
+	// binariesDir holds what goBinary built in this run; removeBinaries removes it.
+	binariesDir string
 )
 
 // goBinary builds a command of this module (e.g. "./agent/cmd/sextant-agent") once per
@@ -66,11 +68,14 @@ func goBinary(t *testing.T, pkg string) string {
 	if path, ok := binaries[pkg]; ok {
 		return path
 	}
-	dir, err := os.MkdirTemp("", "sextant-e2e-bin-")
-	if err != nil {
-		t.Fatal(err)
+	if binariesDir == "" {
+		dir, err := os.MkdirTemp("", "sextant-e2e-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binariesDir = dir
 	}
-	path := filepath.Join(dir, filepath.Base(pkg))
+	path := filepath.Join(binariesDir, filepath.Base(pkg))
 	cmd := exec.Command("go", "build", "-o", path, pkg)
 	cmd.Dir = repoRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -78,6 +83,17 @@ func goBinary(t *testing.T, pkg string) string {
 	}
 	binaries[pkg] = path
 	return path
+}
+
+// removeBinaries removes what goBinary built. Each binary is tens of megabytes, and a
+// developer's repeated runs would otherwise fill the temporary directory.
+func removeBinaries() {
+	binariesMu.Lock()
+	defer binariesMu.Unlock()
+	if binariesDir != "" {
+		_ = os.RemoveAll(binariesDir)
+		binariesDir, binaries = "", map[string]string{}
+	}
 }
 
 func agentBinary(t *testing.T) string { return goBinary(t, "./agent/cmd/sextant-agent") }

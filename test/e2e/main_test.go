@@ -47,7 +47,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	local = c
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBinaries()
+	os.Exit(code)
 }
 
 func connect(kubeconfig string) (*cluster, error) {
