@@ -92,7 +92,6 @@ func removeBinaries() {
 	defer binariesMu.Unlock()
 	if binariesDir != "" {
 		_ = os.RemoveAll(binariesDir)
-		binariesDir, binaries = "", map[string]string{}
 	}
 }
 
